@@ -1,0 +1,345 @@
+#include "protocol/rpc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void kiln_rpc_msg_deinit(kiln_rpc_msg_t *m) { msgpack_unpacked_destroy(&m->unpacked); }
+
+static bool is_uint(const msgpack_object *o) { return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER; }
+
+static bool str_or_bin(const msgpack_object *o, const char **p, uint32_t *n) {
+  if (o->type == MSGPACK_OBJECT_STR) {
+    *p = o->via.str.ptr;
+    *n = o->via.str.size;
+    return true;
+  }
+  if (o->type == MSGPACK_OBJECT_BIN) {
+    *p = o->via.bin.ptr;
+    *n = o->via.bin.size;
+    return true;
+  }
+  return false;
+}
+
+/* params must be [] or [map]; a map given directly is accepted too (some clients do). */
+static kiln_status_t parse_params(const msgpack_object *o, const msgpack_object **out) {
+  *out = NULL;
+  if (o->type == MSGPACK_OBJECT_NIL) return KILN_OK;
+  if (o->type == MSGPACK_OBJECT_MAP) {
+    *out = o;
+    return KILN_OK;
+  }
+  if (o->type != MSGPACK_OBJECT_ARRAY)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "params must be an array holding one map of named fields");
+  if (o->via.array.size == 0) return KILN_OK;
+  if (o->via.array.size != 1 || o->via.array.ptr[0].type != MSGPACK_OBJECT_MAP)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "params must be [] or [ {named fields} ], got an array of %u elements "
+                       "that is not one map",
+                       o->via.array.size);
+  *out = &o->via.array.ptr[0];
+  return KILN_OK;
+}
+
+kiln_status_t kiln_rpc_parse(const uint8_t *bytes, size_t len, kiln_rpc_msg_t *out,
+                             bool *out_has_msgid) {
+  memset(out, 0, sizeof(*out));
+  *out_has_msgid = false;
+  msgpack_unpacked_init(&out->unpacked);
+  size_t off = 0;
+  msgpack_unpack_return ret = msgpack_unpack_next(&out->unpacked, (const char *)bytes, len, &off);
+  if (ret != MSGPACK_UNPACK_SUCCESS || off != len)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "malformed MessagePack message");
+  const msgpack_object *root = &out->unpacked.data;
+  if (root->type != MSGPACK_OBJECT_ARRAY || root->via.array.size < 3 || root->via.array.size > 4)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "a message must be an array: [0, msgid, method, params], "
+                       "[1, msgid, error, result] or [2, method, params]");
+  const msgpack_object *a = root->via.array.ptr;
+  uint32_t n = root->via.array.size;
+  if (!is_uint(&a[0]) || a[0].via.u64 > 2)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "message type must be 0, 1 or 2");
+  out->type = (kiln_rpc_type_t)a[0].via.u64;
+  if (out->type == KILN_RPC_NOTIFICATION) {
+    if (n != 3) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "a notification has 3 elements");
+    if (!str_or_bin(&a[1], &out->method, &out->method_len))
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "notification method must be a string");
+    return parse_params(&a[2], &out->params);
+  }
+  if (n != 4) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "requests and responses have 4 elements");
+  if (!is_uint(&a[1]) || a[1].via.u64 > UINT32_MAX)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "msgid must be an unsigned 32-bit integer");
+  out->msgid = (uint32_t)a[1].via.u64;
+  *out_has_msgid = true;
+  if (out->type == KILN_RPC_RESPONSE) {
+    out->error = &a[2];
+    out->result = &a[3];
+    return KILN_OK;
+  }
+  if (!str_or_bin(&a[2], &out->method, &out->method_len))
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "method must be a string");
+  return parse_params(&a[3], &out->params);
+}
+
+bool kiln_rpc_peek_msgid(const uint8_t *p, size_t len, uint32_t *out_msgid) {
+  if (len < 3 || p[0] != 0x94 || p[1] != 0x00) return false;
+  uint8_t b = p[2];
+  if (b <= 0x7f) {
+    *out_msgid = b;
+    return true;
+  }
+  int n = b == 0xcc ? 1 : b == 0xcd ? 2 : b == 0xce ? 4 : 0;
+  if (!n || len < 3 + (size_t)n) return false;
+  uint32_t v = 0;
+  for (int i = 0; i < n; i++) v = (v << 8) | p[3 + i];
+  *out_msgid = v;
+  return true;
+}
+
+bool kiln_rpc_method_is(const kiln_rpc_msg_t *m, const char *name) {
+  size_t n = strlen(name);
+  return m->method_len == n && memcmp(m->method, name, n) == 0;
+}
+
+bool kiln_obj_str_eq(const msgpack_object *o, const char *s) {
+  const char *p;
+  uint32_t n;
+  if (!str_or_bin(o, &p, &n)) return false;
+  size_t sn = strlen(s);
+  return n == sn && memcmp(p, s, n) == 0;
+}
+
+kiln_status_t kiln_obj_cstr(const msgpack_object *o, const char *what, char *out, size_t cap) {
+  if (o->type != MSGPACK_OBJECT_STR)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be a string", what);
+  if (o->via.str.size >= cap)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s is too long (%u bytes, at most %zu)", what,
+                       o->via.str.size, cap - 1);
+  if (memchr(o->via.str.ptr, 0, o->via.str.size))
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s contains a NUL byte", what);
+  memcpy(out, o->via.str.ptr, o->via.str.size);
+  out[o->via.str.size] = 0;
+  return KILN_OK;
+}
+
+const msgpack_object *kiln_params_find(const msgpack_object *params, const char *name) {
+  if (!params) return NULL;
+  for (uint32_t i = 0; i < params->via.map.size; i++) {
+    const msgpack_object_kv *kv = &params->via.map.ptr[i];
+    if (kiln_obj_str_eq(&kv->key, name)) return &kv->val;
+  }
+  return NULL;
+}
+
+kiln_status_t kiln_params_check(const msgpack_object *params, const char *method,
+                                const char *const *allowed) {
+  if (!params) return KILN_OK;
+  for (uint32_t i = 0; i < params->via.map.size; i++) {
+    const msgpack_object *k = &params->via.map.ptr[i].key;
+    bool ok = false;
+    for (const char *const *a = allowed; *a && !ok; a++) ok = kiln_obj_str_eq(k, *a);
+    if (ok) {
+      for (uint32_t j = 0; j < i; j++)
+        if (params->via.map.ptr[j].key.type == MSGPACK_OBJECT_STR &&
+            params->via.map.ptr[j].key.via.str.size == k->via.str.size &&
+            memcmp(params->via.map.ptr[j].key.via.str.ptr, k->via.str.ptr, k->via.str.size) == 0)
+          return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: field '%.*s' appears twice", method,
+                             (int)k->via.str.size, k->via.str.ptr);
+      continue;
+    }
+    char list[256] = "";
+    size_t o = 0;
+    for (const char *const *a = allowed; *a && o < sizeof(list); a++)
+      o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", o ? ", " : "", *a);
+    if (k->type != MSGPACK_OBJECT_STR)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: field names must be strings", method);
+    int kn = (int)(k->via.str.size < 64u ? k->via.str.size : 64u);
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: unknown field '%.*s'; known fields: %s",
+                       method, kn, k->via.str.ptr, o ? list : "(none)");
+  }
+  return KILN_OK;
+}
+
+static kiln_status_t missing(const char *name) {
+  return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "missing required field '%s'", name);
+}
+
+static kiln_status_t wrong(const char *name, const char *want) {
+  return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "field '%s' must be %s", name, want);
+}
+
+#define FIND_OR_RETURN(o)                                   \
+  const msgpack_object *o = kiln_params_find(params, name); \
+  if (!o || o->type == MSGPACK_OBJECT_NIL) return required ? missing(name) : KILN_OK
+
+kiln_status_t kiln_params_str(const msgpack_object *params, const char *name, bool required,
+                              const char **out_ptr, uint32_t *out_len) {
+  FIND_OR_RETURN(o);
+  if (!str_or_bin(o, out_ptr, out_len)) return wrong(name, "a string");
+  return KILN_OK;
+}
+
+kiln_status_t kiln_params_bytes(const msgpack_object *params, const char *name, bool required,
+                                const uint8_t **out_ptr, size_t *out_len) {
+  FIND_OR_RETURN(o);
+  const char *p;
+  uint32_t n;
+  if (!str_or_bin(o, &p, &n)) return wrong(name, "bytes (bin) or a string");
+  *out_ptr = (const uint8_t *)p;
+  *out_len = n;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_params_u64(const msgpack_object *params, const char *name, bool required,
+                              uint64_t *out) {
+  FIND_OR_RETURN(o);
+  if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return wrong(name, "a non-negative integer");
+  *out = o->via.u64;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_params_i64(const msgpack_object *params, const char *name, bool required,
+                              int64_t *out) {
+  FIND_OR_RETURN(o);
+  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) *out = o->via.i64;
+  else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+    *out = (int64_t)o->via.u64;
+  else return wrong(name, "a 64-bit signed integer");
+  return KILN_OK;
+}
+
+kiln_status_t kiln_params_f64(const msgpack_object *params, const char *name, bool required,
+                              double *out) {
+  FIND_OR_RETURN(o);
+  if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64) *out = o->via.f64;
+  else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) *out = (double)o->via.u64;
+  else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) *out = (double)o->via.i64;
+  else return wrong(name, "a number");
+  return KILN_OK;
+}
+
+kiln_status_t kiln_params_bool(const msgpack_object *params, const char *name, bool required,
+                               bool *out) {
+  FIND_OR_RETURN(o);
+  if (o->type != MSGPACK_OBJECT_BOOLEAN) return wrong(name, "true or false");
+  *out = o->via.boolean;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_params_array(const msgpack_object *params, const char *name, bool required,
+                                const msgpack_object_array **out) {
+  FIND_OR_RETURN(o);
+  if (o->type != MSGPACK_OBJECT_ARRAY) return wrong(name, "an array");
+  *out = &o->via.array;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_params_map(const msgpack_object *params, const char *name, bool required,
+                              const msgpack_object **out) {
+  FIND_OR_RETURN(o);
+  if (o->type != MSGPACK_OBJECT_MAP) return wrong(name, "a map");
+  *out = o;
+  return KILN_OK;
+}
+
+/* --- Encoding --------------------------------------------------------------------------- */
+
+static int write_cb(void *data, const char *buf, size_t len) {
+  kiln_packer_t *p = data;
+  kiln_status_t s = kiln_buf_append(p->buf, buf, len);
+  if (s) {
+    kiln_status_free(s);
+    p->failed = true;
+    return -1;
+  }
+  return 0;
+}
+
+void kiln_packer_init(kiln_packer_t *p, kiln_buf_t *buf) {
+  p->buf = buf;
+  p->failed = false;
+  msgpack_packer_init(&p->pk, p, write_cb);
+}
+
+kiln_status_t kiln_packer_status(const kiln_packer_t *p) {
+  return p->failed ? KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory encoding a message")
+                   : KILN_OK;
+}
+
+void kiln_pack_cstr(msgpack_packer *pk, const char *s) {
+  size_t n = strlen(s);
+  msgpack_pack_str(pk, n);
+  msgpack_pack_str_body(pk, s, n);
+}
+
+void kiln_pack_kv_str(msgpack_packer *pk, const char *key, const char *value) {
+  kiln_pack_cstr(pk, key);
+  kiln_pack_cstr(pk, value);
+}
+
+void kiln_pack_kv_u64(msgpack_packer *pk, const char *key, uint64_t value) {
+  kiln_pack_cstr(pk, key);
+  msgpack_pack_uint64(pk, value);
+}
+
+void kiln_pack_kv_i64(msgpack_packer *pk, const char *key, int64_t value) {
+  kiln_pack_cstr(pk, key);
+  msgpack_pack_int64(pk, value);
+}
+
+void kiln_pack_kv_f64(msgpack_packer *pk, const char *key, double value) {
+  kiln_pack_cstr(pk, key);
+  msgpack_pack_double(pk, value);
+}
+
+void kiln_pack_kv_bool(msgpack_packer *pk, const char *key, bool value) {
+  kiln_pack_cstr(pk, key);
+  if (value) msgpack_pack_true(pk);
+  else msgpack_pack_false(pk);
+}
+
+void kiln_rpc_pack_request_head(msgpack_packer *pk, uint32_t msgid, const char *method) {
+  msgpack_pack_array(pk, 4);
+  msgpack_pack_uint8(pk, 0);
+  msgpack_pack_uint32(pk, msgid);
+  kiln_pack_cstr(pk, method);
+}
+
+void kiln_rpc_pack_result_head(msgpack_packer *pk, uint32_t msgid) {
+  msgpack_pack_array(pk, 4);
+  msgpack_pack_uint8(pk, 1);
+  msgpack_pack_uint32(pk, msgid);
+  msgpack_pack_nil(pk);
+}
+
+void kiln_rpc_pack_error(msgpack_packer *pk, uint32_t msgid, kiln_code_t code, const char *message) {
+  msgpack_pack_array(pk, 4);
+  msgpack_pack_uint8(pk, 1);
+  msgpack_pack_uint32(pk, msgid);
+  msgpack_pack_array(pk, 2);
+  msgpack_pack_uint32(pk, (uint32_t)code);
+  kiln_pack_cstr(pk, message);
+  msgpack_pack_nil(pk);
+}
+
+void kiln_rpc_pack_notification_head(msgpack_packer *pk, const char *method) {
+  msgpack_pack_array(pk, 3);
+  msgpack_pack_uint8(pk, 2);
+  kiln_pack_cstr(pk, method);
+}
+
+kiln_status_t kiln_rpc_error_to_status(const msgpack_object *error) {
+  if (!error || error->type == MSGPACK_OBJECT_NIL) return KILN_OK;
+  if (error->type == MSGPACK_OBJECT_ARRAY && error->via.array.size == 2 &&
+      error->via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+    uint64_t code = error->via.array.ptr[0].via.u64;
+    const msgpack_object *m = &error->via.array.ptr[1];
+    const char *p = "";
+    uint32_t n = 0;
+    str_or_bin(m, &p, &n);
+    kiln_code_t c = code > 0 && code < KILN_E_COUNT_ ? (kiln_code_t)code : KILN_E_INTERNAL;
+    return kiln_status_make(c, "remote", 0, "%.*s", (int)n, p);
+  }
+  return KILN_STATUS(KILN_E_INTERNAL, "the peer sent an error that is not [code, message]");
+}
