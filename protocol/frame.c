@@ -50,8 +50,11 @@ void *kiln_reader_space(kiln_reader_t *r, size_t *out_len) {
     r->buf = NULL;
     r->cap = r->len = r->start = r->scan = 0;
   }
-  size_t want = KILN_MAX((size_t)r->need, pending + 1);
-  want = KILN_MAX(want, pending + KILN_MIN(r->min_cap, 64 * 1024));
+  /* Room for what the current message is known to need, so a large bin is received into one
+   * allocation of its size; while its size is unknown, a small window to read ahead into
+   * (asking for min_cap more than pending would double every buffer holding a partial
+   * message, and grow a large one again over its last min_cap bytes). */
+  size_t want = r->need > pending ? (size_t)r->need : pending + KILN_MIN(r->min_cap, 4096);
   if (r->start > 0 && (r->cap - r->len < 4096 || r->start + want > r->cap)) {
     /* Move the partial message to the front. Only the unscanned tail and the scanned
      * prefix move together; offsets are relative to start so they shift with it. */
@@ -64,7 +67,7 @@ void *kiln_reader_space(kiln_reader_t *r, size_t *out_len) {
     size_t cap = r->cap ? r->cap : r->min_cap;
     while (cap < r->start + want) cap *= 2;
     /* Exactly what a known-large message needs, not the next power of two. */
-    if (r->need > r->min_cap && cap > r->start + want) cap = r->start + want;
+    if (r->need > pending && r->need > r->min_cap && cap > r->start + want) cap = r->start + want;
     uint8_t *p = realloc(r->buf, cap);
     if (!p) {
       fail(r, KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory buffering a %zu-byte message",
