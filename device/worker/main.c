@@ -1,0 +1,231 @@
+/* kiln-device-worker: `--probe` prints what every backend finds (MessagePack on stdout);
+ * `--channel-fd N --device ID` serves one device for kilnd until the channel closes. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "device/registry.h"
+#include "device/worker/worker.h"
+#include "protocol/frame.h"
+#include "protocol/rpc.h"
+
+static int write_stdout(void *data, const char *buf, size_t len) {
+  (void)data;
+  return fwrite(buf, 1, len, stdout) == len ? 0 : -1;
+}
+
+static void pack_info(msgpack_packer *pk, const kiln_device_info_t *d) {
+  msgpack_pack_map(pk, 9);
+  kiln_pack_kv_str(pk, "id", d->id);
+  kiln_pack_kv_str(pk, "kind", d->kind);
+  kiln_pack_kv_str(pk, "name", d->name);
+  kiln_pack_kv_str(pk, "arch", d->arch);
+  kiln_pack_kv_u64(pk, "memory", d->memory);
+  kiln_pack_kv_u64(pk, "compute_units", d->compute_units);
+  kiln_pack_kv_u64(pk, "max_block", d->max_block);
+  kiln_pack_kv_u64(pk, "wave_size", d->wave_size);
+  kiln_pack_kv_u64(pk, "max_shared", d->max_shared);
+}
+
+/* Every backend's probe; absence is reported with its reason, never as a failure. */
+static int probe_all(void) {
+  enum { CAP = 32 };
+  kiln_device_info_t found[CAP];
+  size_t nfound = 0;
+  struct { char kind[8]; char reason[256]; } absent[8];
+  size_t nabsent = 0;
+  for (size_t i = 0; i < kiln_device_backend_count(); i++) {
+    const kiln_backend_t *b = kiln_device_backend_at(i);
+    size_t n = 0;
+    char reason[256] = "";
+    kiln_status_t st = b->probe(found + nfound, CAP - nfound, &n, reason, sizeof(reason));
+    if (st) {
+      snprintf(reason, sizeof(reason), "%s", kiln_status_message(st));
+      kiln_status_free(st);
+      n = 0;
+    }
+    if (n == 0 && nabsent < 8) {
+      snprintf(absent[nabsent].kind, sizeof(absent[nabsent].kind), "%s", b->kind);
+      snprintf(absent[nabsent].reason, sizeof(absent[nabsent].reason), "%s",
+               reason[0] ? reason : "no device found");
+      nabsent++;
+    }
+    nfound += n;
+  }
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, NULL, write_stdout);
+  msgpack_pack_map(&pk, 2);
+  kiln_pack_cstr(&pk, "devices");
+  msgpack_pack_array(&pk, nfound);
+  for (size_t i = 0; i < nfound; i++) pack_info(&pk, &found[i]);
+  kiln_pack_cstr(&pk, "absent");
+  msgpack_pack_array(&pk, nabsent);
+  for (size_t i = 0; i < nabsent; i++) {
+    msgpack_pack_map(&pk, 2);
+    kiln_pack_kv_str(&pk, "kind", absent[i].kind);
+    kiln_pack_kv_str(&pk, "reason", absent[i].reason);
+  }
+  return fflush(stdout) == 0 ? 0 : 1;
+}
+
+static kiln_status_t send_reply(kiln_dworker_t *w, kiln_buf_t *b) {
+  return kiln_channel_send_all(w->channel, b->data, b->len, NULL, 0);
+}
+
+/* Handles one request: takes its fds from the queue, runs it, replies. Returns false
+ * when the channel is broken. */
+static bool handle(kiln_dworker_t *w, const uint8_t *bytes, size_t len) {
+  kiln_rpc_msg_t m;
+  bool has;
+  kiln_status_t st = kiln_rpc_parse(bytes, len, &m, &has);
+  if (st || m.type != KILN_RPC_REQUEST) {
+    KILN_LOG_ERROR("bad_request", "message=\"%s\"", st ? kiln_status_message(st) : "not a request");
+    kiln_status_free(st);
+    kiln_rpc_msg_deinit(&m);
+    return false;
+  }
+  kiln_dworker_call_t call = {.w = w, .params = m.params};
+  uint64_t nfds = 0;
+  st = kiln_params_u64(m.params, "fds", false, &nfds);
+  for (uint64_t i = 0; !st && i < nfds && i < KILN_CHANNEL_MAX_FDS; i++) {
+    int fd = kiln_fdq_pop(&w->fds);
+    if (fd < 0) st = KILN_STATUS(KILN_E_INTERNAL, "message announced %llu fds, fewer arrived",
+                                 (unsigned long long)nfds);
+    else call.fds[call.nfds++] = fd;
+  }
+  char method[32];
+  snprintf(method, sizeof(method), "%.*s", (int)(m.method_len < 31 ? m.method_len : 31), m.method);
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &out);
+  kiln_rpc_pack_result_head(&pk.pk, m.msgid);
+  call.pk = &pk.pk;
+  bool found = false;
+  if (!st) st = kiln_dworker_tensor_method(&call, method, &found);
+  if (!st && !found)
+    st = KILN_STATUS(KILN_E_NO_METHOD, "device worker has no method '%s'", method);
+  for (int i = 0; i < call.nfds; i++) close(call.fds[i]);
+  if (st) {
+    out.len = 0;
+    kiln_rpc_pack_error(&pk.pk, m.msgid, kiln_status_code(st), kiln_status_message(st));
+    kiln_code_t code = kiln_status_code(st);
+    kiln_status_free(st);
+    /* A device fault leaves the context unusable (ROCr evicts the queues, CUDA's context
+     * is dead): answer, then exit so that kilnd starts a clean worker. */
+    if (code == KILN_E_DEVICE_FAULT) {
+      send_reply(w, &out);
+      _exit(3);
+    }
+  }
+  kiln_rpc_msg_deinit(&m);
+  st = send_reply(w, &out);
+  kiln_buf_deinit(&out);
+  if (st) {
+    kiln_status_free(st);
+    return false;
+  }
+  return true;
+}
+
+static int serve(int channel, const char *device_id) {
+  kiln_dworker_t w = {.channel = channel};
+  snprintf(w.device_id, sizeof(w.device_id), "%s", device_id);
+  uint32_t index;
+  kiln_status_t st = kiln_device_id_parse(device_id, &w.backend, &index);
+  if (!st) st = w.backend->open(index, NULL, 0, &w.dev);
+  if (st) {
+    KILN_LOG_ERROR("open_failed", "device=%s message=\"%s\"", device_id, kiln_status_message(st));
+    kiln_status_free(st);
+    return 2;
+  }
+  kiln_map_init(&w.buffers);
+  kiln_fdq_init(&w.fds);
+  kiln_limits_t lim;
+  kiln_limits_default(&lim);
+  lim.max_message = 1ull << 32; /* kilnd is trusted; payloads ride in memfds anyway */
+  lim.max_str = 1u << 31;
+  kiln_reader_t r;
+  kiln_reader_init(&r, &lim, 64 * 1024);
+  int rc = 0;
+  for (;;) {
+    size_t cap;
+    void *space = kiln_reader_space(&r, &cap);
+    if (!space) {
+      rc = 1;
+      break;
+    }
+    int fds[16], nfds;
+    bool trunc;
+    ssize_t n = kiln_channel_recv(channel, space, cap, fds, 16, &nfds, &trunc);
+    for (int i = 0; i < nfds; i++)
+      if (!kiln_fdq_push(&w.fds, fds[i])) close(fds[i]);
+    if (n == 0) break; /* kilnd closed the channel: exit quietly */
+    if (n < 0) {
+      rc = 1;
+      break;
+    }
+    kiln_reader_commit(&r, (size_t)n);
+    const uint8_t *msg;
+    size_t len;
+    kiln_frame_result_t fr;
+    while ((fr = kiln_reader_next(&r, &msg, &len)) == KILN_FRAME_MESSAGE)
+      if (!handle(&w, msg, len)) {
+        rc = 1;
+        goto done;
+      }
+    if (fr == KILN_FRAME_ERROR) {
+      rc = 1;
+      break;
+    }
+  }
+done:
+  kiln_reader_deinit(&r);
+  kiln_fdq_deinit(&w.fds);
+  size_t it = 0;
+  void *v;
+  while (kiln_map_next(&w.buffers, &it, NULL, &v)) {
+    kiln_dworker_buffer_t *b = v;
+    w.backend->mem_free(w.dev, b->mem);
+    free(b);
+  }
+  kiln_map_deinit(&w.buffers);
+  w.backend->close(w.dev);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  int channel = -1;
+  const char *device = "cpu:0";
+  bool probe = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--probe") == 0) probe = true;
+    else if (strcmp(argv[i], "--channel-fd") == 0 && i + 1 < argc) channel = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
+    else {
+      fprintf(stderr,
+              "usage: kiln-device-worker --probe | --channel-fd N --device ID\n"
+              "(started by kilnd; not meant to be run by hand)\n");
+      return 2;
+    }
+  }
+  kiln_status_t st = kiln_crypto_init();
+  if (st) return 1;
+  if (probe) return probe_all();
+  if (channel < 0) {
+    fprintf(stderr, "kiln-device-worker: --channel-fd is required\n");
+    return 2;
+  }
+  char name[48];
+  snprintf(name, sizeof(name), "device-worker/%s", device);
+  kiln_log_set_process(name);
+  /* kilnd handles SIGINT for the process group; the worker ends when its channel closes. */
+  signal(SIGINT, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+  return serve(channel, device);
+}

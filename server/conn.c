@@ -1,0 +1,338 @@
+/* Client connections: reading with the framer, coalesced writes, backpressure, timeouts,
+ * close-after-reply for protocol errors. */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "server/server.h"
+
+typedef struct out_write {
+  uv_write_t req;
+  kiln_conn_t *conn;
+  uint8_t *bytes; /* owned */
+  void (*release)(void *);
+  void *ctx;
+} out_write_t;
+
+static void on_close(uv_handle_t *h);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+
+void kiln_conn_release(kiln_conn_t *c) {
+  if (--c->refs > 0) return;
+  kiln_reader_deinit(&c->reader);
+  kiln_buf_deinit(&c->out);
+  free(c);
+}
+
+static void list_remove(kiln_server_t *s, kiln_conn_t *c) {
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+}
+
+static void on_close(uv_handle_t *h) {
+  kiln_conn_t *c = KILN_CONTAINER_OF(h, kiln_conn_t, h.handle);
+  kiln_server_t *s = c->server;
+  list_remove(s, c);
+  s->num_conns--;
+  KILN_LOG_DEBUG("conn_close", "conn=%llu inflight=%u", (unsigned long long)c->id, c->inflight);
+  kiln_conn_release(c);
+  kiln_server_maybe_finish_drain(s);
+}
+
+void kiln_conn_close(kiln_conn_t *c) {
+  if (c->closing) return;
+  c->closing = true;
+  c->reading = false;
+  uv_read_stop(&c->h.stream);
+  /* Pending writes get their callbacks with UV_ECANCELED before on_close runs. */
+  uv_close(&c->h.handle, on_close);
+}
+
+void kiln_conn_update_reading(kiln_conn_t *c) {
+  if (c->closing || c->close_after_write) return;
+  kiln_server_t *s = c->server;
+  bool over = c->inflight >= s->cfg.max_inflight ||
+              uv_stream_get_write_queue_size(&c->h.stream) + c->out.len > s->cfg.max_unsent_bytes;
+  if (over && c->reading) {
+    uv_read_stop(&c->h.stream);
+    c->reading = false;
+  } else if (!over && !c->reading && !s->draining) {
+    if (uv_read_start(&c->h.stream, on_alloc, on_read) == 0) c->reading = true;
+  }
+}
+
+static void on_write(uv_write_t *req, int status) {
+  out_write_t *w = KILN_CONTAINER_OF(req, out_write_t, req);
+  kiln_conn_t *c = w->conn;
+  free(w->bytes);
+  if (w->release) w->release(w->ctx);
+  free(w);
+  if (status < 0 && status != UV_ECANCELED) {
+    KILN_LOG_DEBUG("write_error", "conn=%llu error=%s", (unsigned long long)c->id,
+                   uv_strerror(status));
+    kiln_conn_close(c);
+  } else if (!c->closing) {
+    if (c->close_after_write && uv_stream_get_write_queue_size(&c->h.stream) == 0)
+      kiln_conn_close(c);
+    else kiln_conn_update_reading(c);
+  }
+  kiln_conn_release(c);
+}
+
+/* Hands bytes (and optional zero-copy extra bytes) to libuv. Small writes are tried
+ * synchronously first: most replies leave in that one syscall with no allocation. */
+static void write_now(kiln_conn_t *c, uint8_t *bytes, size_t len, const void *extra,
+                      size_t extra_len, void (*release)(void *), void *ctx) {
+  uv_buf_t bufs[2];
+  int nb = 0;
+  size_t done = 0;
+  if (extra_len == 0 && uv_stream_get_write_queue_size(&c->h.stream) == 0) {
+    bufs[nb++] = uv_buf_init((char *)bytes, (unsigned)len);
+    int n = uv_try_write(&c->h.stream, bufs, (unsigned)nb);
+    if (n == (int)len) {
+      free(bytes);
+      if (release) release(ctx);
+      if (c->close_after_write) kiln_conn_close(c);
+      return;
+    }
+    if (n > 0) done = (size_t)n;
+    else if (n != UV_EAGAIN) {
+      free(bytes);
+      if (release) release(ctx);
+      kiln_conn_close(c);
+      return;
+    }
+  }
+  out_write_t *w = calloc(1, sizeof(*w));
+  if (!w) {
+    free(bytes);
+    if (release) release(ctx);
+    kiln_conn_close(c);
+    return;
+  }
+  w->conn = c;
+  w->bytes = bytes;
+  w->release = release;
+  w->ctx = ctx;
+  nb = 0;
+  if (len > done) bufs[nb++] = uv_buf_init((char *)bytes + done, (unsigned)(len - done));
+  /* uv_buf_t.len is size_t on unix: gigabyte payloads go in one buffer. */
+  if (extra_len) {
+    bufs[nb].base = (char *)extra;
+    bufs[nb].len = extra_len;
+    nb++;
+  }
+  c->refs++;
+  int rc = uv_write(&w->req, &c->h.stream, bufs, (unsigned)nb, on_write);
+  if (rc) {
+    c->refs--;
+    free(w->bytes);
+    if (release) release(ctx);
+    free(w);
+    kiln_conn_close(c);
+  }
+}
+
+static void flush(kiln_conn_t *c) {
+  if (!c->out.len || c->closing) return;
+  size_t len;
+  uint8_t *bytes = kiln_buf_release(&c->out, &len);
+  write_now(c, bytes, len, NULL, 0, NULL, NULL);
+}
+
+void kiln_conn_send(kiln_conn_t *c, kiln_buf_t *bytes, const void *extra, size_t extra_len,
+                    void (*release)(void *), void *extra_ctx) {
+  if (c->closing) {
+    kiln_buf_deinit(bytes);
+    if (release) release(extra_ctx);
+    return;
+  }
+  if (!extra_len && c->in_dispatch && bytes->len < 16384) {
+    /* Coalesce: a pipelined burst of small replies leaves in one write after read_cb. */
+    kiln_status_t st = kiln_buf_append(&c->out, bytes->data, bytes->len);
+    kiln_buf_deinit(bytes);
+    if (release) release(extra_ctx);
+    if (st) {
+      kiln_status_free(st);
+      kiln_conn_close(c);
+    }
+    return;
+  }
+  flush(c);
+  size_t len;
+  uint8_t *p = kiln_buf_release(bytes, &len);
+  write_now(c, p, len, extra, extra_len, release, extra_ctx);
+}
+
+void kiln_conn_fail(kiln_conn_t *c, bool has_msgid, uint32_t msgid, kiln_status_t st) {
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  kiln_packer_t p;
+  kiln_packer_init(&p, &b);
+  kiln_code_t code = kiln_status_code(st);
+  if (has_msgid) {
+    kiln_rpc_pack_error(&p.pk, msgid, code, kiln_status_message(st));
+  } else {
+    kiln_rpc_pack_notification_head(&p.pk, "error");
+    msgpack_pack_array(&p.pk, 1);
+    msgpack_pack_map(&p.pk, 2);
+    kiln_pack_kv_u64(&p.pk, "code", (uint64_t)code);
+    kiln_pack_kv_str(&p.pk, "message", kiln_status_message(st));
+  }
+  c->server->errors_by_code[code < KILN_E_COUNT_ ? code : KILN_E_INTERNAL]++;
+  char q[300];
+  KILN_LOG_INFO("protocol_error", "conn=%llu peer=%s code=%s message=%s", (unsigned long long)c->id,
+                c->peer, kiln_code_name(code), kiln_log_quote(q, sizeof(q), kiln_status_message(st)));
+  kiln_status_free(st);
+  if (c->reading) {
+    uv_read_stop(&c->h.stream);
+    c->reading = false;
+  }
+  bool was = c->in_dispatch;
+  c->in_dispatch = false;
+  flush(c);
+  c->close_after_write = true;
+  if (c->closing) {
+    kiln_buf_deinit(&b);
+    return;
+  }
+  size_t len;
+  uint8_t *bytes = kiln_buf_release(&b, &len);
+  write_now(c, bytes, len, NULL, 0, NULL, NULL);
+  c->in_dispatch = was;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  kiln_conn_t *c = KILN_CONTAINER_OF(h, kiln_conn_t, h.handle);
+  size_t n = 0;
+  void *p = kiln_reader_space(&c->reader, &n);
+  buf->base = p;
+  buf->len = p ? n : 0;
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  kiln_conn_t *c = KILN_CONTAINER_OF(st, kiln_conn_t, h.stream);
+  kiln_server_t *s = c->server;
+  if (nread == 0) return;
+  if (nread < 0) {
+    if (nread == UV_ENOBUFS) {
+      kiln_status_t e = kiln_reader_error(&c->reader);
+      kiln_conn_fail(c, false, 0,
+                     e ? KILN_STATUS(kiln_status_code(e), "%s", kiln_status_message(e))
+                       : KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "no memory to receive"));
+      return;
+    }
+    if (nread != UV_EOF)
+      KILN_LOG_DEBUG("read_error", "conn=%llu error=%s", (unsigned long long)c->id,
+                     uv_strerror((int)nread));
+    kiln_conn_close(c);
+    return;
+  }
+  c->last_activity_ns = kiln_now_ns();
+  kiln_reader_commit(&c->reader, (size_t)nread);
+  c->refs++; /* a handler may close the connection; keep it alive until we are done */
+  c->in_dispatch = true;
+  for (;;) {
+    const uint8_t *msg;
+    size_t len;
+    kiln_frame_result_t fr = kiln_reader_next(&c->reader, &msg, &len);
+    if (fr == KILN_FRAME_NEED_MORE) break;
+    if (fr == KILN_FRAME_ERROR) {
+      size_t plen;
+      const uint8_t *pending = kiln_reader_pending(&c->reader, &plen);
+      uint32_t msgid = 0;
+      bool has = kiln_rpc_peek_msgid(pending, plen, &msgid);
+      kiln_status_t e = kiln_reader_error(&c->reader);
+      kiln_conn_fail(c, has, msgid, KILN_STATUS(kiln_status_code(e), "%s", kiln_status_message(e)));
+      break;
+    }
+    kiln_dispatch(c, msg, len);
+    if (c->closing || c->close_after_write) break;
+  }
+  c->in_dispatch = false;
+  flush(c);
+  if (!c->closing) {
+    c->partial_since_ns = kiln_reader_partial(&c->reader)
+                              ? (c->partial_since_ns ? c->partial_since_ns : c->last_activity_ns)
+                              : 0;
+    kiln_conn_update_reading(c);
+  }
+  (void)s;
+  kiln_conn_release(c);
+}
+
+void kiln_conn_accept(kiln_listener_t *l) {
+  kiln_server_t *s = l->server;
+  kiln_conn_t *c = calloc(1, sizeof(*c));
+  if (!c) return;
+  c->server = s;
+  c->refs = 1;
+  c->id = ++s->next_conn_id;
+  snprintf(c->tenant, sizeof(c->tenant), "default");
+  kiln_reader_init(&c->reader, &s->cfg.limits, 64 * 1024);
+  kiln_buf_init(&c->out);
+  if (l->is_tcp) uv_tcp_init(s->loop, &c->h.tcp);
+  else uv_pipe_init(s->loop, &c->h.pipe, 0);
+  c->h.handle.data = c;
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  s->num_conns++;
+  if (uv_accept(&l->h.stream, &c->h.stream) != 0) {
+    kiln_conn_close(c);
+    return;
+  }
+  if (l->is_tcp) {
+    uv_tcp_nodelay(&c->h.tcp, 1);
+    struct sockaddr_storage ss;
+    int n = sizeof(ss);
+    char ip[64] = "?";
+    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &n) == 0 && ss.ss_family == AF_INET)
+      uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+    snprintf(c->peer, sizeof(c->peer), "%s", ip);
+  } else {
+    snprintf(c->peer, sizeof(c->peer), "unix");
+  }
+  c->last_activity_ns = kiln_now_ns();
+  if (s->num_conns > s->cfg.max_connections) {
+    kiln_conn_fail(c, false, 0,
+                   KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED,
+                               "the server has reached its limit of %u connections; retry later",
+                               s->cfg.max_connections));
+    return;
+  }
+  if (s->draining) {
+    kiln_conn_fail(c, false, 0, KILN_STATUS(KILN_E_UNAVAILABLE, "the server is shutting down"));
+    return;
+  }
+  KILN_LOG_DEBUG("conn_open", "conn=%llu peer=%s", (unsigned long long)c->id, c->peer);
+  kiln_conn_update_reading(c);
+}
+
+void kiln_conns_sweep(kiln_server_t *s) {
+  uint64_t now = kiln_now_ns();
+  uint64_t idle = (uint64_t)(s->cfg.idle_timeout_s * 1e9);
+  uint64_t partial = (uint64_t)(s->cfg.partial_timeout_s * 1e9);
+  for (kiln_conn_t *c = s->conns; c;) {
+    kiln_conn_t *next = c->next;
+    if (!c->closing && !c->close_after_write) {
+      if (c->partial_since_ns && now - c->partial_since_ns > partial) {
+        kiln_conn_fail(c, false, 0,
+                       KILN_STATUS(KILN_E_TIMEOUT,
+                                   "a message started %.0f s ago is still incomplete; closing",
+                                   s->cfg.partial_timeout_s));
+      } else if (c->inflight == 0 && now - c->last_activity_ns > idle) {
+        KILN_LOG_DEBUG("conn_idle", "conn=%llu", (unsigned long long)c->id);
+        kiln_conn_close(c);
+      }
+    }
+    c = next;
+  }
+}

@@ -1,0 +1,147 @@
+/* The device table. kilnd never loads a GPU runtime itself: it runs the device worker
+ * binary in probe mode, which prints what each backend found as one MessagePack map:
+ *   {"devices": [{id, kind, name, arch, memory, compute_units, max_block, wave_size,
+ *                 max_shared}], "absent": [{kind, reason}]} */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "server/server.h"
+
+extern char **environ;
+
+static kiln_status_t run_probe(const char *path, kiln_buf_t *out) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return KILN_STATUS(KILN_E_UNAVAILABLE, "pipe: %s", strerror(errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  char *argv[] = {(char *)path, "--probe", NULL};
+  pid_t pid;
+  int rc = posix_spawn(&pid, path, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(p[1]);
+  if (rc) {
+    close(p[0]);
+    return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot run %s: %s", path, strerror(rc));
+  }
+  kiln_status_t st = KILN_OK;
+  for (;;) {
+    st = kiln_buf_reserve(out, 65536);
+    if (st) break;
+    ssize_t n = read(p[0], out->data + out->len, 65536);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out->len += (size_t)n;
+    if (out->len > (16u << 20)) {
+      st = KILN_STATUS(KILN_E_INTERNAL, "device probe printed too much");
+      kill(pid, SIGKILL);
+      break;
+    }
+  }
+  close(p[0]);
+  int ws;
+  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+  if (!st && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0))
+    st = KILN_STATUS(KILN_E_UNAVAILABLE, "device probe (%s --probe) failed with status %d", path, ws);
+  return st;
+}
+
+/* --devices: "" serves everything found; else a comma-separated list of ids ("cuda:1")
+ * or kinds ("hsa"). cpu:0 is always served: it is the default device of every call. */
+static bool wanted(const char *filter, const char *id, const char *kind) {
+  if (!filter[0] || strcmp(id, "cpu:0") == 0) return true;
+  const char *p = filter;
+  while (*p) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if ((strlen(id) == n && memcmp(id, p, n) == 0) || (strlen(kind) == n && memcmp(kind, p, n) == 0))
+      return true;
+    if (!e) break;
+    p = e + 1;
+  }
+  return false;
+}
+
+kiln_status_t kiln_devices_probe(kiln_server_t *s) {
+  char path[600];
+  KILN_RETURN_IF_ERROR(kiln_worker_find_binary(s, "kiln-device-worker", path, sizeof(path)));
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  kiln_status_t st = run_probe(path, &out);
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  size_t off = 0;
+  if (!st && msgpack_unpack_next(&u, (const char *)out.data, out.len, &off) != MSGPACK_UNPACK_SUCCESS)
+    st = KILN_STATUS(KILN_E_INTERNAL, "device probe output is not MessagePack");
+  const msgpack_object *root = &u.data;
+  if (!st && root->type != MSGPACK_OBJECT_MAP)
+    st = KILN_STATUS(KILN_E_INTERNAL, "device probe output is not a map");
+  const msgpack_object *devs = st ? NULL : kiln_params_find(root, "devices");
+  const msgpack_object *absent = st ? NULL : kiln_params_find(root, "absent");
+  for (uint32_t i = 0; devs && devs->type == MSGPACK_OBJECT_ARRAY && i < devs->via.array.size; i++) {
+    const msgpack_object *d = &devs->via.array.ptr[i];
+    if (d->type != MSGPACK_OBJECT_MAP || s->num_devices == KILN_MAX_DEVICES) continue;
+    kiln_device_entry_t *e = &s->devices[s->num_devices];
+    memset(e, 0, sizeof(*e));
+    const msgpack_object *id = kiln_params_find(d, "id"), *kind = kiln_params_find(d, "kind");
+    if (!id || !kind || kiln_obj_cstr(id, "id", e->id, sizeof(e->id)) ||
+        kiln_obj_cstr(kind, "kind", e->kind, sizeof(e->kind)))
+      continue;
+    const char *colon = strchr(e->id, ':');
+    e->index = colon ? (uint32_t)strtoul(colon + 1, NULL, 10) : 0;
+    if (!wanted(s->cfg.devices, e->id, e->kind)) continue;
+    /* Keep the probe's map and add "available": true for the `devices` reply. */
+    kiln_buf_init(&e->info);
+    kiln_packer_t pk;
+    kiln_packer_init(&pk, &e->info);
+    msgpack_pack_map(&pk.pk, d->via.map.size + 1);
+    for (uint32_t k = 0; k < d->via.map.size; k++) {
+      msgpack_pack_object(&pk.pk, d->via.map.ptr[k].key);
+      msgpack_pack_object(&pk.pk, d->via.map.ptr[k].val);
+    }
+    kiln_pack_kv_bool(&pk.pk, "available", true);
+    s->num_devices++;
+    KILN_LOG_INFO("device", "id=%s kind=%s", e->id, e->kind);
+  }
+  for (uint32_t i = 0; absent && absent->type == MSGPACK_OBJECT_ARRAY && i < absent->via.array.size;
+       i++) {
+    const msgpack_object *a = &absent->via.array.ptr[i];
+    if (a->type != MSGPACK_OBJECT_MAP || s->num_absent == KILN_ARRAY_SIZE(s->absent)) continue;
+    kiln_absent_backend_t *ab = &s->absent[s->num_absent];
+    const msgpack_object *kind = kiln_params_find(a, "kind"), *reason = kiln_params_find(a, "reason");
+    if (!kind || !reason || kiln_obj_cstr(kind, "kind", ab->kind, sizeof(ab->kind))) continue;
+    if (reason->type == MSGPACK_OBJECT_STR)
+      snprintf(ab->reason, sizeof(ab->reason), "%.*s", (int)reason->via.str.size,
+               reason->via.str.ptr);
+    s->num_absent++;
+    char q[300];
+    KILN_LOG_INFO("device_absent", "kind=%s reason=%s", ab->kind,
+                  kiln_log_quote(q, sizeof(q), ab->reason));
+  }
+  msgpack_unpacked_destroy(&u);
+  kiln_buf_deinit(&out);
+  if (!st && (s->num_devices == 0 || strcmp(s->devices[0].id, "cpu:0") != 0))
+    st = KILN_STATUS(KILN_E_INTERNAL, "the device probe did not report cpu:0 first");
+  for (uint32_t i = 0; !st && i < s->num_devices; i++) {
+    const char *tail[] = {"--device", s->devices[i].id, NULL};
+    st = kiln_worker_create(s, KILN_WORKER_DEVICE, s->devices[i].id, tail, &s->devices[i].worker);
+  }
+  return st;
+}
+
+kiln_device_entry_t *kiln_device_find(kiln_server_t *s, const char *id, uint32_t len) {
+  if (!id) return &s->devices[0];
+  for (uint32_t i = 0; i < s->num_devices; i++)
+    if (strlen(s->devices[i].id) == len && memcmp(s->devices[i].id, id, len) == 0)
+      return &s->devices[i];
+  return NULL;
+}

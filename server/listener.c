@@ -1,0 +1,110 @@
+/* Listeners: tcp:HOST:PORT and unix:PATH. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "server/server.h"
+
+static void on_connection(uv_stream_t *server, int status) {
+  kiln_listener_t *l = server->data;
+  if (status < 0) {
+    KILN_LOG_WARN("accept_error", "listener=%s error=%s", l->address, uv_strerror(status));
+    return;
+  }
+  kiln_conn_accept(l);
+}
+
+static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char *spec) {
+  /* HOST:PORT, HOST may be [v6]. */
+  char host[256];
+  const char *colon = strrchr(spec, ':');
+  if (!colon || colon == spec)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "listen address 'tcp:%s' needs HOST:PORT", spec);
+  size_t hn = (size_t)(colon - spec);
+  if (hn >= sizeof(host)) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "host name too long");
+  memcpy(host, spec, hn);
+  host[hn] = 0;
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  if (*end || port < 0 || port > 65535 || colon[1] == 0)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "bad port in 'tcp:%s'", spec);
+  struct sockaddr_storage ss;
+  int rc;
+  if (host[0] == '[' && hn > 2 && host[hn - 1] == ']') {
+    host[hn - 1] = 0;
+    rc = uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)&ss);
+  } else {
+    rc = uv_ip4_addr(strcmp(host, "localhost") == 0 ? "127.0.0.1" : host, (int)port,
+                     (struct sockaddr_in *)&ss);
+  }
+  if (rc) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "bad address 'tcp:%s' (use an IP address)", spec);
+  uv_tcp_init(s->loop, &l->h.tcp);
+  l->is_tcp = true;
+  l->h.handle.data = l;
+  rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&ss, 0);
+  if (!rc) rc = uv_listen(&l->h.stream, 511, on_connection);
+  if (rc) return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot listen on tcp:%s: %s", spec, uv_strerror(rc));
+  struct sockaddr_storage bound;
+  int blen = sizeof(bound);
+  uv_tcp_getsockname(&l->h.tcp, (struct sockaddr *)&bound, &blen);
+  char ip[64];
+  if (bound.ss_family == AF_INET6) {
+    uv_ip6_name((struct sockaddr_in6 *)&bound, ip, sizeof(ip));
+    snprintf(l->address, sizeof(l->address), "tcp:[%s]:%d", ip,
+             ntohs(((struct sockaddr_in6 *)&bound)->sin6_port));
+  } else {
+    uv_ip4_name((struct sockaddr_in *)&bound, ip, sizeof(ip));
+    snprintf(l->address, sizeof(l->address), "tcp:%s:%d", ip,
+             ntohs(((struct sockaddr_in *)&bound)->sin_port));
+  }
+  return KILN_OK;
+}
+
+static kiln_status_t start_unix(kiln_server_t *s, kiln_listener_t *l, const char *path) {
+  if (!path[0] || strlen(path) >= sizeof(l->unix_path) || strlen(path) >= 108)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "unix socket path '%s' is empty or too long", path);
+  /* A socket file left by a daemon that died is removed; anything else is kept. */
+  struct stat st;
+  if (lstat(path, &st) == 0) {
+    if (!S_ISSOCK(st.st_mode))
+      return KILN_STATUS(KILN_E_UNAVAILABLE, "'%s' exists and is not a socket", path);
+    unlink(path);
+  }
+  uv_pipe_init(s->loop, &l->h.pipe, 0);
+  l->h.handle.data = l;
+  int rc = uv_pipe_bind(&l->h.pipe, path);
+  if (!rc) rc = uv_listen(&l->h.stream, 511, on_connection);
+  if (rc) return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot listen on unix:%s: %s", path, uv_strerror(rc));
+  snprintf(l->unix_path, sizeof(l->unix_path), "%s", path);
+  snprintf(l->address, sizeof(l->address), "unix:%s", path);
+  return KILN_OK;
+}
+
+kiln_status_t kiln_listeners_start(kiln_server_t *s) {
+  for (int i = 0; i < s->cfg.num_listen; i++) {
+    const char *spec = s->cfg.listen[i];
+    kiln_listener_t *l = &s->listeners[s->num_listeners];
+    memset(l, 0, sizeof(*l));
+    l->server = s;
+    kiln_status_t st;
+    if (strncmp(spec, "tcp:", 4) == 0) st = start_tcp(s, l, spec + 4);
+    else if (strncmp(spec, "unix:", 5) == 0) st = start_unix(s, l, spec + 5);
+    else
+      st = KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "listen address '%s' must start with tcp: or unix:", spec);
+    if (st) return st;
+    s->num_listeners++;
+    KILN_LOG_INFO("listen", "addr=%s", l->address);
+  }
+  return KILN_OK;
+}
+
+void kiln_listeners_close(kiln_server_t *s) {
+  for (int i = 0; i < s->num_listeners; i++) {
+    kiln_listener_t *l = &s->listeners[i];
+    if (!uv_is_closing(&l->h.handle)) uv_close(&l->h.handle, NULL);
+    if (l->unix_path[0]) unlink(l->unix_path);
+  }
+}

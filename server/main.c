@@ -1,0 +1,267 @@
+/* kilnd: the kiln daemon. Parses options, probes devices, starts listeners, runs the loop,
+ * drains on SIGTERM/SIGINT. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "server/server.h"
+
+static kiln_server_t the_server;
+
+kiln_server_t *kiln_server_get(void) { return &the_server; }
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: kilnd [options]\n"
+          "  --listen ADDR         tcp:HOST:PORT or unix:PATH (repeatable; port 0 picks a free\n"
+          "                        port). Default: tcp:127.0.0.1:7070 and the default unix socket\n"
+          "  --ready-fd N          when every listener is up, write one line per listener with\n"
+          "                        its bound address to fd N, then close it\n"
+          "  --cache-dir DIR       artifact cache (default $XDG_CACHE_HOME/kiln)\n"
+          "  --devices LIST        devices to serve: ids or kinds, comma-separated (default all)\n"
+          "  --log-level LEVEL     debug, info, warn, error (default info)\n"
+          "  --max-connections N   default 1024\n"
+          "  --max-message BYTES   largest message accepted (default 1 GiB + 1 MiB)\n"
+          "  --idle-timeout S      close connections idle this long (default 300)\n"
+          "  --partial-timeout S   close connections stuck mid-message this long (default 30)\n"
+          "  --grace S             drain period on SIGTERM/SIGINT (default 10)\n"
+          "  --worker-dir DIR      where the worker binaries are (default: next to kilnd)\n"
+          "  --version, --help\n");
+}
+
+static void default_cache_dir(char *out, size_t cap) {
+  const char *x = getenv("XDG_CACHE_HOME");
+  const char *home = getenv("HOME");
+  if (x && x[0]) snprintf(out, cap, "%s/kiln", x);
+  else if (home && home[0]) snprintf(out, cap, "%s/.cache/kiln", home);
+  else snprintf(out, cap, "/tmp/kiln-cache-%u", (unsigned)getuid());
+}
+
+void kiln_default_unix_path(char *out, size_t cap) {
+  const char *rt = getenv("XDG_RUNTIME_DIR");
+  if (rt && rt[0]) snprintf(out, cap, "%s/kiln.sock", rt);
+  else snprintf(out, cap, "/tmp/kiln-%u.sock", (unsigned)getuid());
+}
+
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || v < 0) return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s || *end || s[0] == '-') return false;
+  *out = v;
+  return true;
+}
+
+static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
+  enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
+         O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP };
+  static const struct option opts[] = {
+      {"listen", required_argument, 0, O_LISTEN},
+      {"ready-fd", required_argument, 0, O_READY},
+      {"cache-dir", required_argument, 0, O_CACHE},
+      {"devices", required_argument, 0, O_DEVICES},
+      {"log-level", required_argument, 0, O_LOG},
+      {"max-connections", required_argument, 0, O_MAXCONN},
+      {"max-message", required_argument, 0, O_MAXMSG},
+      {"idle-timeout", required_argument, 0, O_IDLE},
+      {"partial-timeout", required_argument, 0, O_PARTIAL},
+      {"grace", required_argument, 0, O_GRACE},
+      {"worker-dir", required_argument, 0, O_WORKERS},
+      {"version", no_argument, 0, O_VERSION},
+      {"help", no_argument, 0, O_HELP},
+      {0, 0, 0, 0}};
+  uint64_t u;
+  int o;
+  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (o) {
+      case O_LISTEN:
+        if (cfg->num_listen == KILN_MAX_LISTENERS) {
+          fprintf(stderr, "kilnd: at most %d --listen options\n", KILN_MAX_LISTENERS);
+          return 2;
+        }
+        cfg->listen[cfg->num_listen++] = optarg;
+        break;
+      case O_READY:
+        if (!parse_u64(optarg, &u) || u > INT_MAX) goto bad;
+        cfg->ready_fd = (int)u;
+        break;
+      case O_CACHE: snprintf(cfg->cache_dir, sizeof(cfg->cache_dir), "%s", optarg); break;
+      case O_DEVICES: snprintf(cfg->devices, sizeof(cfg->devices), "%s", optarg); break;
+      case O_WORKERS: snprintf(cfg->worker_dir, sizeof(cfg->worker_dir), "%s", optarg); break;
+      case O_LOG: {
+        int l = kiln_log_level_parse(optarg);
+        if (l < 0) goto bad;
+        kiln_log_set_level((kiln_log_level_t)l);
+        break;
+      }
+      case O_MAXCONN:
+        if (!parse_u64(optarg, &u) || u == 0 || u > 1000000) goto bad;
+        cfg->max_connections = (uint32_t)u;
+        break;
+      case O_MAXMSG:
+        if (!parse_u64(optarg, &u) || u < 1024) goto bad;
+        cfg->limits.max_message = u;
+        break;
+      case O_IDLE: if (!parse_double(optarg, &cfg->idle_timeout_s)) goto bad; break;
+      case O_PARTIAL: if (!parse_double(optarg, &cfg->partial_timeout_s)) goto bad; break;
+      case O_GRACE: if (!parse_double(optarg, &cfg->grace_s)) goto bad; break;
+      case O_VERSION: printf("kilnd %s\n", KILN_VERSION); exit(0);
+      case O_HELP: usage(stdout); exit(0);
+      default: usage(stderr); return 2;
+    }
+    continue;
+  bad:
+    fprintf(stderr, "kilnd: bad value '%s' for --%s\n", optarg, opts[o - O_LISTEN].name);
+    return 2;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "kilnd: unexpected argument '%s'\n", argv[optind]);
+    usage(stderr);
+    return 2;
+  }
+  return 0;
+}
+
+static void on_drain_timeout(uv_timer_t *t) {
+  kiln_server_t *s = t->data;
+  KILN_LOG_WARN("drain_timeout", "grace_s=%.1f conns=%u", s->cfg.grace_s, s->num_conns);
+  for (kiln_conn_t *c = s->conns; c;) {
+    kiln_conn_t *n = c->next;
+    kiln_conn_close(c);
+    c = n;
+  }
+  kiln_server_maybe_finish_drain(s);
+}
+
+static void close_walk_cb(uv_handle_t *h, void *arg) {
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+void kiln_server_maybe_finish_drain(kiln_server_t *s) {
+  if (!s->draining) return;
+  if (s->total_inflight > 0) return;
+  /* Nothing in flight: close what is left; the loop ends when the last handle closes. */
+  for (kiln_conn_t *c = s->conns; c;) {
+    kiln_conn_t *n = c->next;
+    kiln_conn_close(c);
+    c = n;
+  }
+  for (uint32_t i = 0; i < s->num_devices; i++)
+    if (s->devices[i].worker) {
+      kiln_worker_destroy(s->devices[i].worker);
+      s->devices[i].worker = NULL;
+    }
+  uv_walk(s->loop, close_walk_cb, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  kiln_server_t *s = h->data;
+  if (signum == SIGPIPE) return;
+  if (s->draining) {
+    KILN_LOG_WARN("signal_again", "signal=%d action=exit_now", signum);
+    on_drain_timeout(&s->drain_timer);
+    return;
+  }
+  KILN_LOG_INFO("drain", "signal=%d inflight=%llu grace_s=%.1f", signum,
+                (unsigned long long)s->total_inflight, s->cfg.grace_s);
+  s->draining = true;
+  kiln_listeners_close(s);
+  uv_timer_stop(&s->sweep_timer);
+  uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)(s->cfg.grace_s * 1000), 0);
+  kiln_server_maybe_finish_drain(s);
+}
+
+static void on_sweep(uv_timer_t *t) { kiln_conns_sweep(t->data); }
+
+int main(int argc, char **argv) {
+  kiln_server_t *s = &the_server;
+  kiln_config_t *cfg = &s->cfg;
+  cfg->ready_fd = -1;
+  cfg->max_connections = 1024;
+  cfg->idle_timeout_s = 300;
+  cfg->partial_timeout_s = 30;
+  cfg->grace_s = 10;
+  cfg->max_inflight = 256;
+  cfg->max_unsent_bytes = 64ull << 20;
+  kiln_limits_default(&cfg->limits);
+  default_cache_dir(cfg->cache_dir, sizeof(cfg->cache_dir));
+  int rc = parse_args(argc, argv, cfg);
+  if (rc) return rc;
+  kiln_log_set_process("kilnd");
+
+  kiln_status_t st = kiln_crypto_init();
+  if (st) {
+    fprintf(stderr, "kilnd: %s\n", kiln_status_message(st));
+    return 1;
+  }
+  static char default_tcp[] = "tcp:127.0.0.1:7070";
+  static char default_unix[300];
+  if (cfg->num_listen == 0) {
+    snprintf(default_unix, sizeof(default_unix), "unix:");
+    kiln_default_unix_path(default_unix + 5, sizeof(default_unix) - 5);
+    cfg->listen[cfg->num_listen++] = default_tcp;
+    cfg->listen[cfg->num_listen++] = default_unix;
+  }
+
+  s->loop = uv_default_loop();
+  s->start_ns = kiln_now_ns();
+  kiln_map_init(&s->tensors);
+  s->requests_by_method = calloc((size_t)kiln_method_count(), sizeof(uint64_t));
+
+  st = kiln_devices_probe(s);
+  if (!st) st = kiln_listeners_start(s);
+  if (st) {
+    fprintf(stderr, "kilnd: %s\n", kiln_status_message(st));
+    KILN_LOG_ERROR("start_failed", "code=%s where=%s", kiln_code_name(kiln_status_code(st)),
+                   kiln_status_where(st));
+    kiln_status_free(st);
+    return 1;
+  }
+
+  uv_timer_init(s->loop, &s->sweep_timer);
+  s->sweep_timer.data = s;
+  uv_timer_start(&s->sweep_timer, on_sweep, 1000, 1000);
+  uv_timer_init(s->loop, &s->drain_timer);
+  s->drain_timer.data = s;
+  uv_signal_init(s->loop, &s->sig_term);
+  uv_signal_init(s->loop, &s->sig_int);
+  uv_signal_init(s->loop, &s->sig_pipe);
+  s->sig_term.data = s->sig_int.data = s->sig_pipe.data = s;
+  uv_signal_start(&s->sig_term, on_signal, SIGTERM);
+  uv_signal_start(&s->sig_int, on_signal, SIGINT);
+  uv_signal_start(&s->sig_pipe, on_signal, SIGPIPE);
+
+  /* Readiness: every listener is bound and listening. */
+  if (cfg->ready_fd >= 0) {
+    char lines[KILN_MAX_LISTENERS * 310];
+    size_t n = 0;
+    for (int i = 0; i < s->num_listeners; i++)
+      n += (size_t)snprintf(lines + n, sizeof(lines) - n, "%s\n", s->listeners[i].address);
+    ssize_t w = write(cfg->ready_fd, lines, n);
+    (void)w;
+    close(cfg->ready_fd);
+  }
+  KILN_LOG_INFO("ready", "version=%s devices=%u listeners=%d", KILN_VERSION, s->num_devices,
+                s->num_listeners);
+
+  uv_run(s->loop, UV_RUN_DEFAULT);
+  KILN_LOG_INFO("exit", "requests=%llu", (unsigned long long)s->total_requests);
+  uv_loop_close(s->loop);
+  return 0;
+}

@@ -1,0 +1,102 @@
+/* hello, ping, devices, stats. */
+#include <string.h>
+
+#include "base/util.h"
+#include "server/server.h"
+
+kiln_status_t kiln_method_hello(kiln_call_t *call) {
+  static const char *const fields[] = {"version", "token", "client", NULL};
+  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "hello", fields));
+  uint64_t version = 1;
+  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "version", false, &version));
+  if (version != 1)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "protocol version %llu is not supported; this server speaks version 1",
+                       (unsigned long long)version);
+  const char *client = NULL, *token = NULL;
+  uint32_t client_len = 0, token_len = 0;
+  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "client", false, &client, &client_len));
+  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "token", false, &token, &token_len));
+  if (client_len > 128)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "client name is longer than 128 bytes");
+  /* Without a tokens file every connection is the "default" tenant; a token is accepted
+   * and ignored (docs/protocol.md, hello). */
+  const kiln_config_t *cfg = &call->server->cfg;
+  msgpack_packer *pk = call->pk;
+  msgpack_pack_map(pk, 4);
+  kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
+  kiln_pack_kv_u64(pk, "version", 1);
+  kiln_pack_kv_str(pk, "tenant", call->conn->tenant);
+  kiln_pack_cstr(pk, "limits");
+  msgpack_pack_map(pk, 5);
+  kiln_pack_kv_u64(pk, "max_message", cfg->limits.max_message);
+  kiln_pack_kv_u64(pk, "max_depth", cfg->limits.max_depth);
+  kiln_pack_kv_u64(pk, "max_items", cfg->limits.max_items);
+  kiln_pack_kv_u64(pk, "max_str", cfg->limits.max_str);
+  kiln_pack_kv_u64(pk, "max_inflight", cfg->max_inflight);
+  return KILN_OK;
+}
+
+kiln_status_t kiln_method_ping(kiln_call_t *call) {
+  static const char *const fields[] = {NULL};
+  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "ping", fields));
+  kiln_pack_cstr(call->pk, "pong");
+  return KILN_OK;
+}
+
+kiln_status_t kiln_method_devices(kiln_call_t *call) {
+  static const char *const fields[] = {"absent", NULL};
+  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "devices", fields));
+  bool absent = false;
+  KILN_RETURN_IF_ERROR(kiln_params_bool(call->params, "absent", false, &absent));
+  kiln_server_t *s = call->server;
+  msgpack_packer *pk = call->pk;
+  msgpack_pack_array(pk, s->num_devices + (absent ? s->num_absent : 0));
+  for (uint32_t i = 0; i < s->num_devices; i++)
+    msgpack_pack_str_body(pk, s->devices[i].info.data, s->devices[i].info.len);
+  for (uint32_t i = 0; absent && i < s->num_absent; i++) {
+    msgpack_pack_map(pk, 4);
+    kiln_pack_kv_str(pk, "id", s->absent[i].kind);
+    kiln_pack_kv_str(pk, "kind", s->absent[i].kind);
+    kiln_pack_kv_bool(pk, "available", false);
+    kiln_pack_kv_str(pk, "reason", s->absent[i].reason);
+  }
+  return KILN_OK;
+}
+
+kiln_status_t kiln_method_stats(kiln_call_t *call) {
+  static const char *const fields[] = {NULL};
+  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "stats", fields));
+  kiln_server_t *s = call->server;
+  msgpack_packer *pk = call->pk;
+  msgpack_pack_map(pk, 8);
+  kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
+  kiln_pack_kv_f64(pk, "uptime_s", (double)(kiln_now_ns() - s->start_ns) / 1e9);
+  kiln_pack_kv_u64(pk, "connections", s->num_conns);
+  kiln_pack_cstr(pk, "requests");
+  uint32_t n = 0;
+  for (int i = 0; i < kiln_method_count(); i++) n += s->requests_by_method[i] > 0;
+  msgpack_pack_map(pk, n);
+  for (int i = 0; i < kiln_method_count(); i++)
+    if (s->requests_by_method[i]) kiln_pack_kv_u64(pk, kiln_method_name(i), s->requests_by_method[i]);
+  kiln_pack_cstr(pk, "errors");
+  n = 0;
+  for (int i = 1; i < KILN_E_COUNT_; i++) n += s->errors_by_code[i] > 0;
+  msgpack_pack_map(pk, n);
+  for (int i = 1; i < KILN_E_COUNT_; i++)
+    if (s->errors_by_code[i]) kiln_pack_kv_u64(pk, kiln_code_name((kiln_code_t)i), s->errors_by_code[i]);
+  kiln_pack_kv_u64(pk, "tensors", s->tensors.count);
+  kiln_pack_kv_u64(pk, "tensor_bytes", s->tensor_bytes);
+  kiln_pack_cstr(pk, "workers");
+  msgpack_pack_array(pk, s->num_devices);
+  for (uint32_t i = 0; i < s->num_devices; i++) {
+    kiln_worker_t *w = s->devices[i].worker;
+    msgpack_pack_map(pk, 5);
+    kiln_pack_kv_str(pk, "kind", "device");
+    kiln_pack_kv_str(pk, "device", s->devices[i].id);
+    kiln_pack_kv_u64(pk, "pid", w ? (uint64_t)kiln_worker_pid(w) : 0);
+    kiln_pack_kv_u64(pk, "restarts", w ? kiln_worker_restarts(w) : 0);
+    kiln_pack_kv_u64(pk, "inflight", w ? kiln_worker_inflight(w) : 0);
+  }
+  return KILN_OK;
+}

@@ -1,0 +1,251 @@
+/* kilnd internals shared by the files of server/. Nothing outside server/ includes this.
+ *
+ * One libuv loop thread owns everything here: connections, requests, tenants, the tensor
+ * table, workers. kilnd never runs LLVM or user code; it moves bytes between clients and
+ * worker processes (DESIGN §1). */
+#ifndef KILN_SERVER_SERVER_H
+#define KILN_SERVER_SERVER_H
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "base/buf.h"
+#include "base/map.h"
+#include "base/status.h"
+#include "protocol/frame.h"
+#include "protocol/rpc.h"
+#include "protocol/tensor.h"
+
+/* libuv's negative ints never leave server/: converted here, once, with the call site. */
+#define KILN_UV_STATUS(rc, what) \
+  KILN_STATUS(KILN_E_UNAVAILABLE, "%s: %s", (what), uv_strerror(rc))
+
+typedef struct kiln_server kiln_server_t;
+typedef struct kiln_conn kiln_conn_t;
+typedef struct kiln_req kiln_req_t;
+typedef struct kiln_worker kiln_worker_t;
+
+/* --- configuration (main.c) --------------------------------------------------------------- */
+
+#define KILN_MAX_LISTENERS 16
+
+typedef struct kiln_config {
+  char *listen[KILN_MAX_LISTENERS];
+  int num_listen;
+  int ready_fd;
+  char cache_dir[512];
+  char devices[256]; /* "" = all found; else comma-separated ids or kinds */
+  char worker_dir[512];
+  uint32_t max_connections;
+  double idle_timeout_s;
+  double partial_timeout_s;
+  double grace_s;
+  kiln_limits_t limits;
+  uint32_t max_inflight;     /* per connection, before reading pauses */
+  uint64_t max_unsent_bytes; /* per connection, before reading pauses */
+} kiln_config_t;
+
+/* --- listeners (listener.c) --------------------------------------------------------------- */
+
+typedef struct kiln_listener {
+  union {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+    uv_stream_t stream;
+    uv_handle_t handle;
+  } h;
+  kiln_server_t *server;
+  bool is_tcp;
+  char address[300]; /* as bound: "tcp:127.0.0.1:40123", "unix:/path" */
+  char unix_path[256];
+} kiln_listener_t;
+
+kiln_status_t kiln_listeners_start(kiln_server_t *s);
+void kiln_listeners_close(kiln_server_t *s);
+
+/* --- connections (conn.c) ----------------------------------------------------------------- */
+
+struct kiln_conn {
+  union {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+    uv_stream_t stream;
+    uv_handle_t handle;
+  } h;
+  kiln_server_t *server;
+  kiln_conn_t *prev, *next; /* server's list */
+  kiln_reader_t reader;
+  uint32_t refs;     /* 1 while open + one per request in flight */
+  uint32_t inflight; /* requests not yet answered */
+  bool reading;
+  bool closing;      /* uv_close called or close pending after the last write */
+  bool close_after_write;
+  bool in_dispatch;  /* inside read_cb: small replies are coalesced and flushed after it */
+  kiln_buf_t out;    /* small replies not yet handed to the socket */
+  uint64_t last_activity_ns;
+  uint64_t partial_since_ns; /* 0 unless part of a message is buffered */
+  uint64_t id;
+  char tenant[64];
+  char peer[64];
+};
+
+void kiln_conn_accept(kiln_listener_t *l);
+/* Queues bytes for the client. `extra`/`extra_len`, when given, go right after `bytes`
+ * without being copied; `release(extra_ctx)` is called once they have been written (or
+ * dropped). Takes ownership of `bytes` (a kiln_buf's data). */
+void kiln_conn_send(kiln_conn_t *c, kiln_buf_t *bytes, const void *extra, size_t extra_len,
+                    void (*release)(void *), void *extra_ctx);
+/* Sends an error (response when msgid is known, else an "error" notification) and closes
+ * the connection once it is written. */
+void kiln_conn_fail(kiln_conn_t *c, bool has_msgid, uint32_t msgid, kiln_status_t st);
+void kiln_conn_close(kiln_conn_t *c);
+void kiln_conn_release(kiln_conn_t *c);
+/* Re-evaluates backpressure (after a reply or a write completes). */
+void kiln_conn_update_reading(kiln_conn_t *c);
+void kiln_conns_sweep(kiln_server_t *s); /* timeouts; called every second */
+
+/* --- requests (dispatch.c) ---------------------------------------------------------------- */
+
+struct kiln_req {
+  kiln_conn_t *conn;
+  uint32_t msgid;
+  int method; /* index in the dispatch table */
+  uint64_t start_ns;
+};
+
+/* Creates a request for an asynchronous handler (takes a ref on the connection). */
+kiln_req_t *kiln_req_create(kiln_conn_t *c, uint32_t msgid, int method);
+/* Replies with a result packed by the caller after kiln_rpc_pack_result_head(), plus
+ * optional zero-copy extra bytes (see kiln_conn_send). Frees the request. */
+void kiln_req_reply(kiln_req_t *r, kiln_buf_t *bytes, const void *extra, size_t extra_len,
+                    void (*release)(void *), void *extra_ctx);
+/* Replies with an error and frees the request; takes ownership of st. */
+void kiln_req_fail(kiln_req_t *r, kiln_status_t st);
+
+/* Handles one whole message from a client. */
+void kiln_dispatch(kiln_conn_t *c, const uint8_t *bytes, size_t len);
+const char *kiln_method_name(int method);
+int kiln_method_count(void);
+
+/* A handler either answers synchronously (returns OK having packed a result into `out`
+ * after the result head, or returns an error) or takes over the request
+ * (*out_async = true) and answers later with kiln_req_reply/kiln_req_fail. */
+typedef struct kiln_call {
+  kiln_server_t *server;
+  kiln_conn_t *conn;
+  const msgpack_object *params;
+  uint32_t msgid;
+  int method;
+  msgpack_packer *pk; /* result packer (head already written) */
+  bool async;         /* set by an async handler: it called kiln_req_create */
+  kiln_req_t *req;
+} kiln_call_t;
+
+typedef kiln_status_t (*kiln_handler_fn)(kiln_call_t *call);
+
+kiln_status_t kiln_method_hello(kiln_call_t *call);
+kiln_status_t kiln_method_ping(kiln_call_t *call);
+kiln_status_t kiln_method_devices(kiln_call_t *call);
+kiln_status_t kiln_method_stats(kiln_call_t *call);
+kiln_status_t kiln_method_alloc(kiln_call_t *call);
+kiln_status_t kiln_method_upload(kiln_call_t *call);
+kiln_status_t kiln_method_write(kiln_call_t *call);
+kiln_status_t kiln_method_read(kiln_call_t *call);
+kiln_status_t kiln_method_download(kiln_call_t *call);
+kiln_status_t kiln_method_free(kiln_call_t *call);
+
+/* --- devices and workers (devices.c, worker.c) -------------------------------------------- */
+
+#define KILN_MAX_DEVICES 32
+
+typedef struct kiln_device_entry {
+  char id[32];
+  char kind[8];
+  uint32_t index; /* within its backend */
+  kiln_buf_t info; /* the packed map answered by `devices` */
+  kiln_worker_t *worker; /* the device worker (one per device until tenants land) */
+} kiln_device_entry_t;
+
+typedef struct kiln_absent_backend {
+  char kind[8];
+  char reason[256];
+} kiln_absent_backend_t;
+
+/* Runs the device worker binary in probe mode and fills the device table. */
+kiln_status_t kiln_devices_probe(kiln_server_t *s);
+/* Finds a served device by id ("cpu:0"); NULL if none. `id` may be NULL for the default. */
+kiln_device_entry_t *kiln_device_find(kiln_server_t *s, const char *id, uint32_t len);
+
+typedef void (*kiln_worker_cb)(void *ctx, kiln_status_t st, const msgpack_object *result);
+
+typedef enum kiln_worker_kind { KILN_WORKER_DEVICE = 1, KILN_WORKER_COMPILER = 2 } kiln_worker_kind_t;
+
+/* Creates the supervisor of one worker process (spawned lazily on first call). */
+kiln_status_t kiln_worker_create(kiln_server_t *s, kiln_worker_kind_t kind, const char *device_id,
+                                 const char *const *argv_tail, kiln_worker_t **out);
+void kiln_worker_destroy(kiln_worker_t *w); /* kills the process */
+/* Sends a request to the worker. `pack_params` is the already-packed params array (e.g.
+ * [ {…} ]); fds are passed with it and closed by this call. The callback runs exactly once:
+ * with the reply, or with E_DEVICE_FAULT/E_COMPILER_CRASHED when the worker dies. */
+kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+                               const int *fds, int nfds, kiln_worker_cb cb, void *ctx);
+/* Called when a worker restarts: the server drops what lived in it. */
+kiln_status_t kiln_worker_find_binary(const kiln_server_t *s, const char *name, char *out,
+                                      size_t cap);
+uint32_t kiln_worker_generation(const kiln_worker_t *w);
+int kiln_worker_pid(const kiln_worker_t *w);
+uint32_t kiln_worker_restarts(const kiln_worker_t *w);
+uint32_t kiln_worker_inflight(const kiln_worker_t *w);
+/* Starts shutting workers down; returns true when none is left running. */
+bool kiln_worker_idle(const kiln_worker_t *w);
+
+/* --- tensors (tensors.c) ------------------------------------------------------------------ */
+
+typedef struct kiln_tensor {
+  uint64_t id;
+  kiln_tensor_desc_t desc;
+  kiln_device_entry_t *device;
+  uint32_t generation; /* of the worker that holds it; stale = lost */
+  char tenant[64];
+  uint32_t pending; /* operations in flight on it */
+  bool freed;       /* free requested; the entry goes when pending drops to 0 */
+} kiln_tensor_t;
+
+/* --- the server --------------------------------------------------------------------------- */
+
+struct kiln_server {
+  uv_loop_t *loop;
+  kiln_config_t cfg;
+  kiln_listener_t listeners[KILN_MAX_LISTENERS];
+  int num_listeners;
+  kiln_conn_t *conns; /* doubly linked */
+  uint32_t num_conns;
+  uint64_t next_conn_id;
+  uv_timer_t sweep_timer;
+  uv_timer_t drain_timer;
+  uv_signal_t sig_term, sig_int, sig_pipe;
+  bool draining;
+  uint64_t start_ns;
+
+  kiln_device_entry_t devices[KILN_MAX_DEVICES];
+  uint32_t num_devices;
+  kiln_absent_backend_t absent[8];
+  uint32_t num_absent;
+
+  kiln_map_t tensors; /* id -> kiln_tensor_t* */
+  uint64_t tensor_bytes;
+
+  /* statistics */
+  uint64_t *requests_by_method;
+  uint64_t errors_by_code[KILN_E_COUNT_];
+  uint64_t total_requests;
+  uint64_t total_inflight;
+};
+
+kiln_server_t *kiln_server_get(void); /* the one server of this process */
+void kiln_default_unix_path(char *out, size_t cap);
+void kiln_server_maybe_finish_drain(kiln_server_t *s);
+
+#endif

@@ -1,0 +1,419 @@
+/* Worker supervision: spawns a worker process, talks to it over the channel (MessagePack-RPC
+ * with fds alongside), and turns its death into typed errors for the requests it held.
+ *
+ * Each process lifetime is an "incarnation" with its own handles and pending calls, so a
+ * dead process's handles can finish closing while a new one already runs. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "protocol/channel.h"
+#include "server/server.h"
+
+typedef struct pending {
+  kiln_worker_cb cb;
+  void *ctx;
+} pending_t;
+
+typedef struct outmsg {
+  struct outmsg *next;
+  uint8_t *bytes;
+  size_t len, off;
+  int fds[KILN_CHANNEL_MAX_FDS];
+  int nfds;
+} outmsg_t;
+
+typedef struct incarnation {
+  kiln_worker_t *worker; /* NULL once the worker moved on */
+  uv_process_t proc;
+  uv_poll_t poll;
+  int fd;
+  int pid;
+  bool exited, poll_closed, proc_closed, dead;
+  int64_t exit_status;
+  int term_signal;
+  kiln_reader_t reader;
+  kiln_map_t pending; /* msgid -> pending_t* */
+  outmsg_t *head, *tail;
+} incarnation_t;
+
+struct kiln_worker {
+  kiln_server_t *server;
+  kiln_worker_kind_t kind;
+  char device_id[32];
+  char path[600];
+  char *argv[16];
+  int argc;
+  incarnation_t *cur;
+  uint32_t next_msgid;
+  uint32_t generation;
+  uint32_t restarts;
+  uint64_t last_death_ns;
+  bool destroying;
+};
+
+uint32_t kiln_worker_generation(const kiln_worker_t *w) { return w->generation; }
+int kiln_worker_pid(const kiln_worker_t *w) { return w->cur && !w->cur->dead ? w->cur->pid : 0; }
+uint32_t kiln_worker_restarts(const kiln_worker_t *w) { return w->restarts; }
+uint32_t kiln_worker_inflight(const kiln_worker_t *w) {
+  return w->cur ? (uint32_t)w->cur->pending.count : 0;
+}
+
+static const char *worker_binary(kiln_worker_kind_t k) {
+  return k == KILN_WORKER_DEVICE ? "kiln-device-worker" : "kiln-compile-worker";
+}
+
+/* Finds a worker binary: --worker-dir, else next to kilnd, else the build tree layout. */
+kiln_status_t kiln_worker_find_binary(const kiln_server_t *s, const char *name, char *out,
+                                      size_t cap) {
+  char self[512];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n < 0) n = 0;
+  self[n] = 0;
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = 0;
+  const char *subdirs[] = {"", "/../device/worker", "/../compiler", "/../libexec/kiln"};
+  if (s->cfg.worker_dir[0]) {
+    snprintf(out, cap, "%s/%s", s->cfg.worker_dir, name);
+    if (access(out, X_OK) == 0) return KILN_OK;
+    return KILN_STATUS(KILN_E_UNAVAILABLE, "worker binary %s not found in --worker-dir %s", name,
+                       s->cfg.worker_dir);
+  }
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(subdirs); i++) {
+    snprintf(out, cap, "%s%s/%s", self, subdirs[i], name);
+    if (access(out, X_OK) == 0) return KILN_OK;
+  }
+  return KILN_STATUS(KILN_E_UNAVAILABLE,
+                     "worker binary %s not found next to kilnd (%s); use --worker-dir", name, self);
+}
+
+kiln_status_t kiln_worker_create(kiln_server_t *s, kiln_worker_kind_t kind, const char *device_id,
+                                 const char *const *argv_tail, kiln_worker_t **out) {
+  kiln_worker_t *w = calloc(1, sizeof(*w));
+  if (!w) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  w->server = s;
+  w->kind = kind;
+  snprintf(w->device_id, sizeof(w->device_id), "%s", device_id ? device_id : "");
+  kiln_status_t st = kiln_worker_find_binary(s, worker_binary(kind), w->path, sizeof(w->path));
+  if (st) {
+    free(w);
+    return st;
+  }
+  w->argv[w->argc++] = w->path;
+  w->argv[w->argc++] = strdup("--channel-fd");
+  w->argv[w->argc++] = strdup("3");
+  for (; argv_tail && *argv_tail && w->argc < 14; argv_tail++) w->argv[w->argc++] = strdup(*argv_tail);
+  w->argv[w->argc] = NULL;
+  *out = w;
+  return KILN_OK;
+}
+
+static void free_outmsgs(incarnation_t *inc) {
+  for (outmsg_t *m = inc->head; m;) {
+    outmsg_t *n = m->next;
+    for (int i = 0; i < m->nfds; i++) close(m->fds[i]);
+    free(m->bytes);
+    free(m);
+    m = n;
+  }
+  inc->head = inc->tail = NULL;
+}
+
+static void maybe_free_incarnation(incarnation_t *inc) {
+  if (!inc->poll_closed || !inc->proc_closed) return;
+  kiln_reader_deinit(&inc->reader);
+  kiln_map_deinit(&inc->pending);
+  free_outmsgs(inc);
+  free(inc);
+}
+
+static void on_poll_closed(uv_handle_t *h) {
+  incarnation_t *inc = h->data;
+  close(inc->fd);
+  inc->poll_closed = true;
+  maybe_free_incarnation(inc);
+}
+
+static void on_proc_closed(uv_handle_t *h) {
+  incarnation_t *inc = h->data;
+  inc->proc_closed = true;
+  maybe_free_incarnation(inc);
+}
+
+/* The process is gone (or must go): every call it held fails with a typed error. */
+static void incarnation_fail_all(incarnation_t *inc, kiln_status_t why) {
+  kiln_map_t pending = inc->pending;
+  kiln_map_init(&inc->pending);
+  size_t it = 0;
+  void *v;
+  while (kiln_map_next(&pending, &it, NULL, &v)) {
+    pending_t *p = v;
+    p->cb(p->ctx, KILN_STATUS(kiln_status_code(why), "%s", kiln_status_message(why)), NULL);
+    free(p);
+  }
+  kiln_map_deinit(&pending);
+  kiln_status_free(why);
+}
+
+static void incarnation_end(incarnation_t *inc) {
+  if (inc->dead) return;
+  inc->dead = true;
+  kiln_worker_t *w = inc->worker;
+  char why[200];
+  if (inc->term_signal)
+    snprintf(why, sizeof(why), "signal %d (%s)", inc->term_signal, strsignal(inc->term_signal));
+  else snprintf(why, sizeof(why), "exit status %lld", (long long)inc->exit_status);
+  if (w) {
+    w->generation++;
+    if (!w->destroying) w->restarts++;
+    w->last_death_ns = kiln_now_ns();
+    if (w->cur == inc) w->cur = NULL;
+    KILN_LOG_WARN("worker_died", "kind=%s device=%s pid=%d why=\"%s\" pending=%zu",
+                  w->kind == KILN_WORKER_DEVICE ? "device" : "compiler", w->device_id, inc->pid, why,
+                  inc->pending.count);
+  }
+  kiln_code_t code = w && w->kind == KILN_WORKER_COMPILER ? KILN_E_COMPILER_CRASHED
+                                                          : KILN_E_DEVICE_FAULT;
+  incarnation_fail_all(inc, KILN_STATUS(code,
+                                        "the %s worker%s%s (pid %d) died: %s; it has been "
+                                        "restarted%s",
+                                        code == KILN_E_DEVICE_FAULT ? "device" : "compile",
+                                        w && w->device_id[0] ? " for " : "",
+                                        w ? w->device_id : "", inc->pid, why,
+                                        code == KILN_E_DEVICE_FAULT
+                                            ? " and the tensors it held are lost"
+                                            : ""));
+  free_outmsgs(inc);
+  if (!uv_is_closing((uv_handle_t *)&inc->poll)) {
+    uv_poll_stop(&inc->poll);
+    uv_close((uv_handle_t *)&inc->poll, on_poll_closed);
+  }
+  if (w) kiln_server_maybe_finish_drain(w->server);
+}
+
+static void on_process_exit(uv_process_t *p, int64_t status, int sig) {
+  incarnation_t *inc = p->data;
+  inc->exited = true;
+  inc->exit_status = status;
+  inc->term_signal = sig;
+  incarnation_end(inc);
+  uv_close((uv_handle_t *)p, on_proc_closed);
+}
+
+static void handle_message(incarnation_t *inc, const uint8_t *bytes, size_t len) {
+  kiln_rpc_msg_t m;
+  bool has;
+  kiln_status_t st = kiln_rpc_parse(bytes, len, &m, &has);
+  if (st || m.type != KILN_RPC_RESPONSE) {
+    /* A worker that speaks garbage is broken: end it. */
+    KILN_LOG_ERROR("worker_protocol", "pid=%d message=\"%s\"", inc->pid,
+                   st ? kiln_status_message(st) : "unexpected message kind");
+    kiln_status_free(st);
+    kiln_rpc_msg_deinit(&m);
+    kill(inc->pid, SIGKILL);
+    return;
+  }
+  pending_t *p = kiln_map_remove(&inc->pending, (uint64_t)m.msgid + 1);
+  if (p) {
+    kiln_status_t err = kiln_rpc_error_to_status(m.error);
+    p->cb(p->ctx, err, err ? NULL : m.result);
+    free(p);
+  }
+  kiln_rpc_msg_deinit(&m);
+}
+
+static void update_poll(incarnation_t *inc);
+
+static void flush_out(incarnation_t *inc) {
+  while (inc->head) {
+    outmsg_t *m = inc->head;
+    struct iovec iov = {m->bytes + m->off, m->len - m->off};
+    ssize_t n = kiln_channel_sendv(inc->fd, &iov, 1, m->off == 0 ? m->fds : NULL,
+                                   m->off == 0 ? m->nfds : 0);
+    if (n == 0) break;
+    if (n < 0) {
+      kill(inc->pid, SIGKILL); /* broken channel: the exit callback reports it */
+      free_outmsgs(inc);
+      break;
+    }
+    if (m->off == 0)
+      for (int i = 0; i < m->nfds; i++) close(m->fds[i]);
+    m->nfds = 0;
+    m->off += (size_t)n;
+    if (m->off == m->len) {
+      inc->head = m->next;
+      if (!inc->head) inc->tail = NULL;
+      free(m->bytes);
+      free(m);
+    }
+  }
+  update_poll(inc);
+}
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  incarnation_t *inc = h->data;
+  if (status < 0) {
+    kill(inc->pid, SIGKILL);
+    return;
+  }
+  if (events & UV_WRITABLE) flush_out(inc);
+  if (!(events & UV_READABLE) || inc->dead) return;
+  for (int rounds = 0; rounds < 16; rounds++) {
+    size_t cap;
+    void *space = kiln_reader_space(&inc->reader, &cap);
+    if (!space) {
+      kill(inc->pid, SIGKILL);
+      return;
+    }
+    int fds[8], nfds;
+    bool trunc;
+    ssize_t n = kiln_channel_recv(inc->fd, space, cap, fds, 8, &nfds, &trunc);
+    for (int i = 0; i < nfds; i++) close(fds[i]); /* workers send no fds */
+    if (n == -EAGAIN) break;
+    if (n <= 0) {
+      /* EOF: the process is exiting; on_process_exit reports why. Stop polling a dead socket. */
+      uv_poll_stop(&inc->poll);
+      if (!inc->exited) kill(inc->pid, SIGKILL);
+      return;
+    }
+    kiln_reader_commit(&inc->reader, (size_t)n);
+    const uint8_t *msg;
+    size_t len;
+    kiln_frame_result_t fr;
+    while ((fr = kiln_reader_next(&inc->reader, &msg, &len)) == KILN_FRAME_MESSAGE) {
+      handle_message(inc, msg, len);
+      if (inc->dead) return;
+    }
+    if (fr == KILN_FRAME_ERROR) {
+      kill(inc->pid, SIGKILL);
+      return;
+    }
+    if ((size_t)n < cap) break;
+  }
+}
+
+static void update_poll(incarnation_t *inc) {
+  if (inc->dead || uv_is_closing((uv_handle_t *)&inc->poll)) return;
+  uv_poll_start(&inc->poll, UV_READABLE | (inc->head ? UV_WRITABLE : 0), on_poll);
+}
+
+static kiln_status_t spawn(kiln_worker_t *w) {
+  kiln_server_t *s = w->server;
+  int pair[2];
+  KILN_RETURN_IF_ERROR(kiln_channel_pair(pair));
+  incarnation_t *inc = calloc(1, sizeof(*inc));
+  if (!inc) {
+    close(pair[0]);
+    close(pair[1]);
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  inc->worker = w;
+  inc->fd = pair[0];
+  kiln_limits_t lim;
+  kiln_limits_default(&lim);
+  lim.max_str = 1u << 30; /* compile logs and IR text come back as strings */
+  kiln_reader_init(&inc->reader, &lim, 64 * 1024);
+  kiln_map_init(&inc->pending);
+
+  uv_stdio_container_t stdio[4];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_INHERIT_FD;
+  stdio[1].data.fd = 2; /* a worker's stdout is not ours to share: send it to the log */
+  stdio[2].flags = UV_INHERIT_FD;
+  stdio[2].data.fd = 2;
+  stdio[3].flags = UV_INHERIT_FD;
+  stdio[3].data.fd = pair[1];
+  uv_process_options_t opt = {0};
+  opt.file = w->path;
+  opt.args = w->argv;
+  opt.exit_cb = on_process_exit;
+  opt.stdio = stdio;
+  opt.stdio_count = 4;
+  inc->proc.data = inc;
+  int rc = uv_spawn(s->loop, &inc->proc, &opt);
+  close(pair[1]);
+  if (rc) {
+    close(pair[0]);
+    kiln_reader_deinit(&inc->reader);
+    kiln_map_deinit(&inc->pending);
+    uv_close((uv_handle_t *)&inc->proc, NULL);
+    free(inc);
+    return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot start %s: %s", w->path, uv_strerror(rc));
+  }
+  inc->pid = inc->proc.pid;
+  fcntl(inc->fd, F_SETFL, fcntl(inc->fd, F_GETFL) | O_NONBLOCK);
+  uv_poll_init(s->loop, &inc->poll, inc->fd);
+  inc->poll.data = inc;
+  update_poll(inc);
+  w->cur = inc;
+  KILN_LOG_INFO("worker_start", "kind=%s device=%s pid=%d generation=%u",
+                w->kind == KILN_WORKER_DEVICE ? "device" : "compiler", w->device_id, inc->pid,
+                w->generation);
+  return KILN_OK;
+}
+
+kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+                               const int *fds, int nfds, kiln_worker_cb cb, void *ctx) {
+  kiln_status_t st = KILN_OK;
+  if (w->destroying) st = KILN_STATUS(KILN_E_UNAVAILABLE, "the server is shutting down");
+  if (!st && !w->cur) st = spawn(w);
+  outmsg_t *m = NULL;
+  pending_t *p = NULL;
+  if (!st) {
+    m = calloc(1, sizeof(*m));
+    p = malloc(sizeof(*p));
+    if (!m || !p) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (st) {
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    free(m);
+    free(p);
+    return st;
+  }
+  incarnation_t *inc = w->cur;
+  uint32_t msgid = w->next_msgid++;
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &b);
+  kiln_rpc_pack_request_head(&pk.pk, msgid, method);
+  kiln_buf_append(&b, params->data, params->len);
+  m->bytes = kiln_buf_release(&b, &m->len);
+  m->nfds = nfds;
+  memcpy(m->fds, fds, sizeof(int) * (size_t)nfds);
+  p->cb = cb;
+  p->ctx = ctx;
+  kiln_map_put(&inc->pending, (uint64_t)msgid + 1, p);
+  if (inc->tail) inc->tail->next = m;
+  else inc->head = m;
+  inc->tail = m;
+  flush_out(inc);
+  return KILN_OK;
+}
+
+bool kiln_worker_idle(const kiln_worker_t *w) { return !w->cur; }
+
+void kiln_worker_destroy(kiln_worker_t *w) {
+  w->destroying = true;
+  incarnation_t *inc = w->cur;
+  if (inc) {
+    /* Closing the channel asks the worker to exit; SIGTERM makes sure. */
+    kill(inc->pid, SIGTERM);
+    inc->worker = NULL;
+    w->cur = NULL;
+    inc->dead = true;
+    incarnation_fail_all(inc, KILN_STATUS(KILN_E_CANCELLED, "the server is shutting down"));
+    if (!uv_is_closing((uv_handle_t *)&inc->poll)) {
+      uv_poll_stop(&inc->poll);
+      uv_close((uv_handle_t *)&inc->poll, on_poll_closed);
+    }
+  }
+  for (int i = 1; i < w->argc; i++) free(w->argv[i]);
+  free(w);
+}

@@ -1,0 +1,221 @@
+#include "tests/server/harness.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+void daemon_start(daemon_t *d, const char *const *extra) {
+  memset(d, 0, sizeof(*d));
+  const char *kilnd = getenv("KILND");
+  cr_assert(kilnd, "set KILND to the kilnd binary");
+  snprintf(d->dir, sizeof(d->dir), "/tmp/kiln-test-XXXXXX");
+  cr_assert(mkdtemp(d->dir));
+  snprintf(d->unix_path, sizeof(d->unix_path), "%s/k.sock", d->dir);
+  int p[2];
+  cr_assert(pipe(p) == 0);
+  char fdarg[16], unixarg[300], cachearg[300];
+  snprintf(fdarg, sizeof(fdarg), "%d", p[1]);
+  snprintf(unixarg, sizeof(unixarg), "unix:%s", d->unix_path);
+  snprintf(cachearg, sizeof(cachearg), "%s/cache", d->dir);
+  const char *argv[64] = {kilnd,      "--listen", "tcp:127.0.0.1:0", "--listen", unixarg,
+                          "--ready-fd", fdarg,    "--cache-dir",     cachearg,  "--log-level",
+                          "warn"};
+  int n = 11;
+  for (; extra && *extra && n < 62; extra++) argv[n++] = *extra;
+  argv[n] = NULL;
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    close(p[0]);
+    execv(kilnd, (char *const *)argv);
+    _exit(127);
+  }
+  close(p[1]);
+  d->pid = pid;
+  /* Readiness: the lines arrive when every listener is up; EOF when kilnd closes the fd. */
+  char buf[1024];
+  size_t len = 0;
+  for (;;) {
+    ssize_t r = read(p[0], buf + len, sizeof(buf) - 1 - len);
+    if (r <= 0) break;
+    len += (size_t)r;
+  }
+  close(p[0]);
+  buf[len] = 0;
+  char *tcp = strstr(buf, "tcp:");
+  cr_assert(tcp, "kilnd did not report readiness (got '%s')", buf);
+  char *end = strchr(tcp, '\n');
+  cr_assert(end);
+  *end = 0;
+  snprintf(d->tcp, sizeof(d->tcp), "%s", tcp + 4);
+  d->port = atoi(strrchr(d->tcp, ':') + 1);
+  cr_assert(strstr(end + 1, "unix:"), "no unix listener line");
+}
+
+int daemon_stop(daemon_t *d) {
+  int status = -1;
+  if (d->pid > 0) {
+    kill(d->pid, SIGTERM);
+    waitpid(d->pid, &status, 0);
+    d->pid = 0;
+  }
+  char cmd[300];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+  if (d->dir[0] && system(cmd) != 0) {}
+  return status;
+}
+
+static void client_init(client_t *c, int fd) {
+  memset(c, 0, sizeof(*c));
+  c->fd = fd;
+  kiln_limits_t lim;
+  kiln_limits_default(&lim);
+  lim.max_message = 1ull << 34;
+  kiln_reader_init(&c->reader, &lim, 65536);
+}
+
+void client_connect_tcp(client_t *c, const daemon_t *d) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert(fd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  cr_assert(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  client_init(c, fd);
+}
+
+void client_connect_unix(client_t *c, const daemon_t *d) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  snprintf(a.sun_path, sizeof(a.sun_path), "%s", d->unix_path);
+  cr_assert(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect unix: %s", strerror(errno));
+  client_init(c, fd);
+}
+
+void client_close(client_t *c) {
+  if (c->have_msg) kiln_rpc_msg_deinit(&c->msg);
+  c->have_msg = false;
+  kiln_reader_deinit(&c->reader);
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+}
+
+void client_send_raw(client_t *c, const void *bytes, size_t len) {
+  const char *p = bytes;
+  while (len) {
+    ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return; /* the daemon may have closed on us; tests check replies */
+    p += n;
+    len -= (size_t)n;
+  }
+}
+
+void client_send(client_t *c, uint32_t msgid, const char *method, const kiln_buf_t *params) {
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  kiln_packer_t p;
+  kiln_packer_init(&p, &b);
+  kiln_rpc_pack_request_head(&p.pk, msgid, method);
+  if (params) {
+    msgpack_pack_array(&p.pk, 1);
+    kiln_buf_append(&b, params->data, params->len);
+  } else {
+    msgpack_pack_array(&p.pk, 0);
+  }
+  client_send_raw(c, b.data, b.len);
+  kiln_buf_deinit(&b);
+}
+
+bool client_recv(client_t *c, int timeout_ms) {
+  if (c->have_msg) kiln_rpc_msg_deinit(&c->msg);
+  c->have_msg = false;
+  for (;;) {
+    const uint8_t *m;
+    size_t len;
+    kiln_frame_result_t fr = kiln_reader_next(&c->reader, &m, &len);
+    if (fr == KILN_FRAME_MESSAGE) {
+      bool has;
+      kiln_status_t st = kiln_rpc_parse(m, len, &c->msg, &has);
+      c->have_msg = true;
+      cr_assert(st == NULL, "reply does not parse: %s", kiln_status_message(st));
+      return true;
+    }
+    cr_assert(fr != KILN_FRAME_ERROR, "reply stream broken");
+    struct pollfd pfd = {c->fd, POLLIN, 0};
+    if (poll(&pfd, 1, timeout_ms) <= 0) return false;
+    size_t cap;
+    void *space = kiln_reader_space(&c->reader, &cap);
+    ssize_t n = recv(c->fd, space, cap, 0);
+    if (n <= 0) return false;
+    kiln_reader_commit(&c->reader, (size_t)n);
+  }
+}
+
+bool client_wait_closed(client_t *c, int timeout_ms) {
+  char buf[4096];
+  for (;;) {
+    struct pollfd pfd = {c->fd, POLLIN, 0};
+    if (poll(&pfd, 1, timeout_ms) <= 0) return false;
+    ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+void pb_begin(pbuild_t *b, uint32_t nfields) {
+  kiln_buf_init(&b->buf);
+  kiln_packer_init(&b->p, &b->buf);
+  msgpack_pack_map(&b->p.pk, nfields);
+}
+
+void pb_end(pbuild_t *b) { kiln_buf_deinit(&b->buf); }
+
+int count_fds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+long rss_kib(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  long v = -1;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "VmRSS: %ld", &v) == 1) break;
+  fclose(f);
+  return v;
+}
+
+int children_of(pid_t pid, pid_t *out, int cap) {
+  char path[96];
+  snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = 0, v;
+  while (n < cap && fscanf(f, "%d", &v) == 1) out[n++] = v;
+  fclose(f);
+  return n;
+}

@@ -1,0 +1,60 @@
+/* Test harness for the real kilnd: starts it with --ready-fd on a pipe (no sleeps), reads
+ * the bound addresses, connects raw sockets, and speaks MessagePack-RPC with protocol/. */
+#ifndef KILN_TESTS_SERVER_HARNESS_H
+#define KILN_TESTS_SERVER_HARNESS_H
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "base/buf.h"
+#include "protocol/frame.h"
+#include "protocol/rpc.h"
+
+typedef struct daemon {
+  pid_t pid;
+  char tcp[128];   /* "127.0.0.1:PORT" */
+  int port;
+  char unix_path[256];
+  char dir[256];   /* private temp dir (cache, socket) */
+} daemon_t;
+
+/* Starts kilnd (path from $KILND) with the extra arguments (NULL-terminated). */
+void daemon_start(daemon_t *d, const char *const *extra);
+/* Sends SIGTERM and returns the exit status as from waitpid. */
+int daemon_stop(daemon_t *d);
+
+typedef struct client {
+  int fd;
+  kiln_reader_t reader;
+  kiln_rpc_msg_t msg; /* last reply (valid until the next recv) */
+  bool have_msg;
+} client_t;
+
+void client_connect_tcp(client_t *c, const daemon_t *d);
+void client_connect_unix(client_t *c, const daemon_t *d);
+void client_close(client_t *c);
+void client_send_raw(client_t *c, const void *bytes, size_t len);
+/* Sends [0, msgid, method, [params]] with params packed by the caller into `params`
+ * (a whole map) or no params when NULL. */
+void client_send(client_t *c, uint32_t msgid, const char *method, const kiln_buf_t *params);
+/* Receives the next message; returns false on EOF/error (within timeout_ms). */
+bool client_recv(client_t *c, int timeout_ms);
+/* True once the peer has closed (reads EOF within timeout_ms). */
+bool client_wait_closed(client_t *c, int timeout_ms);
+
+/* Builder for a params map: pb_begin(&b, n_fields) then kiln_pack_kv_* on pb.pk. */
+typedef struct pbuild {
+  kiln_buf_t buf;
+  kiln_packer_t p;
+} pbuild_t;
+void pb_begin(pbuild_t *b, uint32_t nfields);
+void pb_end(pbuild_t *b);
+
+int count_fds(pid_t pid);
+long rss_kib(pid_t pid);
+/* Pids of the direct children of pid. */
+int children_of(pid_t pid, pid_t *out, int cap);
+
+#endif
