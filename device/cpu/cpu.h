@@ -1,0 +1,50 @@
+/* Internals of the cpu backend, shared by its files (device/cpu/ only). */
+#ifndef KILN_DEVICE_CPU_CPU_H
+#define KILN_DEVICE_CPU_CPU_H
+
+#include "device/cpu/pool.h"
+#include "device/device.h"
+#include "protocol/cpu_abi.h"
+
+/* Per-thread work-group memory, grown before a launch by the owner thread only. */
+typedef struct cpu_thread_mem {
+  void *shared;
+  size_t shared_cap;
+  void *scratch;
+  size_t scratch_cap;
+} cpu_thread_mem_t;
+
+struct kiln_device {
+  kiln_device_info_t info;
+  kiln_cpu_pool_t *pool;
+  cpu_thread_mem_t *mem; /* one per pool thread */
+  void *flush_buf;       /* lazily made, larger than the last-level cache */
+  size_t flush_bytes;
+};
+
+struct kiln_dmem {
+  void *ptr;
+  uint64_t bytes;
+  bool mapped; /* mmap'ed (large) rather than from the heap */
+};
+
+struct kiln_dmodule {
+  void *handle; /* dlopen */
+  int fd;       /* the memfd, kept open while loaded (see module.c) */
+  const kiln_artifact_t *art;
+  kiln_cpu_wg_fn_t *fns; /* parallel to art->kernels */
+};
+
+kiln_status_t kiln_cpu_probe_info(kiln_device_info_t *out);
+/* Bytes of the largest data cache (LLC), 0 if unknown. */
+size_t kiln_cpu_llc_bytes(void);
+
+kiln_status_t kiln_cpu_module_load(const kiln_artifact_t *art, kiln_dmodule_t **out_mod);
+void kiln_cpu_module_unload(kiln_dmodule_t *mod);
+/* The work-group function of launch->kernel, NULL if the module does not have it. */
+kiln_cpu_wg_fn_t kiln_cpu_module_fn(const kiln_dmodule_t *mod, const kiln_kernel_t *kernel);
+
+kiln_status_t kiln_cpu_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *l,
+                              uint32_t count, uint64_t deadline_ns, uint64_t *out_elapsed_ns);
+
+#endif

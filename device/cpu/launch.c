@@ -1,0 +1,96 @@
+/* Running a launch on the cpu: work-groups are handed out to the pool's threads through
+ * one atomic counter (dynamic scheduling, since groups can differ in cost), each thread
+ * calling the work-group function with its own shared and scratch memory. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "device/cpu/cpu.h"
+
+#define ALIGN 64
+
+typedef struct run {
+  kiln_device_t *dev;
+  kiln_cpu_wg_fn_t fn;
+  const kiln_launch_t *launch;
+  uint64_t total; /* work-groups in the grid */
+  uint64_t deadline; /* absolute CLOCK_MONOTONIC ns, 0 = none */
+  _Atomic uint64_t next;
+  _Atomic bool timed_out;
+} run_t;
+
+static void run_groups(void *arg, unsigned thread) {
+  run_t *r = arg;
+  const kiln_launch_t *l = r->launch;
+  kiln_cpu_wg_ctx_t ctx;
+  memset(&ctx, 0, sizeof ctx);
+  for (int d = 0; d < 3; d++) {
+    ctx.group_size[d] = l->block[d];
+    ctx.num_groups[d] = l->grid[d];
+  }
+  ctx.shared = r->dev->mem[thread].shared;
+  ctx.scratch = r->dev->mem[thread].scratch;
+  uint64_t gx = l->grid[0], gxy = gx * l->grid[1];
+  for (;;) {
+    uint64_t i = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
+    if (i >= r->total) break;
+    /* A running work-group cannot be stopped; past the deadline no new one starts. */
+    if (r->deadline && kiln_now_ns() > r->deadline) {
+      atomic_store(&r->timed_out, true);
+      break;
+    }
+    ctx.group_id[0] = (uint32_t)(i % gx);
+    ctx.group_id[1] = (uint32_t)((i / gx) % l->grid[1]);
+    ctx.group_id[2] = (uint32_t)(i / gxy);
+    r->fn(&ctx, l->args);
+  }
+}
+
+/* Grows a per-thread buffer to `need` bytes (64-byte aligned); contents are not kept. */
+static kiln_status_t ensure(void **buf, size_t *cap, size_t need) {
+  if (need <= *cap) return KILN_OK;
+  void *p = NULL;
+  size_t n = (need + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+  if (posix_memalign(&p, ALIGN, n) != 0)
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for %zu bytes of work-group memory", n);
+  free(*buf);
+  *buf = p;
+  *cap = n;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_cpu_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *l,
+                              uint32_t count, uint64_t deadline_ns, uint64_t *out_elapsed_ns) {
+  kiln_cpu_wg_fn_t fn = kiln_cpu_module_fn(mod, l->kernel);
+  if (!fn)
+    return KILN_STATUS(KILN_E_NOT_FOUND, "kernel \"%s\" is not in this module", l->kernel->name);
+  const kiln_kernel_t *k = l->kernel;
+  size_t items = (size_t)l->block[0] * l->block[1] * l->block[2];
+  size_t shared = (size_t)k->group_segment_size + l->shared;
+  size_t scratch = items * k->private_segment_size;
+  unsigned nthreads = kiln_cpu_pool_size(dev->pool);
+  for (unsigned t = 0; t < nthreads; t++) {
+    cpu_thread_mem_t *m = &dev->mem[t];
+    KILN_RETURN_IF_ERROR(ensure(&m->shared, &m->shared_cap, shared ? shared : 1));
+    KILN_RETURN_IF_ERROR(ensure(&m->scratch, &m->scratch_cap, scratch ? scratch : 1));
+  }
+  run_t r;
+  memset(&r, 0, sizeof r);
+  r.dev = dev;
+  r.fn = fn;
+  r.launch = l;
+  r.total = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
+  uint64_t start = kiln_now_ns();
+  r.deadline = deadline_ns ? start + deadline_ns : 0;
+  for (uint32_t c = 0; c < count; c++) {
+    /* Runs are ordered like launches on one GPU queue: each one ends before the next. */
+    atomic_store_explicit(&r.next, 0, memory_order_relaxed);
+    kiln_cpu_pool_run(dev->pool, run_groups, &r);
+    if (atomic_load(&r.timed_out))
+      return KILN_STATUS(KILN_E_TIMEOUT, "kernel \"%s\" ran past its deadline of %.3f ms (run %u of %u)",
+                         k->name, (double)deadline_ns / 1e6, c + 1, count);
+  }
+  if (out_elapsed_ns) *out_elapsed_ns = kiln_now_ns() - start;
+  return KILN_OK;
+}

@@ -1,0 +1,40 @@
+/* Internals of the cuda backend shared by its files (device/cuda/ only). */
+#ifndef KILN_DEVICE_CUDA_BACKEND_H
+#define KILN_DEVICE_CUDA_BACKEND_H
+
+#include "device/cuda/lib.h"
+#include "device/device.h"
+
+struct kiln_device {
+  kiln_device_info_t info;
+  CUdevice dev;
+  CUcontext ctx; /* the device's primary context, retained */
+  CUstream stream;
+  CUevent start, stop;
+  CUdeviceptr flush_buf;
+  size_t flush_bytes;
+  bool retained;
+};
+
+struct kiln_dmem {
+  CUdeviceptr ptr;
+  uint64_t bytes;
+};
+
+struct kiln_dmodule {
+  const kiln_artifact_t *art;
+  CUmodule module;
+  CUfunction *fns; /* parallel to art->kernels */
+};
+
+kiln_status_t kiln_cuda_describe(CUdevice d, uint32_t index, kiln_device_info_t *info);
+kiln_status_t kiln_cuda_probe_here(kiln_device_info_t *infos, size_t cap, size_t *out_count,
+                                   char *reason, size_t reason_cap);
+
+kiln_status_t kiln_cuda_module_load(kiln_device_t *dev, const kiln_artifact_t *art,
+                                    kiln_dmodule_t **out_mod);
+void kiln_cuda_module_unload(kiln_device_t *dev, kiln_dmodule_t *mod);
+kiln_status_t kiln_cuda_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *l,
+                               uint32_t count, uint64_t deadline_ns, uint64_t *out_elapsed_ns);
+
+#endif

@@ -1,0 +1,100 @@
+#include "device/timing.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* TVM stops growing after this many timings that read exactly 0 ns (a clock too coarse
+ * for the kernel), instead of looping forever (TVM's limit_zero_time_iterations). */
+#define ZERO_TIME_LIMIT 100
+
+void kiln_time_config_default(kiln_time_config_t *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->number = 1;
+  cfg->repeat = 1;
+  cfg->warmup = 1;
+}
+
+uint32_t kiln_time_grow_number(uint32_t number, double ms, uint32_t min_repeat_ms) {
+  const double golden_ratio = 1.618;
+  double a = (double)min_repeat_ms / (ms / number) + 1;
+  double b = number * golden_ratio;
+  double next = a > b ? a : b;
+  if (next > (double)UINT32_MAX) return UINT32_MAX;
+  return (uint32_t)next;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+void kiln_time_stats_compute(const double *x, size_t n, kiln_time_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (n == 0) return;
+  double *sorted = malloc(n * sizeof *sorted);
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) sum += x[i];
+  double mean = sum / (double)n;
+  double var = 0;
+  for (size_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+  out->mean = mean;
+  out->std = sqrt(var / (double)n);
+  out->cv = mean != 0 ? out->std / mean : 0;
+  if (!sorted) { /* degrade to a linear min; median unknown */
+    out->min = x[0];
+    for (size_t i = 1; i < n; i++)
+      if (x[i] < out->min) out->min = x[i];
+    out->median = mean;
+    return;
+  }
+  memcpy(sorted, x, n * sizeof *sorted);
+  qsort(sorted, n, sizeof *sorted, cmp_double);
+  out->min = sorted[0];
+  out->median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  free(sorted);
+}
+
+kiln_status_t kiln_time_evaluate(const kiln_backend_t *backend, kiln_device_t *dev,
+                                 kiln_dmodule_t *mod, const kiln_launch_t *launch,
+                                 const kiln_time_config_t *cfg, kiln_time_result_t *out) {
+  if (cfg->number == 0 || cfg->repeat == 0)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "time: number and repeat must be at least 1 (got %u, %u)",
+                       cfg->number, cfg->repeat);
+  if (cfg->warmup)
+    KILN_RETURN_IF_ERROR(backend->launch(dev, mod, launch, cfg->warmup, cfg->deadline_ns, NULL));
+  double *results = calloc(cfg->repeat, sizeof *results);
+  if (!results)
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "time: out of memory for %u repeats", cfg->repeat);
+  uint32_t number = cfg->number;
+  kiln_status_t s = KILN_OK;
+  for (uint32_t r = 0; r < cfg->repeat && !s; r++) {
+    if (cfg->flush && (s = backend->flush_caches(dev))) break;
+    double ms = 0;
+    int zero_times = 0;
+    do {
+      if (ms > 0) number = kiln_time_grow_number(number, ms, cfg->min_repeat_ms);
+      uint64_t ns = 0;
+      s = backend->launch(dev, mod, launch, number, cfg->deadline_ns, &ns);
+      if (s) break;
+      if (ns == 0) zero_times++;
+      ms = (double)ns / 1e6;
+    } while (ms < cfg->min_repeat_ms && zero_times < ZERO_TIME_LIMIT);
+    results[r] = ms / 1e3 / number;
+  }
+  if (s) {
+    free(results);
+    return s;
+  }
+  memset(out, 0, sizeof *out);
+  out->number = number;
+  out->repeat = cfg->repeat;
+  out->results = results;
+  kiln_time_stats_compute(results, cfg->repeat, &out->stats);
+  return KILN_OK;
+}
+
+void kiln_time_result_deinit(kiln_time_result_t *r) {
+  free(r->results);
+  memset(r, 0, sizeof *r);
+}
