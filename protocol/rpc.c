@@ -140,12 +140,15 @@ kiln_status_t kiln_params_check(const msgpack_object *params, const char *method
     bool ok = false;
     for (const char *const *a = allowed; *a && !ok; a++) ok = kiln_obj_str_eq(k, *a);
     if (ok) {
+      /* A key may be a str or a bin; the same name in either form is the same field. */
+      const char *kp = "", *jp;
+      uint32_t kn = 0, jn;
+      str_or_bin(k, &kp, &kn);
       for (uint32_t j = 0; j < i; j++)
-        if (params->via.map.ptr[j].key.type == MSGPACK_OBJECT_STR &&
-            params->via.map.ptr[j].key.via.str.size == k->via.str.size &&
-            memcmp(params->via.map.ptr[j].key.via.str.ptr, k->via.str.ptr, k->via.str.size) == 0)
+        if (str_or_bin(&params->via.map.ptr[j].key, &jp, &jn) && jn == kn &&
+            memcmp(jp, kp, kn) == 0)
           return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: field '%.*s' appears twice", method,
-                             (int)k->via.str.size, k->via.str.ptr);
+                             (int)kn, kp);
       continue;
     }
     char list[256] = "";
