@@ -1,0 +1,280 @@
+/* Moving bytes between the client's queues and the socket.
+ *
+ * The socket is non-blocking and every wait is a poll() on it. Whenever the client waits to
+ * send, it also reads: the daemon stops reading a connection that has too many replies
+ * unsent (docs/protocol.md, backpressure), so a client that only wrote could wait forever. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "base/util.h"
+#include "internal.h"
+
+/* At most this many iovecs per sendmsg; far below IOV_MAX, large enough that a batch of
+ * small requests plus a few attached buffers goes out in one call. */
+#define IOV_BATCH 64
+/* Replies of at least this size keep the reader's buffer instead of being copied. */
+#define STEAL_BYTES (1u << 20)
+/* Bounds the work done per poll wake-up so one connection cannot starve the caller. */
+#define READS_PER_WAKE 64
+
+uint64_t kiln_io_deadline(const kiln_client_t *c) {
+  return c->timeout_ms > 0 ? kiln_now_ns() + (uint64_t)c->timeout_ms * 1000000u : 0;
+}
+
+kiln_status_t kiln_io_broken(const kiln_client_t *c) {
+  return KILN_STATUS(kiln_status_code(c->broken), "%s", kiln_status_message(c->broken));
+}
+
+static void set_broken(kiln_client_t *c, kiln_status_t s) {
+  if (c->broken) kiln_status_free(s);
+  else c->broken = s;
+}
+
+static void reset_output(kiln_client_t *c) {
+  c->nsegs = c->seg_head = c->seg_sent = c->mark = 0;
+  c->queued = c->queued_packed = 0;
+  /* One big generic request must not pin its buffer for the client's lifetime. */
+  if (c->out.cap > (4u << 20)) kiln_buf_deinit(&c->out);
+  c->out.len = 0;
+}
+
+kiln_status_t kiln_io_write_some(kiln_client_t *c) {
+  if (c->broken) return kiln_io_broken(c);
+  while (c->seg_head < c->nsegs) {
+    struct iovec iov[IOV_BATCH];
+    int n = 0;
+    for (size_t i = c->seg_head; i < c->nsegs && n < IOV_BATCH; i++, n++) {
+      const kiln_seg_t *s = &c->segs[i];
+      const uint8_t *base = s->ext ? s->ext : c->out.data + s->off;
+      size_t skip = i == c->seg_head ? c->seg_sent : 0;
+      iov[n].iov_base = (void *)(base + skip);
+      iov[n].iov_len = s->len - skip;
+    }
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return KILN_OK;
+      set_broken(c, KILN_STATUS(KILN_E_UNAVAILABLE, "sending to %s failed: %s", c->url,
+                                strerror(errno)));
+      return kiln_io_broken(c);
+    }
+    size_t left = (size_t)w;
+    c->queued -= left;
+    while (left > 0) {
+      kiln_seg_t *s = &c->segs[c->seg_head];
+      size_t rest = s->len - c->seg_sent;
+      size_t take = KILN_MIN(rest, left);
+      if (!s->ext) c->queued_packed -= take;
+      c->seg_sent += take;
+      left -= take;
+      if (c->seg_sent == s->len) {
+        c->seg_head++;
+        c->seg_sent = 0;
+      }
+    }
+  }
+  reset_output(c);
+  return KILN_OK;
+}
+
+/* Msgid of a response [1, msgid, ...] without decoding it (most are not ours to decode
+ * twice). */
+static bool peek_response(const uint8_t *p, size_t len, uint32_t *out_msgid) {
+  if (len < 3 || p[0] != 0x94 || p[1] != 0x01) return false;
+  uint8_t b = p[2];
+  if (b <= 0x7f) {
+    *out_msgid = b;
+    return true;
+  }
+  int n = b == 0xcc ? 1 : b == 0xcd ? 2 : b == 0xce ? 4 : 0;
+  if (!n || len < 3 + (size_t)n) return false;
+  uint32_t v = 0;
+  for (int i = 0; i < n; i++) v = (v << 8) | p[3 + i];
+  *out_msgid = v;
+  return true;
+}
+
+/* The daemon ends a connection it cannot use any more with a notification
+ * [2, "error", [{"code": c, "message": m}]] (docs/protocol.md, malformed input). */
+static void handle_notification(kiln_client_t *c, const uint8_t *msg, size_t len) {
+  kiln_rpc_msg_t m;
+  bool has_msgid;
+  kiln_status_t s = kiln_rpc_parse(msg, len, &m, &has_msgid);
+  if (!s && kiln_rpc_method_is(&m, "error")) {
+    uint64_t code = KILN_E_UNAVAILABLE;
+    const char *text = "";
+    uint32_t tn = 0;
+    kiln_status_free(kiln_params_u64(m.params, "code", false, &code));
+    kiln_status_free(kiln_params_str(m.params, "message", false, &text, &tn));
+    kiln_code_t kc = code > 0 && code < KILN_E_COUNT_ ? (kiln_code_t)code : KILN_E_INTERNAL;
+    set_broken(c, KILN_STATUS(kc, "%.*s", (int)tn, text));
+  }
+  /* Other notifications (none are defined yet, progress later) are ignored. */
+  kiln_status_free(s);
+  kiln_rpc_msg_deinit(&m);
+}
+
+static void handle_message(kiln_client_t *c, const uint8_t *msg, size_t len) {
+  uint32_t msgid;
+  if (!peek_response(msg, len, &msgid)) {
+    /* Not the compact encoding every msgpack packer uses for [1, msgid, ...]: decode it to
+     * tell a response in a longer encoding from a notification. */
+    kiln_rpc_msg_t m;
+    bool has_msgid;
+    kiln_status_t s = kiln_rpc_parse(msg, len, &m, &has_msgid);
+    kiln_rpc_type_t type = m.type;
+    msgid = m.msgid;
+    kiln_rpc_msg_deinit(&m);
+    if (s || type == KILN_RPC_REQUEST) {
+      kiln_status_free(s);
+      set_broken(c, KILN_STATUS(KILN_E_INTERNAL, "%s sent a message that is neither a "
+                                "response nor a notification", c->url));
+      return;
+    }
+    if (type == KILN_RPC_NOTIFICATION) {
+      handle_notification(c, msg, len);
+      return;
+    }
+  }
+  uint64_t key = kiln_call_key(msgid);
+  if (kiln_map_get(&c->calls, key) != KILN_CALL_INFLIGHT) return; /* not ours: ignore */
+
+  kiln_reply_t *r = calloc(1, sizeof(*r));
+  if (!r) goto oom;
+  r->msgid = msgid;
+  r->len = len;
+  kiln_reader_t *rd = &c->reader;
+  if (len >= STEAL_BYTES && msg == rd->buf && rd->len == 0) {
+    /* The reader was sized to exactly this message and holds nothing else (it reset its
+     * offsets after returning it): keep its buffer instead of copying a tensor-sized
+     * reply. The reader allocates a fresh one on its next kiln_reader_space(). This uses
+     * kiln_reader_t's public fields; a kiln_reader_steal() in protocol/frame.h would say it
+     * better. */
+    r->bytes = rd->buf;
+    rd->buf = NULL;
+    rd->cap = 0;
+  } else {
+    r->bytes = malloc(len);
+    if (!r->bytes) goto oom;
+    memcpy(r->bytes, msg, len);
+  }
+  bool has_msgid;
+  kiln_status_t s = kiln_rpc_parse(r->bytes, len, &r->msg, &has_msgid);
+  if (s) {
+    set_broken(c, kiln_status_annotate(s, "%s sent a malformed response", c->url));
+    kiln_rpc_msg_deinit(&r->msg);
+    free(r->bytes);
+    free(r);
+    return;
+  }
+  kiln_map_put(&c->calls, key, r); /* replaces an existing key: cannot fail */
+  c->inflight--;
+  r->prev = c->done_tail;
+  if (c->done_tail) c->done_tail->next = r;
+  else c->done_head = r;
+  c->done_tail = r;
+  return;
+oom:
+  if (r) free(r);
+  set_broken(c, KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory storing a %zu-byte reply",
+                            len));
+}
+
+/* Reads what the socket has. Returns how many replies or notifications were handled. */
+static size_t read_some(kiln_client_t *c) {
+  size_t handled = 0;
+  for (int round = 0; round < READS_PER_WAKE && !c->broken; round++) {
+    size_t room;
+    void *p = kiln_reader_space(&c->reader, &room);
+    if (!p) {
+      kiln_status_t e = kiln_reader_error(&c->reader);
+      set_broken(c, e ? KILN_STATUS(kiln_status_code(e), "reply from %s: %s", c->url,
+                                    kiln_status_message(e))
+                      : KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for a reply"));
+      break;
+    }
+    ssize_t n = recv(c->fd, p, room, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      set_broken(c, KILN_STATUS(KILN_E_UNAVAILABLE, "receiving from %s failed: %s", c->url,
+                                strerror(errno)));
+      break;
+    }
+    if (n == 0) {
+      set_broken(c, KILN_STATUS(KILN_E_UNAVAILABLE,
+                                "kilnd closed the connection to %s with %zu request%s unanswered",
+                                c->url, c->inflight, c->inflight == 1 ? "" : "s"));
+      break;
+    }
+    kiln_reader_commit(&c->reader, (size_t)n);
+    const uint8_t *msg;
+    size_t len;
+    kiln_frame_result_t fr;
+    while ((fr = kiln_reader_next(&c->reader, &msg, &len)) == KILN_FRAME_MESSAGE) {
+      handle_message(c, msg, len);
+      handled++;
+    }
+    if (fr == KILN_FRAME_ERROR) {
+      kiln_status_t e = kiln_reader_error(&c->reader);
+      set_broken(c, KILN_STATUS(KILN_E_INTERNAL, "unreadable reply from %s: %s", c->url,
+                                kiln_status_message(e)));
+    }
+    if ((size_t)n < room) break; /* the socket is drained */
+  }
+  return handled;
+}
+
+/* One poll for readability (and writability when output is queued). Returns E_TIMEOUT when
+ * the deadline passes first. */
+static kiln_status_t wait_ready(kiln_client_t *c, uint64_t deadline_ns, short *out_revents) {
+  for (;;) {
+    int ms = -1;
+    if (deadline_ns) {
+      uint64_t now = kiln_now_ns();
+      if (now >= deadline_ns)
+        return KILN_STATUS(KILN_E_TIMEOUT, "no reply from %s within %d ms", c->url,
+                           c->timeout_ms);
+      ms = (int)((deadline_ns - now + 999999) / 1000000);
+    }
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    if (c->seg_head < c->nsegs) pfd.events |= POLLOUT;
+    int rc = poll(&pfd, 1, ms);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return KILN_STATUS(KILN_E_INTERNAL, "poll: %s", strerror(errno));
+    }
+    if (rc == 0) continue; /* re-check the deadline */
+    *out_revents = pfd.revents;
+    return KILN_OK;
+  }
+}
+
+kiln_status_t kiln_io_flush(kiln_client_t *c, uint64_t deadline_ns) {
+  KILN_RETURN_IF_ERROR(kiln_io_write_some(c));
+  while (c->seg_head < c->nsegs) {
+    short ev;
+    KILN_RETURN_IF_ERROR(wait_ready(c, deadline_ns, &ev));
+    if (ev & (POLLIN | POLLHUP | POLLERR)) read_some(c);
+    KILN_RETURN_IF_ERROR(kiln_io_write_some(c));
+  }
+  return KILN_OK;
+}
+
+kiln_status_t kiln_io_receive(kiln_client_t *c, uint64_t deadline_ns) {
+  KILN_RETURN_IF_ERROR(kiln_io_write_some(c));
+  for (;;) {
+    if (c->broken) return kiln_io_broken(c);
+    short ev;
+    KILN_RETURN_IF_ERROR(wait_ready(c, deadline_ns, &ev));
+    size_t handled = 0;
+    if (ev & (POLLIN | POLLHUP | POLLERR)) handled = read_some(c);
+    if (ev & POLLOUT) KILN_RETURN_IF_ERROR(kiln_io_write_some(c));
+    if (handled) return KILN_OK;
+  }
+}
