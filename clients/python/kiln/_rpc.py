@@ -1,0 +1,604 @@
+"""MessagePack-RPC over one stream socket, many requests in flight (docs/protocol.md §1).
+
+There is no reader thread. Whichever thread waits for a reply (``Future.result``) takes the
+*reader role* for a moment, reads what has arrived and completes every future it finds a
+reply for, its own or another thread's; threads that find the role taken wait on a
+condition until the reader hands it back. A synchronous call therefore costs one send and
+one receive in the calling thread with no thread switch (a reader thread adds ~80 us per
+round trip in CPython). A sender whose socket is full reads replies while it waits, so a
+client that pipelines many requests cannot deadlock against the daemon's backpressure.
+
+Replies to fire-and-forget requests (the ``free`` of a collected tensor) are read and
+dropped by whoever reads next; ``close()`` waits for them briefly.
+"""
+
+import collections
+import errno
+import itertools
+import os
+import select
+import socket
+import struct
+import threading
+import time
+
+import msgpack
+
+from .errors import KilnError, Unavailable, InternalError, Timeout, InvalidArgument, error_from_wire
+
+_RECV_SIZE = 4 << 20
+
+# The value a sink future completes with: its bytes are already in the sink.
+SINK_FILLED = object()
+_MSGID_MASK = 0xFFFFFFFF
+
+
+def parse_url(url):
+    """``tcp:HOST:PORT`` (also ``tcp://HOST:PORT``, ``[v6]`` hosts) or ``unix:PATH``
+    (also ``unix://PATH``) -> ``("tcp", (host, port))`` or ``("unix", path)``."""
+    if not isinstance(url, str):
+        raise InvalidArgument("a kiln url is a str like 'tcp:127.0.0.1:7070' or 'unix:/path', not %r" % (url,))
+    if url.startswith("unix:"):
+        path = url[5:]
+        if path.startswith("//"):
+            path = path[2:]
+        if not path:
+            raise InvalidArgument("url %r names no socket path" % url)
+        return "unix", path
+    if url.startswith("tcp:"):
+        rest = url[4:]
+        if rest.startswith("//"):
+            rest = rest[2:]
+        rest = rest.rstrip("/")
+        if rest.startswith("["):
+            host, sep, port = rest[1:].partition("]:")
+        else:
+            host, sep, port = rest.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgument("url %r is not tcp:HOST:PORT" % url)
+        return "tcp", (host, int(port))
+    raise InvalidArgument("url %r: kiln urls start with 'tcp:' or 'unix:'" % url)
+
+
+def open_socket(url, timeout=10.0):
+    kind, addr = parse_url(url)
+    if kind == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(addr)
+        except BaseException:
+            sock.close()
+            raise
+    else:
+        sock = socket.create_connection(addr, timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
+    return sock
+
+
+def bin_header(n):
+    if n < 0x100:
+        return b"\xc4" + bytes((n,))
+    if n < 0x10000:
+        return b"\xc5" + struct.pack(">H", n)
+    if n <= 0xFFFFFFFF:
+        return b"\xc6" + struct.pack(">I", n)
+    raise InvalidArgument("%d bytes do not fit one MessagePack bin (4 GiB - 1); send them in chunks" % n)
+
+
+def map_header(n):
+    if n < 16:
+        return bytes((0x80 | n,))
+    return b"\xde" + struct.pack(">H", n)
+
+
+class Future:
+    """The pending result of one request. ``result()`` waits (reading replies meanwhile)
+    and returns the result or raises the server's error as a ``kiln.KilnError``.
+    Callbacks added with ``add_done_callback`` run in whichever thread reads the reply
+    (or at once, if it is done)."""
+
+    __slots__ = ("_conn", "_done", "_value", "_exc", "_callbacks", "_transform", "method", "_sink")
+
+    def __init__(self, conn, method=None, transform=None):
+        self._conn = conn
+        self._done = False
+        self._value = None
+        self._exc = None
+        self._callbacks = None
+        self._transform = transform
+        self.method = method
+        self._sink = None
+
+    def done(self):
+        return self._done
+
+    def _wait(self, timeout):
+        if self._done:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._conn._pump(self.done, deadline):
+            raise Timeout("no reply to %r within %.3g s (the request is still in flight)" % (self.method, timeout))
+        if not self._done:  # the connection died before this request was registered
+            self._complete(None, self._conn._dead or Unavailable("the connection to kilnd is closed"))
+
+    def result(self, timeout=None):
+        self._wait(timeout)
+        if self._exc is not None:
+            raise self._exc
+        return self._value
+
+    def exception(self, timeout=None):
+        self._wait(timeout)
+        return self._exc
+
+    def add_done_callback(self, fn):
+        if self._done:
+            fn(self)
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(fn)
+        if self._done and fn in self._callbacks:  # completed meanwhile
+            self._callbacks.remove(fn)
+            fn(self)
+
+    def _complete(self, value, exc):
+        if self._done:
+            return
+        if exc is None and self._transform is not None:
+            try:
+                value = self._transform(value)
+            except KilnError as e:
+                exc, value = e, None
+            except Exception as e:  # a transform bug must still complete the future
+                exc, value = e, None
+        self._value, self._exc = value, exc
+        self._done = True
+        cbs, self._callbacks = self._callbacks, None
+        if cbs:
+            for fn in cbs:
+                try:
+                    fn(self)
+                except Exception:
+                    pass
+
+    def __repr__(self):
+        state = "pending"
+        if self._done:
+            state = "error" if self._exc is not None else "done"
+        return "<kiln.Future %s %s>" % (self.method, state)
+
+
+class CombinedFuture(Future):
+    """A future over other futures (a chunked transfer): done when all are; ``combine``
+    maps their results to this one's. The first error wins."""
+
+    __slots__ = ("_parts", "_combine")
+
+    def __init__(self, conn, parts, combine, method=None):
+        super().__init__(conn, method)
+        self._parts = list(parts)
+        self._combine = combine
+        if not self._parts:
+            self._finish()
+        for p in self._parts:
+            p.add_done_callback(self._part_done)
+
+    def _part_done(self, _):
+        if not self._done and all(p._done for p in self._parts):
+            self._finish()
+
+    def _finish(self):
+        for p in self._parts:
+            if p._exc is not None:
+                self._complete(None, p._exc)
+                return
+        try:
+            value = self._combine([p._value for p in self._parts])
+        except Exception as e:
+            self._complete(None, e)
+            return
+        self._complete(value, None)
+
+
+def completed_future(conn, value=None, exc=None, method=None):
+    f = Future(conn, method)
+    f._complete(value, exc)
+    return f
+
+
+class Connection:
+    """One socket to kilnd. Thread-safe: any thread may send and wait."""
+
+    def __init__(self, url, timeout=10.0):
+        self.url = url
+        self._sock = open_socket(url, timeout)
+        self._fd = self._sock.fileno()
+        self._ids = itertools.count(1)
+        self._pending = {}          # msgid -> Future, or None for fire-and-forget requests
+        self._send_lock = threading.Lock()
+        self._state = threading.Condition(threading.Lock())
+        self._reading = False
+        self._dead = None           # the exception every later call gets
+        self._server_error = None   # from an "error" notification, reported when the stream ends
+        self._backlog = collections.deque()  # fire-and-forget messages waiting for the send lock
+        self._leftover = b""        # bytes of a message partly sent by a non-blocking flush
+        self._unpacker = msgpack.Unpacker(raw=False, strict_map_key=False,
+                                          unicode_errors="surrogateescape",
+                                          max_buffer_size=0x7FFFFFFF)
+        self._rbuf = bytearray(_RECV_SIZE)
+        self._rview = memoryview(self._rbuf)
+        self._fed = 0               # bytes fed to the unpacker so far
+        self._boundary = 0          # unpacker offset just after the last whole message
+        self._sinks = 0             # pending requests whose reply may go to a sink
+        self.on_notification = None  # fn(method, params) for notifications other than "error"
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def next_msgid(self):
+        return next(self._ids) & _MSGID_MASK
+
+    def request(self, method, params, transform=None, tail=None, sink=None):
+        """Sends ``[0, msgid, method, [params]]`` and returns its Future. With ``tail``
+        (key, buffer), the params map gets one more field ``key`` whose bin value is
+        ``buffer``, sent from the caller's memory without a copy. With ``sink`` (a
+        writable byte memoryview), a bin result of exactly its size may be received
+        straight into it; the transform then sees SINK_FILLED instead of bytes."""
+        if self._dead is not None:
+            raise self._dead
+        msgid = self.next_msgid()
+        fut = Future(self, method, transform)
+        if sink is not None:
+            fut._sink = sink
+            self._sinks += 1
+        if tail is None:
+            bufs = [msgpack.packb([0, msgid, method, [params]], use_bin_type=True)]
+        else:
+            bufs = self._pack_with_tail(msgid, method, params, tail)
+        self._pending[msgid] = fut
+        try:
+            self._send(bufs)
+        except BaseException:
+            if self._pending.pop(msgid, None) is not None and sink is not None:
+                self._sinks -= 1
+            raise
+        return fut
+
+    @staticmethod
+    def _pack_with_tail(msgid, method, params, tail):
+        key, buf = tail
+        view = memoryview(buf).cast("B") if not isinstance(buf, (bytes, bytearray)) else memoryview(buf)
+        head = bytearray(b"\x94")
+        head += msgpack.packb(0) + msgpack.packb(msgid) + msgpack.packb(method)
+        head += b"\x91" + map_header(len(params) + 1)
+        for k, v in params.items():
+            head += msgpack.packb(k, use_bin_type=True) + msgpack.packb(v, use_bin_type=True)
+        head += msgpack.packb(key) + bin_header(len(view))
+        return [bytes(head), view]
+
+    def send_raw_later(self, data):
+        """Queues one complete fire-and-forget message (bytes) and tries to send it now
+        without blocking. Safe from __del__: takes no lock that it could already hold."""
+        if self._dead is not None:
+            return
+        self._backlog.append(data)
+        if self._send_lock.acquire(False):
+            try:
+                self._flush_nonblocking()
+            except OSError as e:
+                self._die(Unavailable("the connection to kilnd at %s failed: %s" % (self.url, e)))
+            finally:
+                self._send_lock.release()
+
+    def fire_and_forget(self, method, params):
+        msgid = self.next_msgid()
+        self._pending[msgid] = None
+        self.send_raw_later(msgpack.packb([0, msgid, method, [params]], use_bin_type=True))
+
+    def _take_backlog(self):
+        out = []
+        if self._leftover:
+            out.append(self._leftover)
+            self._leftover = b""
+        while self._backlog:
+            try:
+                out.append(self._backlog.popleft())
+            except IndexError:
+                break
+        return out
+
+    def _flush_nonblocking(self):
+        bufs = self._take_backlog()
+        if not bufs:
+            return
+        data = b"".join(bufs)
+        try:
+            n = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        self._leftover = data[n:]
+
+    def _send(self, bufs):
+        with self._send_lock:
+            if self._dead is not None:
+                raise self._dead
+            bufs = self._take_backlog() + bufs
+            try:
+                self._send_all(bufs)
+            except OSError as e:
+                exc = Unavailable("the connection to kilnd at %s failed while sending: %s" % (self.url, e))
+                self._die(exc)
+                raise self._dead from None
+
+    def _send_all(self, bufs):
+        views = [memoryview(b).cast("B") if not isinstance(b, memoryview) else b for b in bufs]
+        views = [v for v in views if len(v)]
+        sock = self._sock
+        while views:
+            try:
+                n = sock.sendmsg(views[:512])
+            except (BlockingIOError, InterruptedError):
+                self._wait_writable()
+                continue
+            while n:
+                v = views[0]
+                if n >= len(v):
+                    n -= len(v)
+                    views.pop(0)
+                else:
+                    views[0] = v[n:]
+                    n = 0
+
+    def _wait_writable(self):
+        """The socket is full: wait until it drains, reading replies meanwhile when no
+        other thread is (the daemon stops reading a client that leaves its replies unread)."""
+        take = False
+        with self._state:
+            if not self._reading and self._dead is None:
+                self._reading = take = True
+        try:
+            p = select.poll()
+            p.register(self._fd, select.POLLOUT | (select.POLLIN if take else 0))
+            for _, ev in p.poll(1000):
+                if take and ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                    self._read_once(0)
+                if self._dead is not None:
+                    raise self._dead
+        finally:
+            if take:
+                with self._state:
+                    self._reading = False
+                    self._state.notify_all()
+
+    # -- receiving -------------------------------------------------------------------------
+
+    def _pump(self, done, deadline):
+        """Reads and dispatches replies until ``done()`` is true. False when the deadline
+        (time.monotonic()) passed first."""
+        state = self._state
+        while True:
+            with state:
+                while True:
+                    if done():
+                        return True
+                    if self._dead is not None:
+                        return True  # every future has failed; done() is true for the caller's
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    if deadline is None:
+                        state.wait()
+                    else:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return False
+                        state.wait(left)
+            try:
+                if deadline is None:
+                    self._read_once(None)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        if not done():
+                            return False
+                    else:
+                        self._read_once(left)
+            finally:
+                with state:
+                    self._reading = False
+                    state.notify_all()
+
+    def _read_once(self, timeout):
+        """Reads what has arrived (waiting up to ``timeout`` seconds, None = forever, for
+        the first byte) and dispatches every complete message. Caller holds the reader role."""
+        sock = self._sock
+        try:
+            n = sock.recv_into(self._rbuf)
+        except (BlockingIOError, InterruptedError):
+            n = -1
+        except OSError as e:
+            self._die(Unavailable("the connection to kilnd at %s failed: %s" % (self.url, e)))
+            return
+        if n < 0:
+            if self._backlog and self._send_lock.acquire(False):
+                try:
+                    self._flush_nonblocking()
+                except OSError:
+                    pass
+                finally:
+                    self._send_lock.release()
+            p = select.poll()
+            p.register(self._fd, select.POLLIN)
+            ms = -1 if timeout is None else max(0, int(timeout * 1000 + 0.999))
+            try:
+                if not p.poll(ms):
+                    return
+                n = sock.recv_into(self._rbuf)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self._die(Unavailable("the connection to kilnd at %s failed: %s" % (self.url, e)))
+                return
+        if n == 0:
+            exc = self._server_error or Unavailable(
+                "kilnd at %s closed the connection (it may have stopped; reconnect with kiln.connect)" % self.url)
+            self._die(exc)
+            return
+        pos = 0
+        if self._sinks and self._boundary == self._fed:
+            while pos < n and self._dead is None:
+                nxt = self._try_sink(pos, n)
+                if nxt is None:
+                    break
+                pos = nxt
+            if pos >= n or self._dead is not None:
+                return
+        up = self._unpacker
+        up.feed(self._rview[pos:n])
+        self._fed += n - pos
+        try:
+            for msg in up:
+                self._boundary = up.tell()
+                self._dispatch(msg)
+        except (ValueError, msgpack.UnpackException) as e:
+            self._die(InternalError("kilnd sent bytes that are not MessagePack-RPC (%s); please report it" % e))
+
+    def _try_sink(self, pos, n):
+        """Fast path for a large ``read`` reply: when the bytes at ``pos`` (a message
+        boundary) start ``[1, msgid, nil, <bin>]`` and the request for msgid gave a sink of
+        that size, the bin goes straight from the socket into the sink (the caller's numpy
+        array) without passing through the unpacker. Returns the position after what it
+        consumed in the receive buffer, or None to let the unpacker take the message."""
+        b = self._rbuf
+        if n - pos < 16 or b[pos] != 0x94 or b[pos + 1] != 0x01:
+            return None
+        i = pos + 2
+        t = b[i]
+        if t <= 0x7F:
+            msgid, i = t, i + 1
+        elif t == 0xCC:
+            msgid, i = b[i + 1], i + 2
+        elif t == 0xCD:
+            msgid, i = int.from_bytes(b[i + 1:i + 3], "big"), i + 3
+        elif t == 0xCE:
+            msgid, i = int.from_bytes(b[i + 1:i + 5], "big"), i + 5
+        else:
+            return None
+        if b[i] != 0xC0:
+            return None
+        t = b[i + 1]
+        if t == 0xC6:
+            size, i = int.from_bytes(b[i + 2:i + 6], "big"), i + 6
+        elif t == 0xC5:
+            size, i = int.from_bytes(b[i + 2:i + 4], "big"), i + 4
+        else:
+            return None
+        fut = self._pending.get(msgid)
+        sink = getattr(fut, "_sink", None) if fut else None
+        if sink is None or len(sink) != size:
+            return None
+        avail = min(n - i, size)
+        sink[:avail] = self._rview[i:i + avail]
+        got = avail
+        sock = self._sock
+        p = None
+        while got < size:
+            try:
+                k = sock.recv_into(sink[got:])
+            except (BlockingIOError, InterruptedError):
+                if p is None:
+                    p = select.poll()
+                    p.register(self._fd, select.POLLIN)
+                p.poll(1000)
+                continue
+            except OSError as e:
+                self._die(Unavailable("the connection to kilnd at %s failed: %s" % (self.url, e)))
+                return n
+            if k == 0:
+                self._die(self._server_error or Unavailable("kilnd at %s closed the connection" % self.url))
+                return n
+            got += k
+        self._pending.pop(msgid, None)
+        self._sinks -= 1
+        fut._sink = None
+        fut._complete(SINK_FILLED, None)
+        return i + avail
+
+    def _dispatch(self, msg):
+        if not isinstance(msg, (list, tuple)) or not msg:
+            raise ValueError("message is not an array: %r" % (msg,))
+        kind = msg[0]
+        if kind == 1 and len(msg) == 4:
+            fut = self._pending.pop(msg[1], False)
+            if fut is False or fut is None:
+                return  # fire-and-forget (or unknown) request: nothing waits for it
+            if fut._sink is not None:
+                fut._sink = None
+                self._sinks -= 1
+            err = msg[2]
+            if err is None:
+                fut._complete(msg[3], None)
+            else:
+                fut._complete(None, error_from_wire(err))
+        elif kind == 2 and len(msg) == 3:
+            method, params = msg[1], msg[2]
+            if isinstance(method, bytes):
+                method = method.decode("utf-8", "replace")
+            if method == "error":
+                body = params[0] if isinstance(params, (list, tuple)) and params else params
+                self._server_error = error_from_wire(body)
+            elif self.on_notification is not None:
+                try:
+                    self.on_notification(method, params)
+                except Exception:
+                    pass
+        else:
+            raise ValueError("unexpected message %r" % (msg[:2],))
+
+    def _die(self, exc):
+        with self._state:
+            if self._dead is not None:
+                return
+            self._dead = exc
+            self._state.notify_all()
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if fut is not None:
+                fut._complete(None, exc)
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    # -- life ------------------------------------------------------------------------------
+
+    @property
+    def closed(self):
+        return self._dead is not None
+
+    def inflight(self):
+        return len(self._pending)
+
+    def drain(self, timeout=None):
+        """Waits until every request sent so far (fire-and-forget ones too) has its reply."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._backlog or self._leftover:
+            self._send([])
+        return self._pump(lambda: not self._pending, deadline)
+
+    def close(self, timeout=5.0):
+        if self._dead is not None:
+            return
+        try:
+            self.drain_fire_and_forget(timeout)
+        except KilnError:
+            pass
+        self._die(Unavailable("this kiln session was closed"))
+
+    def drain_fire_and_forget(self, timeout):
+        if self._backlog or self._leftover:
+            self._send([])
+        deadline = time.monotonic() + timeout
+        self._pump(lambda: not any(v is None for v in list(self._pending.values())), deadline)

@@ -1,0 +1,332 @@
+"""Sessions (one connection to kilnd) and devices."""
+
+import os
+import threading
+
+from . import daemon as _daemon
+from ._rpc import Connection, parse_url
+from .errors import InvalidArgument, KilnError, Unavailable
+
+__all__ = ["Session", "Device", "connect", "default_session"]
+
+CLIENT_NAME = "kiln-python/0.1.0"
+PROTOCOL_VERSION = 1
+
+
+class Device:
+    """A device of the daemon, e.g. ``s.cpu(0)``, ``s.rocm(0)`` ("hsa:0"), ``s.cuda(0)``.
+    A Device object exists whether or not the daemon serves it; ``exist`` says if it does.
+    The other attributes come from the daemon's ``devices`` answer (None when absent)."""
+
+    __slots__ = ("session", "id")
+
+    def __init__(self, session, device_id):
+        self.session = session
+        self.id = device_id
+
+    @property
+    def info(self):
+        """The daemon's map for this device, or None if it does not serve it."""
+        return self.session._device_info().get(self.id)
+
+    @property
+    def exist(self):
+        info = self.info
+        return bool(info) and info.get("available", True) is not False
+
+    @property
+    def device_type(self):
+        return self.id.partition(":")[0]
+
+    kind = device_type
+
+    @property
+    def device_id(self):
+        return int(self.id.partition(":")[2] or 0)
+
+    def _field(self, name):
+        info = self.info
+        return None if info is None else info.get(name)
+
+    name = property(lambda self: self._field("name"))
+    arch = property(lambda self: self._field("arch"))
+    memory = property(lambda self: self._field("memory"))
+    compute_units = property(lambda self: self._field("compute_units"))
+    max_block = property(lambda self: self._field("max_block"))
+    wave_size = property(lambda self: self._field("wave_size"))
+    max_shared = property(lambda self: self._field("max_shared"))
+    # TVM's names
+    device_name = name
+    max_threads_per_block = max_block
+    warp_size = wave_size
+    multi_processor_count = compute_units
+    max_shared_memory_per_block = max_shared
+
+    def sync(self):
+        """Waits until every request this session has sent so far is answered (requests on
+        one device complete in order, so this covers every launch and copy sent before)."""
+        self.session.sync()
+
+    def empty(self, shape, dtype="float32"):
+        from . import nd
+        return nd.empty(shape, dtype, self)
+
+    def array(self, obj, dtype=None):
+        from . import nd
+        return nd.array(obj, self, dtype)
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and other.session is self.session and other.id == self.id
+
+    def __hash__(self):
+        return hash((id(self.session), self.id))
+
+    def __str__(self):
+        return self.id
+
+    def __repr__(self):
+        return "<kiln.Device %s%s>" % (self.id, "" if self.exist else " (absent)")
+
+
+class Session:
+    """One connection to kilnd. Thread-safe; many calls may be in flight (``*_async``).
+
+    ``server``, ``tenant``, ``limits`` and ``version`` come from the ``hello`` answer.
+    ``daemon`` is the private kilnd this session started, if any.
+    """
+
+    def __init__(self, url, token=None, client=None, timeout=10.0, daemon=None):
+        self.url = url
+        self.daemon = daemon
+        self._conn = Connection(url, timeout)
+        self._devices = None
+        self._devices_lock = threading.Lock()
+        params = {"version": PROTOCOL_VERSION, "client": client or CLIENT_NAME}
+        if token is not None:
+            params["token"] = token
+        try:
+            h = self._conn.request("hello", params).result(timeout)
+        except BaseException:
+            self._conn.close(0)
+            raise
+        self.hello_result = h
+        self.server = h.get("server")
+        self.version = h.get("version")
+        self.tenant = h.get("tenant")
+        self.limits = h.get("limits") or {}
+
+    # -- generic calls ---------------------------------------------------------------------
+
+    def call_async(self, method, params=None, **fields):
+        """Sends any method with a params map (``params`` and/or keyword fields) and
+        returns a Future of its raw result."""
+        p = dict(params or {})
+        p.update(fields)
+        return self._conn.request(method, p)
+
+    def call(self, method, params=None, **fields):
+        """Calls any method and returns its raw result (or raises its KilnError)."""
+        return self.call_async(method, params, **fields).result()
+
+    def ping_async(self):
+        return self._conn.request("ping", {})
+
+    def ping(self):
+        return self.ping_async().result()
+
+    def stats_async(self):
+        return self._conn.request("stats", {})
+
+    def stats(self):
+        return self.stats_async().result()
+
+    def devices_async(self, absent=False):
+        def wrap(lst):
+            self._devices = {d["id"]: d for d in lst if isinstance(d, dict) and "id" in d}
+            return [Device(self, d["id"]) for d in lst if isinstance(d, dict) and "id" in d
+                    and d.get("available", True) is not False]
+        params = {"absent": True} if absent else {}
+        return self._conn.request("devices", params, transform=wrap)
+
+    def devices(self):
+        """The devices the daemon serves, as Device objects (refreshes ``dev.info``)."""
+        return self.devices_async().result()
+
+    def devices_info(self, absent=False):
+        """The daemon's raw ``devices`` answer (with ``absent=True``, also the backends
+        that found no device and why)."""
+        return self.call("devices", {"absent": True} if absent else {})
+
+    def _device_info(self):
+        if self._devices is None:
+            with self._devices_lock:
+                if self._devices is None:
+                    self.devices()
+        return self._devices
+
+    # -- devices ---------------------------------------------------------------------------
+
+    def device(self, device_id):
+        """A Device by id: "cpu:0", "hsa:0", "cuda:1". TVM's names work too: "rocm:0",
+        "gpu:0" (the first GPU of any kind), "llvm"."""
+        if isinstance(device_id, Device):
+            return device_id
+        if not isinstance(device_id, str):
+            raise InvalidArgument("a device id is a str like 'cpu:0', not %r" % (device_id,))
+        kind, _, n = device_id.partition(":")
+        n = n or "0"
+        kind = {"rocm": "hsa", "amd": "hsa", "llvm": "cpu", "host": "cpu", "nvidia": "cuda"}.get(kind, kind)
+        if kind == "gpu":
+            gpus = [d for d in self._device_info() if not d.startswith("cpu:")]
+            if not gpus:
+                return Device(self, "hsa:" + n)
+            return Device(self, sorted(gpus)[int(n)] if int(n) < len(gpus) else "hsa:" + n)
+        return Device(self, "%s:%s" % (kind, n))
+
+    def cpu(self, n=0):
+        return Device(self, "cpu:%d" % n)
+
+    def rocm(self, n=0):
+        return Device(self, "hsa:%d" % n)
+
+    hsa = rocm
+
+    def cuda(self, n=0):
+        return Device(self, "cuda:%d" % n)
+
+    def default_device(self):
+        """The first GPU the daemon serves, else cpu:0."""
+        ids = sorted(self._device_info(), key=lambda d: (d.startswith("cpu:"), d))
+        for d in ids:
+            if self._devices[d].get("available", True) is not False:
+                return Device(self, d)
+        return self.cpu(0)
+
+    # -- modules ---------------------------------------------------------------------------
+
+    def compile_async(self, ir, target=None, format=None, options=None, name=None):
+        from .module import compile_params, Module
+        params = compile_params(self, ir, target, format, options)
+        tgt = params["target"]
+        return self._conn.request("compile", params,
+                                  transform=lambda r: Module(self, r, tgt, name=name))
+
+    def compile(self, ir, target=None, format=None, options=None, name=None):
+        """Compiles a payload (LLVM IR text or bitcode, a code object, or a path to a file
+        holding one) for ``target`` (a Device, a device id, or a target name such as
+        "cpu", "gfx942", "sm_90"; default "cpu:0", the protocol's default device) -> Module."""
+        return self.compile_async(ir, target, format, options, name).result()
+
+    def compile_batch_async(self, items, options=None):
+        from .module import compile_params, batch_results
+        plist = []
+        for it in items:
+            if isinstance(it, dict):
+                plist.append(compile_params(self, it.get("ir"), it.get("target"), it.get("format"),
+                                            it.get("options", options)))
+            elif isinstance(it, (tuple, list)):
+                plist.append(compile_params(self, *it))
+            else:
+                plist.append(compile_params(self, it, None, None, options))
+        targets = [p["target"] for p in plist]
+        return self._conn.request("compile_batch", {"items": plist},
+                                  transform=lambda r: batch_results(self, r, targets))
+
+    def compile_batch(self, items, options=None):
+        """Compiles many payloads in one request (a tuner's trial builds). ``items``: dicts
+        ``{"ir", "target", "format"?, "options"?}``, tuples ``(ir, target)``, or payloads.
+        Returns a list in item order holding a Module or, for an item that failed, the
+        KilnError (not raised) describing why."""
+        return self.compile_batch_async(items, options).result()
+
+    def module(self, module_id, target=None):
+        """A Module for a module id obtained earlier (its kernels are not known)."""
+        from .module import Module
+        return Module(self, {"module": module_id, "kernels": []}, target)
+
+    # -- life ------------------------------------------------------------------------------
+
+    def sync(self, timeout=None):
+        """Waits until every request sent on this session so far has its answer."""
+        self._conn.drain(timeout)
+
+    @property
+    def closed(self):
+        return self._conn.closed
+
+    def close(self):
+        """Sends pending frees, waits briefly for their answers, closes the connection.
+        Does not stop a private daemon (that happens at exit)."""
+        self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "<kiln.Session %s %s tenant=%s%s>" % (self.url, self.server, self.tenant,
+                                                     " closed" if self.closed else "")
+
+
+def _try_connect(url, token, client, timeout, daemon=None):
+    return Session(url, token=token, client=client, timeout=timeout, daemon=daemon)
+
+
+def connect(url=None, token=None, client=None, autostart=None, timeout=10.0):
+    """Connects to kilnd and says hello.
+
+    ``url``: ``tcp:HOST:PORT`` or ``unix:PATH``. Without one: ``$KILN_URL``; else the
+    default unix socket (``$XDG_RUNTIME_DIR/kiln.sock``, or ``/tmp/kiln-$UID.sock``); if
+    nothing answers there and ``autostart`` is not False (and ``$KILN_AUTOSTART`` is not
+    "0"), a private kilnd is started (``$KILND``, a build tree around this package, or
+    ``kilnd`` on PATH) with its own socket and cache in a temporary directory, shared by
+    every later ``connect()`` of this process and stopped at exit.
+    ``token``: default ``$KILN_TOKEN``.
+    """
+    if token is None:
+        token = os.environ.get("KILN_TOKEN") or None
+    if url is None:
+        url = os.environ.get("KILN_URL") or None
+    if url is not None:
+        parse_url(url)
+        try:
+            return _try_connect(url, token, client, timeout)
+        except OSError as e:
+            raise Unavailable("cannot reach kilnd at %s: %s" % (url, e.strerror or e)) from None
+    default = "unix:" + _daemon.default_socket_path()
+    if os.path.exists(default[5:]):
+        try:
+            return _try_connect(default, token, client, timeout)
+        except OSError:
+            pass
+    if autostart is None:
+        autostart = os.environ.get("KILN_AUTOSTART", "1") != "0"
+    if not autostart:
+        raise Unavailable("no kilnd answers at %s; start kilnd, set KILN_URL, or allow autostart" % default)
+    priv = _daemon._private
+    if priv is None or not priv.alive():
+        if _daemon.find_kilnd() is None:
+            raise Unavailable("no kilnd answers at %s and no kilnd binary was found to start one; "
+                              "start kilnd, set KILN_URL to a running one, or set KILND to the binary" % default)
+        priv = _daemon.private_daemon()
+    try:
+        return _try_connect(priv.url, token, client, timeout, daemon=priv)
+    except OSError as e:
+        raise Unavailable("the private kilnd at %s does not answer: %s; its log ends:\n%s"
+                          % (priv.url, e, priv.log()[-2000:])) from None
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_session():
+    """The process's shared session (``kiln.connect()`` on first use), used where no
+    device is given: ``kiln.nd.array(x)``, ``kiln.cpu(0)``."""
+    global _default
+    with _default_lock:
+        if _default is None or _default.closed:
+            _default = connect()
+        return _default
