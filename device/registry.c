@@ -45,12 +45,12 @@ kiln_status_t kiln_device_id_parse(const char *id, const kiln_backend_t **out_ba
     const char *p = colon + 1;
     if (*p == '\0')
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "device id \"%s\": missing index after ':'", id);
+    if (p[strspn(p, "0123456789")] != '\0')
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                         "device id \"%s\": index must be a decimal number", id);
     if (p[0] == '0' && p[1] != '\0')
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "device id \"%s\": index has a leading zero", id);
     for (; *p; p++) {
-      if (*p < '0' || *p > '9')
-        return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                           "device id \"%s\": index must be a decimal number", id);
       index = index * 10 + (uint32_t)(*p - '0');
       if (index > MAX_INDEX)
         return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "device id \"%s\": index too large", id);

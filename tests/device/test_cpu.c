@@ -1,0 +1,199 @@
+/* The cpu backend's own parts: its pool, memory, and modules built by hand to the cpu ABI
+ * (cpu_fixture.c), so they are checked without the compiler. */
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/cpu/pool.h"
+#include "device/launch.h"
+#include "device/registry.h"
+#include "support.h"
+
+static _Atomic unsigned ran_mask;
+
+static void mark(void *ctx, unsigned thread) { atomic_fetch_or(&ran_mask, 1u << thread); }
+
+Test(cpu_pool, runs_the_job_on_every_thread_each_time) {
+  kiln_cpu_pool_t *pool;
+  cr_assert_eq(kiln_cpu_pool_create(NULL, 0, &pool), KILN_OK);
+  unsigned n = kiln_cpu_pool_size(pool);
+  cr_assert_gt(n, 0);
+  for (int round = 0; round < 1000; round++) {
+    atomic_store(&ran_mask, 0);
+    kiln_cpu_pool_run(pool, mark, NULL);
+    cr_assert_eq(atomic_load(&ran_mask), (n >= 32 ? ~0u : (1u << n) - 1), "round %d", round);
+  }
+  kiln_cpu_pool_destroy(pool);
+}
+
+Test(cpu_pool, names_a_core_it_cannot_use) {
+  int cpus[] = {0, 100000};
+  kiln_cpu_pool_t *pool = NULL;
+  kiln_status_t s = kiln_cpu_pool_create(cpus, 2, &pool);
+  cr_assert(s);
+  cr_expect_eq(kiln_status_code(s), KILN_E_INVALID_ARGUMENT);
+  cr_expect(strstr(kiln_status_message(s), "100000"), "%s", kiln_status_message(s));
+  cr_expect_null(pool);
+  kiln_status_free(s);
+}
+
+Test(cpu_memory, aligned_bounded_copies) {
+  const kiln_backend_t *b = &kiln_backend_cpu;
+  kiln_device_t *dev;
+  cr_assert_eq(b->open(0, NULL, 0, &dev), KILN_OK);
+  uint64_t sizes[] = {1, 100, 4096, 3u << 20};
+  for (size_t i = 0; i < 4; i++) {
+    kiln_dmem_t *m;
+    cr_assert_eq(b->mem_alloc(dev, sizes[i], &m), KILN_OK);
+    cr_expect_eq(b->mem_address(dev, m) % 64, 0);
+    cr_expect_eq((uint64_t)(uintptr_t)b->mem_host_ptr(dev, m), b->mem_address(dev, m));
+    char x = 'q', y = 0;
+    cr_expect_eq(b->copy_in(dev, m, sizes[i] - 1, &x, 1), KILN_OK);
+    cr_expect_eq(b->copy_out(dev, m, sizes[i] - 1, &y, 1), KILN_OK);
+    cr_expect_eq(y, 'q');
+    kiln_status_t s = b->copy_in(dev, m, sizes[i], &x, 1);
+    cr_expect(s && kiln_status_code(s) == KILN_E_INVALID_ARGUMENT);
+    kiln_status_free(s);
+    b->mem_free(dev, m);
+  }
+  cr_expect_eq(b->flush_caches(dev), KILN_OK);
+  kiln_status_t s = b->open(1, NULL, 0, &dev);
+  cr_expect(s && kiln_status_code(s) == KILN_E_NOT_FOUND);
+  kiln_status_free(s);
+  b->close(dev);
+}
+
+static kiln_kernel_arg_t vadd_args[] = {
+    {.name = "a", .type = KILN_ARG_PTR, .size = 8},
+    {.name = "b", .type = KILN_ARG_PTR, .size = 8},
+    {.name = "c", .type = KILN_ARG_PTR, .size = 8},
+    {.name = "n", .type = KILN_ARG_I32, .size = 4},
+};
+static kiln_kernel_arg_t groups_args[] = {{.name = "out", .type = KILN_ARG_PTR, .size = 8}};
+static kiln_kernel_t fixture_kernels[] = {
+    {.name = "vadd", .num_args = 4, .args = vadd_args},
+    {.name = "groups", .num_args = 1, .args = groups_args, .group_segment_size = 4096},
+    {.name = "spin", .num_args = 0},
+};
+
+static void fixture_artifact(const char *file, kiln_artifact_t *art) {
+  memset(art, 0, sizeof *art);
+  art->format = KILN_FORMAT_CPU_SO;
+  strcpy(art->target, "cpu");
+  art->code = kiln_test_read_data(file, &art->code_size);
+  art->num_kernels = 3;
+  art->kernels = fixture_kernels;
+}
+
+Test(cpu_module, runs_hand_written_work_groups) {
+  const kiln_backend_t *b = &kiln_backend_cpu;
+  kiln_device_t *dev;
+  cr_assert_eq(b->open(0, NULL, 0, &dev), KILN_OK);
+  kiln_artifact_t art;
+  fixture_artifact("cpu_fixture.so", &art);
+  kiln_dmodule_t *mod;
+  kiln_status_t s = b->module_load(dev, &art, &mod);
+  cr_assert_eq(s, KILN_OK, "%s", s ? kiln_status_message(s) : "");
+
+  enum { N = 1000 };
+  float ha[N], hb[N], hc[N];
+  for (int i = 0; i < N; i++) ha[i] = (float)i, hb[i] = 2.0f * (float)i, hc[i] = -1;
+  kiln_dmem_t *da, *db, *dc;
+  cr_assert_eq(b->mem_alloc(dev, sizeof ha, &da), KILN_OK);
+  cr_assert_eq(b->mem_alloc(dev, sizeof hb, &db), KILN_OK);
+  cr_assert_eq(b->mem_alloc(dev, sizeof hc, &dc), KILN_OK);
+  b->copy_in(dev, da, 0, ha, sizeof ha);
+  b->copy_in(dev, db, 0, hb, sizeof hb);
+  b->copy_in(dev, dc, 0, hc, sizeof hc);
+  kiln_launch_arg_t in[4] = {
+      {.kind = KILN_LAUNCH_ARG_TENSOR, .tensor_addr = b->mem_address(dev, da)},
+      {.kind = KILN_LAUNCH_ARG_TENSOR, .tensor_addr = b->mem_address(dev, db)},
+      {.kind = KILN_LAUNCH_ARG_TENSOR, .tensor_addr = b->mem_address(dev, dc)},
+      {.kind = KILN_LAUNCH_ARG_UINT, .u = N},
+  };
+  kiln_launch_values_t v;
+  cr_assert_eq(kiln_launch_values_init(&v, &art.kernels[0], in, 4), KILN_OK);
+  uint32_t grid[3] = {(N + 63) / 64, 1, 1}, block[3] = {64, 1, 1};
+  kiln_launch_t l;
+  cr_assert_eq(kiln_launch_prepare(&art.kernels[0], b->info(dev), grid, block, 0, v.ptrs, &l), KILN_OK);
+  uint64_t ns = 0;
+  cr_assert_eq(b->launch(dev, mod, &l, 3, 0, &ns), KILN_OK);
+  cr_expect_gt(ns, 0);
+  b->copy_out(dev, dc, 0, hc, sizeof hc);
+  for (int i = 0; i < N; i++) cr_assert_eq(hc[i], 3.0f * (float)i, "c[%d] = %g", i, hc[i]);
+  kiln_launch_values_deinit(&v);
+
+  /* Every group of a 3-D grid exactly once, each with its own work-group memory. */
+  enum { GX = 7, GY = 5, GZ = 3 };
+  int32_t hout[GX * GY * GZ] = {0};
+  kiln_dmem_t *dout;
+  cr_assert_eq(b->mem_alloc(dev, sizeof hout, &dout), KILN_OK);
+  b->copy_in(dev, dout, 0, hout, sizeof hout);
+  kiln_launch_arg_t gin[1] = {{.kind = KILN_LAUNCH_ARG_TENSOR, .tensor_addr = b->mem_address(dev, dout)}};
+  cr_assert_eq(kiln_launch_values_init(&v, &art.kernels[1], gin, 1), KILN_OK);
+  uint32_t g3[3] = {GX, GY, GZ}, b3[3] = {256, 1, 1};
+  cr_assert_eq(kiln_launch_prepare(&art.kernels[1], b->info(dev), g3, b3, 0, v.ptrs, &l), KILN_OK);
+  cr_assert_eq(b->launch(dev, mod, &l, 1, 0, NULL), KILN_OK);
+  b->copy_out(dev, dout, 0, hout, sizeof hout);
+  for (int i = 0; i < GX * GY * GZ; i++) cr_assert_eq(hout[i], i + 1, "group %d", i);
+  kiln_launch_values_deinit(&v);
+
+  b->mem_free(dev, da);
+  b->mem_free(dev, db);
+  b->mem_free(dev, dc);
+  b->mem_free(dev, dout);
+  b->module_unload(dev, mod);
+  free(art.code);
+  b->close(dev);
+}
+
+Test(cpu_module, deadline_stops_new_work_groups) {
+  const kiln_backend_t *b = &kiln_backend_cpu;
+  kiln_device_t *dev;
+  cr_assert_eq(b->open(0, NULL, 0, &dev), KILN_OK);
+  kiln_artifact_t art;
+  fixture_artifact("cpu_fixture.so", &art);
+  kiln_dmodule_t *mod;
+  cr_assert_eq(b->module_load(dev, &art, &mod), KILN_OK);
+  uint32_t grid[3] = {100000, 1, 1}, block[3] = {1, 1, 1};
+  kiln_launch_t l;
+  void *none[1] = {NULL};
+  cr_assert_eq(kiln_launch_prepare(&art.kernels[2], b->info(dev), grid, block, 0, none, &l), KILN_OK);
+  kiln_status_t s = b->launch(dev, mod, &l, 1, 20 * 1000 * 1000, NULL);
+  cr_assert(s);
+  cr_expect_eq(kiln_status_code(s), KILN_E_TIMEOUT, "%s", kiln_status_message(s));
+  kiln_status_free(s);
+  b->module_unload(dev, mod);
+  free(art.code);
+  b->close(dev);
+}
+
+Test(cpu_module, refuses_foreign_and_wrong_version_modules) {
+  const kiln_backend_t *b = &kiln_backend_cpu;
+  kiln_device_t *dev;
+  cr_assert_eq(b->open(0, NULL, 0, &dev), KILN_OK);
+  kiln_artifact_t art;
+  fixture_artifact("cpu_fixture_v99.so", &art);
+  kiln_dmodule_t *mod = NULL;
+  kiln_status_t s = b->module_load(dev, &art, &mod);
+  cr_assert(s);
+  cr_expect(strstr(kiln_status_message(s), "ABI version 99"), "%s", kiln_status_message(s));
+  kiln_status_free(s);
+  art.format = KILN_FORMAT_PTX;
+  strcpy(art.target, "sm_90");
+  s = b->module_load(dev, &art, &mod);
+  cr_assert(s);
+  cr_expect(strstr(kiln_status_message(s), "compile it for target cpu"), "%s", kiln_status_message(s));
+  kiln_status_free(s);
+  art.format = KILN_FORMAT_CPU_SO;
+  memcpy(art.code, "garbage", 7);
+  s = b->module_load(dev, &art, &mod);
+  cr_assert(s);
+  cr_expect_eq(kiln_status_code(s), KILN_E_INVALID_ARGUMENT);
+  kiln_status_free(s);
+  cr_expect_null(mod);
+  free(art.code);
+  b->close(dev);
+}
