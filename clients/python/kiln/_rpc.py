@@ -288,7 +288,7 @@ class Connection:
             try:
                 self._flush_nonblocking()
             except OSError as e:
-                self._die(Unavailable("the connection to kilnd at %s failed: %s" % (self.url, e)))
+                self._lost(e)
             finally:
                 self._send_lock.release()
 
@@ -328,7 +328,9 @@ class Connection:
             try:
                 self._send_all(bufs)
             except OSError as e:
-                exc = Unavailable("the connection to kilnd at %s failed while sending: %s" % (self.url, e))
+                self._salvage()  # the daemon may have said why it closed (an "error" notification)
+                exc = self._server_error or Unavailable(
+                    "the connection to kilnd at %s failed while sending: %s" % (self.url, e))
                 self._die(exc)
                 raise self._dead from None
 
@@ -350,6 +352,29 @@ class Connection:
                 else:
                     views[0] = v[n:]
                     n = 0
+
+    def _salvage(self):
+        """After a failed send: reads what the daemon sent before it closed, without waiting
+        long, so that its error notification becomes the reported error."""
+        with self._state:
+            if self._reading or self._dead is not None:
+                return
+            self._reading = True
+        try:
+            for _ in range(64):
+                if self._dead is not None:
+                    break
+                p = select.poll()
+                p.register(self._fd, select.POLLIN)
+                if not p.poll(100):
+                    break
+                self._read_once(0)
+        except Exception:
+            pass
+        finally:
+            with self._state:
+                self._reading = False
+                self._state.notify_all()
 
     def _wait_writable(self):
         """The socket is full: wait until it drains, reading replies meanwhile when no
@@ -419,7 +444,7 @@ class Connection:
         except (BlockingIOError, InterruptedError):
             n = -1
         except OSError as e:
-            self._die(Unavailable("the connection to kilnd at %s failed: %s" % (self.url, e)))
+            self._lost(e)
             return
         if n < 0:
             if self._backlog and self._send_lock.acquire(False):
@@ -439,7 +464,7 @@ class Connection:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
-                self._die(Unavailable("the connection to kilnd at %s failed: %s" % (self.url, e)))
+                self._lost(e)
                 return
         if n == 0:
             exc = self._server_error or Unavailable(
@@ -514,7 +539,7 @@ class Connection:
                 p.poll(1000)
                 continue
             except OSError as e:
-                self._die(Unavailable("the connection to kilnd at %s failed: %s" % (self.url, e)))
+                self._lost(e)
                 return n
             if k == 0:
                 self._die(self._server_error or Unavailable("kilnd at %s closed the connection" % self.url))
@@ -556,6 +581,9 @@ class Connection:
                     pass
         else:
             raise ValueError("unexpected message %r" % (msg[:2],))
+
+    def _lost(self, oserror):
+        self._die(self._server_error or Unavailable("the connection to kilnd at %s failed: %s" % (self.url, oserror)))
 
     def _die(self, exc):
         with self._state:

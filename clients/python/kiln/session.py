@@ -293,12 +293,16 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0):
         parse_url(url)
         try:
             return _try_connect(url, token, client, timeout)
+        except KilnError:
+            raise
         except OSError as e:
             raise Unavailable("cannot reach kilnd at %s: %s" % (url, e.strerror or e)) from None
     default = "unix:" + _daemon.default_socket_path()
     if os.path.exists(default[5:]):
         try:
             return _try_connect(default, token, client, timeout)
+        except KilnError:
+            raise
         except OSError:
             pass
     if autostart is None:
@@ -313,6 +317,8 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0):
         priv = _daemon.private_daemon()
     try:
         return _try_connect(priv.url, token, client, timeout, daemon=priv)
+    except KilnError:
+        raise
     except OSError as e:
         raise Unavailable("the private kilnd at %s does not answer: %s; its log ends:\n%s"
                           % (priv.url, e, priv.log()[-2000:])) from None
