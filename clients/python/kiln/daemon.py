@@ -65,7 +65,7 @@ class Daemon:
     def __init__(self, proc, urls, tmpdir, log_path, own_tmpdir):
         self.proc = proc
         self.urls = urls
-        self.url = urls[0]
+        self.url = urls[0] if urls else None
         self.tmpdir = tmpdir
         self.log_path = log_path
         self._own_tmpdir = own_tmpdir
