@@ -151,8 +151,10 @@ kiln_status_t kiln_client_request_end(kiln_client_t *c) {
   }
   c->building = false;
   c->inflight++;
-  if (c->queued_packed > MAX_QUEUED_PACKED) return kiln_io_flush(c, kiln_io_deadline(c));
-  if (c->queued >= EAGER_SEND_BYTES) return kiln_io_write_some(c);
+  /* The request is queued: a failure to send it now is the connection's, recorded in
+   * c->broken and reported by the wait for its reply. */
+  if (c->queued_packed > MAX_QUEUED_PACKED) kiln_status_free(kiln_io_flush(c, kiln_io_deadline(c)));
+  else if (c->queued >= EAGER_SEND_BYTES) kiln_status_free(kiln_io_write_some(c));
   return KILN_OK;
 }
 
@@ -166,8 +168,11 @@ kiln_status_t kiln_client_wait(kiln_client_t *c, uint32_t msgid, kiln_reply_t **
   if (!v) return KILN_STATUS(KILN_E_NOT_FOUND, "request %u is not in flight", msgid);
   uint64_t deadline = kiln_io_deadline(c);
   while (v == KILN_CALL_INFLIGHT) {
-    KILN_RETURN_IF_ERROR(kiln_io_receive(c, deadline));
+    kiln_status_t s = kiln_io_receive(c, deadline);
     v = kiln_map_get(&c->calls, key);
+    /* The reply may have been read just before the connection ended: it wins. */
+    if (s && v == KILN_CALL_INFLIGHT) return s;
+    kiln_status_free(s);
   }
   kiln_map_remove(&c->calls, key);
   kiln_reply_unlink(c, v);
@@ -182,7 +187,9 @@ kiln_status_t kiln_client_wait_any(kiln_client_t *c, kiln_reply_t **out_reply) {
       *out_reply = NULL;
       return KILN_OK;
     }
-    KILN_RETURN_IF_ERROR(kiln_io_receive(c, deadline));
+    kiln_status_t s = kiln_io_receive(c, deadline);
+    if (s && !c->done_head) return s;
+    kiln_status_free(s);
   }
   kiln_reply_t *r = c->done_head;
   kiln_map_remove(&c->calls, kiln_call_key(r->msgid));

@@ -29,6 +29,8 @@ kiln_status_t kiln_io_broken(const kiln_client_t *c) {
   return KILN_STATUS(kiln_status_code(c->broken), "%s", kiln_status_message(c->broken));
 }
 
+static size_t read_some(kiln_client_t *c);
+
 static void set_broken(kiln_client_t *c, kiln_status_t s) {
   if (c->broken) kiln_status_free(s);
   else c->broken = s;
@@ -59,8 +61,12 @@ kiln_status_t kiln_io_write_some(kiln_client_t *c) {
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return KILN_OK;
+      int err = errno;
+      /* The daemon closes a connection after replying to a request it refused (a message
+       * over its limit): read that reply before giving up, it says why. */
+      read_some(c);
       set_broken(c, KILN_STATUS(KILN_E_UNAVAILABLE, "sending to %s failed: %s", c->url,
-                                strerror(errno)));
+                                strerror(err)));
       return kiln_io_broken(c);
     }
     size_t left = (size_t)w;

@@ -36,7 +36,7 @@ static void print(FILE *f, const msgpack_object *o, bool pretty, int depth) {
     case MSGPACK_OBJECT_NEGATIVE_INTEGER: fprintf(f, "%lld", (long long)o->via.i64); break;
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64:
-      if (isfinite(o->via.f64)) fprintf(f, "%.17g", o->via.f64);
+      if (isfinite(o->via.f64)) fprintf(f, "%.15g", o->via.f64);
       else fputs("null", f);
       break;
     case MSGPACK_OBJECT_STR: put_string(f, o->via.str.ptr, o->via.str.size); break;
