@@ -1,0 +1,317 @@
+/* The compiler object and one compile job from request to artifact: picks the path by
+ * payload kind and target, owns the job's LLVM context, collects diagnostics. */
+#include <llvm-c/Core.h>
+#include <llvm-c/ErrorHandling.h>
+#include <llvm-c/Target.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compiler/internal.h"
+
+/* ---- small shared helpers ---------------------------------------------------------- */
+
+char *kc_strdup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+static void buf_vprintf(kiln_buf_t *b, const char *fmt, va_list ap) {
+  char line[2048];
+  int n = vsnprintf(line, sizeof(line), fmt, ap);
+  if (n < 0) return;
+  size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+  kiln_status_t s = kiln_buf_append(b, line, len);
+  if (!s) s = kiln_buf_append(b, "\n", 1);
+  kiln_status_free(s);
+}
+
+void kc_log(kc_job_t *job, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  buf_vprintf(&job->log, fmt, ap);
+  va_end(ap);
+}
+
+kiln_status_t kc_check_diagnostics(kc_job_t *job, const char *stage) {
+  if (!job->errors.len) return KILN_OK;
+  /* Drop the trailing newline; the message is one block of text. */
+  size_t n = job->errors.len;
+  while (n && job->errors.data[n - 1] == '\n') n--;
+  return KC_COMPILE_ERROR("%s failed for %s: %.*s", stage, job->target.id, (int)n,
+                          (const char *)job->errors.data);
+}
+
+static void diagnostic_cb(LLVMDiagnosticInfoRef di, void *ud) {
+  kc_job_t *job = ud;
+  char *text = LLVMGetDiagInfoDescription(di);
+  LLVMDiagnosticSeverity sev = LLVMGetDiagInfoSeverity(di);
+  switch (sev) {
+  case LLVMDSError: {
+    kiln_status_t s = kiln_buf_append(&job->errors, text, strlen(text));
+    if (!s) s = kiln_buf_append(&job->errors, "\n", 1);
+    kiln_status_free(s);
+    break;
+  }
+  case LLVMDSWarning: kc_log(job, "warning: %s", text); break;
+  default: break; /* remarks and notes are noise for clients */
+  }
+  LLVMDisposeMessage(text);
+}
+
+/* LLVM calls this on report_fatal_error and then ends the process. Only async-signal-safe
+ * calls here: the process may be in any state. */
+static void fatal_error_cb(const char *reason) {
+  static const char head[] = "kiln compile worker: LLVM fatal error, the process ends (the job "
+                             "fails with E_COMPILER_CRASHED): ";
+  ssize_t r = write(2, head, sizeof(head) - 1);
+  r = write(2, reason, strlen(reason));
+  r = write(2, "\n", 1);
+  (void)r;
+}
+
+/* ---- kinds and options ------------------------------------------------------------- */
+
+static const char *const kind_names[] = {
+    [KILN_PAYLOAD_AUTO] = "auto", [KILN_PAYLOAD_LLVM] = "llvm", [KILN_PAYLOAD_HSACO] = "hsaco",
+    [KILN_PAYLOAD_PTX] = "ptx",   [KILN_PAYLOAD_CPU_SO] = "cpu-so",
+};
+
+kiln_status_t kiln_payload_kind_parse(const char *name, kiln_payload_kind_t *out_kind) {
+  for (size_t i = 0; name && i < sizeof(kind_names) / sizeof(kind_names[0]); i++) {
+    if (strcmp(kind_names[i], name) == 0) {
+      *out_kind = (kiln_payload_kind_t)i;
+      return KILN_OK;
+    }
+  }
+  return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                     "unknown payload format '%s': use \"auto\", \"llvm\", \"hsaco\", \"ptx\" or "
+                     "\"cpu-so\"",
+                     name ? name : "(null)");
+}
+
+const char *kiln_payload_kind_name(kiln_payload_kind_t kind) {
+  return (unsigned)kind < sizeof(kind_names) / sizeof(kind_names[0]) ? kind_names[kind] : "unknown";
+}
+
+kiln_compile_options_t kiln_compile_options_default(void) {
+  return (kiln_compile_options_t){.opt_level = 3, .max_block = 0, .fast_math = false};
+}
+
+kiln_status_t kiln_compile_opt_level_parse(const char *name, uint32_t *out_level) {
+  const char *p = name && (name[0] == 'O' || name[0] == 'o') ? name + 1 : name;
+  if (p && p[0] >= '0' && p[0] <= '3' && p[1] == 0) {
+    *out_level = (uint32_t)(p[0] - '0');
+    return KILN_OK;
+  }
+  return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "unknown optimisation level '%s': use \"O0\" to \"O3\"",
+                     name ? name : "(null)");
+}
+
+/* ---- create / destroy -------------------------------------------------------------- */
+
+static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
+
+static void llvm_init(void) {
+  LLVMInstallFatalErrorHandler(fatal_error_cb);
+  LLVMInitializeAMDGPUTargetInfo();
+  LLVMInitializeAMDGPUTarget();
+  LLVMInitializeAMDGPUTargetMC();
+  LLVMInitializeAMDGPUAsmPrinter();
+  LLVMInitializeNVPTXTargetInfo();
+  LLVMInitializeNVPTXTarget();
+  LLVMInitializeNVPTXTargetMC();
+  LLVMInitializeNVPTXAsmPrinter();
+  LLVMInitializeNativeTarget();
+  LLVMInitializeNativeAsmPrinter();
+}
+
+kiln_status_t kiln_compiler_create(const kiln_compiler_config_t *config, kiln_compiler_t **out_compiler) {
+  pthread_once(&llvm_once, llvm_init);
+  kiln_compiler_t *c = calloc(1, sizeof(*c));
+  if (!c) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory creating the compiler");
+  const char *dir = config && config->device_libs_dir ? config->device_libs_dir : NULL;
+  if (!dir) dir = getenv("KILN_DEVICE_LIBS");
+  if (!dir) dir = kc_devlibs_default_dir();
+  snprintf(c->devlibs_dir, sizeof(c->devlibs_dir), "%s", dir);
+  *out_compiler = c;
+  return KILN_OK;
+}
+
+void kiln_compiler_destroy(kiln_compiler_t *c) {
+  if (!c) return;
+  for (size_t i = 0; i < sizeof(c->tms) / sizeof(c->tms[0]); i++)
+    if (c->tms[i].tm) LLVMDisposeTargetMachine(c->tms[i].tm);
+  kc_devlibs_release(c);
+  kc_link_cleanup(c);
+  free(c);
+}
+
+/* ---- one job ----------------------------------------------------------------------- */
+
+static bool starts_with(const uint8_t *p, size_t n, const char *prefix) {
+  size_t k = strlen(prefix);
+  return n >= k && memcmp(p, prefix, k) == 0;
+}
+
+/* Skips PTX comments and blank space; PTX files start with comments, then ".version". */
+static bool looks_like_ptx(const uint8_t *p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r') {
+      i++;
+    } else if (i + 1 < n && p[i] == '/' && p[i + 1] == '/') {
+      while (i < n && p[i] != '\n') i++;
+    } else if (i + 1 < n && p[i] == '/' && p[i + 1] == '*') {
+      i += 2;
+      while (i + 1 < n && !(p[i] == '*' && p[i + 1] == '/')) i++;
+      i += 2;
+    } else {
+      return starts_with(p + i, n - i, ".version");
+    }
+  }
+  return false;
+}
+
+static kiln_payload_kind_t sniff(const uint8_t *p, size_t n) {
+  if (starts_with(p, n, "\x7f" "ELF")) {
+    uint16_t machine = n >= 20 ? (uint16_t)(p[18] | p[19] << 8) : 0;
+    return machine == 224 /* EM_AMDGPU */ ? KILN_PAYLOAD_HSACO : KILN_PAYLOAD_CPU_SO;
+  }
+  if (looks_like_ptx(p, n)) return KILN_PAYLOAD_PTX;
+  return KILN_PAYLOAD_LLVM;
+}
+
+static kiln_status_t check_kind_fits_target(kiln_payload_kind_t kind, const kiln_target_t *t) {
+  kiln_target_kind_t want = kind == KILN_PAYLOAD_HSACO ? KILN_TARGET_AMDGPU
+                            : kind == KILN_PAYLOAD_PTX  ? KILN_TARGET_NVPTX
+                                                        : KILN_TARGET_CPU;
+  if (kind == KILN_PAYLOAD_LLVM || want == t->kind) return KILN_OK;
+  return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                     "a %s code object cannot run on target %s: send it for %s, or send LLVM IR to "
+                     "compile for %s",
+                     kiln_payload_kind_name(kind), t->id,
+                     want == KILN_TARGET_AMDGPU ? "a gfx target"
+                     : want == KILN_TARGET_NVPTX ? "an sm_ target"
+                                                 : "\"cpu\"",
+                     t->id);
+}
+
+static kiln_status_t compile_llvm(kc_job_t *job, kiln_artifact_t *out) {
+  KILN_RETURN_IF_ERROR(kc_parse(job));
+  KILN_RETURN_IF_ERROR(kc_verify(job, "the IR as received"));
+  KILN_RETURN_IF_ERROR(kc_target_machine(job));
+  KILN_RETURN_IF_ERROR(kc_prepare(job));
+  switch (job->target.kind) {
+  case KILN_TARGET_AMDGPU:
+    KILN_RETURN_IF_ERROR(kc_lower_gpu(job));
+    return kc_amdgpu_build(job, out);
+  case KILN_TARGET_NVPTX:
+    KILN_RETURN_IF_ERROR(kc_lower_gpu(job));
+    return kc_nvptx_build(job, out);
+  case KILN_TARGET_CPU:
+    KILN_RETURN_IF_ERROR(kc_lower_cpu(job));
+    return kc_cpu_build(job, out);
+  }
+  return KILN_STATUS(KILN_E_INTERNAL, "unhandled target kind %d", (int)job->target.kind);
+}
+
+static kiln_status_t run_job(kc_job_t *job, kiln_artifact_t *out) {
+  const kiln_compile_request_t *req = job->req;
+  if (!req->payload || !req->payload_size)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "the payload is empty: send LLVM IR or a code object");
+  if (req->options.opt_level > 3)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "optimisation level %u: use 0 to 3", req->options.opt_level);
+  if (req->options.max_block > 1024)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "max_block %u: at most 1024 work-items per work-group",
+                       req->options.max_block);
+  KILN_RETURN_IF_ERROR(kiln_compiler_target_parse(req->target, &job->target));
+  kiln_payload_kind_t kind = req->kind == KILN_PAYLOAD_AUTO ? sniff(req->payload, req->payload_size) : req->kind;
+  if ((unsigned)kind > KILN_PAYLOAD_CPU_SO)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "unknown payload kind %d", (int)kind);
+  KILN_RETURN_IF_ERROR(check_kind_fits_target(kind, &job->target));
+
+  snprintf(out->target, sizeof(out->target), "%s", job->target.id);
+  switch (kind) {
+  case KILN_PAYLOAD_HSACO: return kc_validate_hsaco(job, out);
+  case KILN_PAYLOAD_PTX: return kc_validate_ptx(job, out);
+  case KILN_PAYLOAD_CPU_SO: return kc_validate_cpu_so(job, out);
+  default: break;
+  }
+  job->ctx = LLVMContextCreate();
+  LLVMContextSetDiagnosticHandler(job->ctx, diagnostic_cb, job);
+  kiln_status_t s = compile_llvm(job, out);
+  if (!s) s = kc_check_diagnostics(job, "compilation");
+  return s;
+}
+
+kiln_status_t kiln_compiler_compile(kiln_compiler_t *c, const kiln_compile_request_t *req,
+                                    kiln_artifact_t *out) {
+  kc_job_t *job = calloc(1, sizeof(*job));
+  if (!job) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory starting a compile job");
+  job->c = c;
+  job->req = req;
+  kiln_buf_init(&job->log);
+  kiln_buf_init(&job->errors);
+  kiln_artifact_t art;
+  kiln_artifact_init(&art);
+
+  kiln_status_t s = run_job(job, &art);
+  if (!s && job->log.len) {
+    kiln_status_t a = kiln_buf_append(&job->log, "", 1);
+    if (!a) {
+      free(art.log);
+      art.log = (char *)kiln_buf_release(&job->log, &(size_t){0});
+    }
+    kiln_status_free(a);
+  }
+  if (job->mod) LLVMDisposeModule(job->mod);
+  if (job->ctx) LLVMContextDispose(job->ctx);
+  kiln_buf_deinit(&job->log);
+  kiln_buf_deinit(&job->errors);
+  free(job);
+  if (s) {
+    kiln_artifact_deinit(&art);
+    return s;
+  }
+  *out = art;
+  return KILN_OK;
+}
+
+/* ---- identity and keys ------------------------------------------------------------- */
+
+static pthread_once_t identity_once = PTHREAD_ONCE_INIT;
+static char identity[160];
+
+static void identity_init(void) {
+  char libs[2 * 8 + 1] = "none";
+  uint8_t digest[KILN_HASH_BYTES];
+  const char *dir = getenv("KILN_DEVICE_LIBS");
+  if (kc_devlibs_fingerprint(dir ? dir : kc_devlibs_default_dir(), digest)) kiln_hex(digest, 8, libs);
+  snprintf(identity, sizeof(identity), "kiln %s; llvm %s; device-libs %s", KILN_VERSION,
+           KILN_LLVM_VERSION, libs);
+}
+
+const char *kiln_compiler_identity(void) {
+  pthread_once(&identity_once, identity_init);
+  return identity;
+}
+
+void kiln_compiler_request_key(const kiln_compile_request_t *req, const kiln_target_t *target,
+                               uint8_t out_key[KILN_HASH_BYTES]) {
+  kiln_hasher_t h;
+  kiln_hasher_init(&h);
+  const char *id = kiln_compiler_identity();
+  kiln_hasher_field(&h, id, strlen(id));
+  kiln_hasher_field(&h, req->payload, req->payload_size);
+  const char *kind = kiln_payload_kind_name(req->kind);
+  kiln_hasher_field(&h, kind, strlen(kind));
+  kiln_hasher_field(&h, target->id, strlen(target->id));
+  kiln_hasher_field(&h, target->cpu, strlen(target->cpu));
+  kiln_hasher_field(&h, target->features, strlen(target->features));
+  uint8_t opts[9] = {(uint8_t)req->options.opt_level, req->options.fast_math,
+                     (uint8_t)(req->options.max_block), (uint8_t)(req->options.max_block >> 8),
+                     (uint8_t)(req->options.max_block >> 16), (uint8_t)(req->options.max_block >> 24)};
+  kiln_hasher_field(&h, opts, sizeof(opts));
+  kiln_hasher_final(&h, out_key);
+}

@@ -1,0 +1,119 @@
+/* C math names and math intrinsics -> what each GPU target can run (docs/kernels.md, "Math").
+ *
+ * AMDGPU: ROCm's ocml (__ocml_exp_f32 ...), linked from the device libraries afterwards.
+ * NVPTX: kiln's own functions (__kiln_math_exp_f32 ..., compiler/mathlib), no libdevice.
+ * Both: functions with a direct machine equivalent become LLVM intrinsics.
+ * cpu never comes here: libm provides the names and LLVM lowers the intrinsics to libm. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/internal.h"
+
+/* Math functions by base name; `ar` is the number of floating-point arguments. */
+static const struct {
+  const char *base;
+  int ar;
+  const char *intrinsic; /* when the machine does it directly, else NULL */
+} funcs[] = {
+    {"sqrt", 1, "llvm.sqrt"},    {"fabs", 1, "llvm.fabs"},        {"floor", 1, "llvm.floor"},
+    {"ceil", 1, "llvm.ceil"},    {"trunc", 1, "llvm.trunc"},      {"round", 1, "llvm.round"},
+    {"rint", 1, "llvm.rint"},    {"fmin", 2, "llvm.minnum"},      {"fmax", 2, "llvm.maxnum"},
+    {"fma", 3, "llvm.fma"},      {"copysign", 2, "llvm.copysign"}, {"exp", 1, NULL},
+    {"exp2", 1, NULL},           {"exp10", 1, NULL},              {"expm1", 1, NULL},
+    {"log", 1, NULL},            {"log2", 1, NULL},               {"log10", 1, NULL},
+    {"log1p", 1, NULL},          {"pow", 2, NULL},                {"sin", 1, NULL},
+    {"cos", 1, NULL},            {"tan", 1, NULL},                {"asin", 1, NULL},
+    {"acos", 1, NULL},           {"atan", 1, NULL},               {"atan2", 2, NULL},
+    {"sinh", 1, NULL},           {"cosh", 1, NULL},               {"tanh", 1, NULL},
+    {"asinh", 1, NULL},          {"acosh", 1, NULL},              {"atanh", 1, NULL},
+    {"erf", 1, NULL},            {"erfc", 1, NULL},               {"cbrt", 1, NULL},
+    {"hypot", 2, NULL},          {"fmod", 2, NULL},
+};
+
+/* Intrinsics that must become library calls: the GPU back ends either cannot select them
+ * (llvm.sin.f64 on AMDGPU) or select fast approximations (sin.approx on NVPTX). */
+static const struct {
+  const char *base;
+  int ar;
+  bool f32_on_amdgpu; /* AMDGPU selects the f32 form accurately: keep it */
+} lib_intrinsics[] = {
+    {"exp", 1, true},  {"exp2", 1, true}, {"exp10", 1, false}, {"log", 1, true},
+    {"log2", 1, true}, {"log10", 1, true}, {"pow", 2, false},   {"sin", 1, false},
+    {"cos", 1, false}, {"tan", 1, false},
+};
+
+static void library_name(kc_job_t *job, const char *base, bool f64, char *out, size_t cap) {
+  if (job->target.kind == KILN_TARGET_AMDGPU)
+    snprintf(out, cap, "__ocml_%s_%s", base, f64 ? "f64" : "f32");
+  else
+    snprintf(out, cap, "__kiln_math_%s_%s", base, f64 ? "f64" : "f32");
+}
+
+/* True if `fn_type` is T(T, ...) with `ar` parameters of the floating type T. */
+static bool has_signature(LLVMTypeRef fn_type, LLVMTypeRef t, int ar) {
+  if (LLVMGetReturnType(fn_type) != t || (int)LLVMCountParamTypes(fn_type) != ar) return false;
+  LLVMTypeRef params[3];
+  LLVMGetParamTypes(fn_type, params);
+  for (int i = 0; i < ar; i++)
+    if (params[i] != t) return false;
+  return true;
+}
+
+/* Points every use of `from` at `to` (a declaration with the same type) and deletes `from`. */
+static void redirect(LLVMValueRef from, LLVMValueRef to) {
+  if (from == to) return;
+  LLVMReplaceAllUsesWith(from, to);
+  LLVMDeleteFunction(from);
+}
+
+static LLVMValueRef library_function(kc_job_t *job, const char *base, bool f64, LLVMTypeRef fn_type) {
+  char name[64];
+  library_name(job, base, f64, name, sizeof(name));
+  LLVMValueRef f = kc_get_function(job->mod, name, fn_type);
+  return f;
+}
+
+static kiln_status_t map_c_names(kc_job_t *job) {
+  LLVMTypeRef types[2] = {LLVMFloatTypeInContext(job->ctx), LLVMDoubleTypeInContext(job->ctx)};
+  char name[32];
+  for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++) {
+    for (int f64 = 0; f64 < 2; f64++) {
+      snprintf(name, sizeof(name), "%s%s", funcs[i].base, f64 ? "" : "f");
+      LLVMValueRef f = LLVMGetNamedFunction(job->mod, name);
+      if (!f || !LLVMIsDeclaration(f)) continue;
+      LLVMTypeRef fty = LLVMGlobalGetValueType(f);
+      if (!has_signature(fty, types[f64], funcs[i].ar))
+        return KC_COMPILE_ERROR("'%s' is declared with a signature that is not the C library's", name);
+      LLVMValueRef to;
+      if (funcs[i].intrinsic) {
+        unsigned id = LLVMLookupIntrinsicID(funcs[i].intrinsic, strlen(funcs[i].intrinsic));
+        to = LLVMGetIntrinsicDeclaration(job->mod, id, &types[f64], 1);
+      } else {
+        to = library_function(job, funcs[i].base, f64, fty);
+      }
+      redirect(f, to);
+    }
+  }
+  return KILN_OK;
+}
+
+static void map_intrinsics(kc_job_t *job) {
+  char name[48];
+  for (size_t i = 0; i < sizeof(lib_intrinsics) / sizeof(lib_intrinsics[0]); i++) {
+    for (int f64 = 0; f64 < 2; f64++) {
+      if (!f64 && job->target.kind == KILN_TARGET_AMDGPU && lib_intrinsics[i].f32_on_amdgpu) continue;
+      snprintf(name, sizeof(name), "llvm.%s.%s", lib_intrinsics[i].base, f64 ? "f64" : "f32");
+      LLVMValueRef f = LLVMGetNamedFunction(job->mod, name);
+      if (!f) continue;
+      redirect(f, library_function(job, lib_intrinsics[i].base, f64, LLVMGlobalGetValueType(f)));
+    }
+  }
+}
+
+kiln_status_t kc_map_math(kc_job_t *job) {
+  if (job->target.kind == KILN_TARGET_CPU) return KILN_OK;
+  KILN_RETURN_IF_ERROR(map_c_names(job));
+  map_intrinsics(job);
+  return KILN_OK;
+}
