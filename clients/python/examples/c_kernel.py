@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A kernel written in C (block_sum.c, with kiln/kernel.h), compiled here with clang to kiln's
+"""A kernel written in C (softmax.c, with kiln/kernel.h), compiled here with clang to kiln's
 kernel dialect, sent to kilnd, run on a device and checked against numpy.
 
     python3 c_kernel.py [DEVICE]          # DEVICE default: cpu:0
@@ -61,23 +61,24 @@ def compile_c(src):
 
 
 def main(argv):
-    ir = compile_c(os.path.join(HERE, "block_sum.c"))
+    ir = compile_c(os.path.join(HERE, "softmax.c"))
     s = kiln.connect()
     dev = s.device(argv[1]) if len(argv) > 1 else s.cpu(0)
     m = s.compile(ir, target=dev)
     print("kernels:", m.kernels)
 
-    n = 100000
-    x = np.random.default_rng(0).uniform(-1, 1, size=n).astype(np.float32)
-    groups = (n + BLOCK - 1) // BLOCK
+    rows, cols = 64, 1000
+    x = np.random.default_rng(0).normal(0, 3, size=(rows, cols)).astype(np.float32)
     xd = kiln.nd.array(x, dev)
-    partial = kiln.nd.empty((groups,), "float32", dev)
-    m["block_sum"](xd, partial, n, grid=groups, block=BLOCK)
+    yd = kiln.nd.empty((rows, cols), "float32", dev)
+    m["softmax_rows"](xd, yd, cols, grid=rows, block=BLOCK)
 
-    got = partial.numpy()
-    want = np.add.reduceat(x, np.arange(0, n, BLOCK))
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    print("sum of %d floats on %s in %d work-groups: %.6f (numpy %.6f)" % (n, dev, groups, got.sum(), x.sum()))
+    got = yd.numpy()
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    print("softmax of %d rows x %d columns on %s: ok (row sums %.6f .. %.6f)"
+          % (rows, cols, dev, got.sum(axis=1).min(), got.sum(axis=1).max()))
     s.close()
 
 
