@@ -28,12 +28,15 @@ static const char *given_name(kiln_launch_arg_kind_t k) {
   return "an unknown value";
 }
 
+/* LLVM IR integers carry no sign, so the compiler reports every integer parameter as
+ * signed (i8..i64): the C source may have said uint32_t. A signed kind therefore takes
+ * anything its bits can hold, -2^(n-1) .. 2^n - 1, stored as two's complement. */
 static bool int_range(kiln_arg_type_t t, int64_t *lo, uint64_t *hi) {
   switch (t) {
-    case KILN_ARG_I8: *lo = INT8_MIN; *hi = INT8_MAX; return true;
-    case KILN_ARG_I16: *lo = INT16_MIN; *hi = INT16_MAX; return true;
-    case KILN_ARG_I32: *lo = INT32_MIN; *hi = INT32_MAX; return true;
-    case KILN_ARG_I64: *lo = INT64_MIN; *hi = INT64_MAX; return true;
+    case KILN_ARG_I8: *lo = INT8_MIN; *hi = UINT8_MAX; return true;
+    case KILN_ARG_I16: *lo = INT16_MIN; *hi = UINT16_MAX; return true;
+    case KILN_ARG_I32: *lo = INT32_MIN; *hi = UINT32_MAX; return true;
+    case KILN_ARG_I64: *lo = INT64_MIN; *hi = UINT64_MAX; return true;
     case KILN_ARG_U8: *lo = 0; *hi = UINT8_MAX; return true;
     case KILN_ARG_U16: *lo = 0; *hi = UINT16_MAX; return true;
     case KILN_ARG_U32: *lo = 0; *hi = UINT32_MAX; return true;

@@ -41,8 +41,9 @@ typedef struct kiln_launch_values {
 } kiln_launch_values_t;
 
 /* Converts `args` (nargs of them) to `kernel`'s explicit parameters. Rules: a pointer
- * parameter takes a tensor only; an integer parameter takes an integer that fits its type
- * (floats are refused rather than truncated); a float parameter takes any number (float16
+ * parameter takes a tensor only; an integer parameter takes an integer that fits its bits
+ * (int32: -2^31 .. 2^32-1, since IR integers have no sign; unsigned kinds: 0 .. 2^n-1;
+ * floats are refused rather than truncated); a float parameter takes any number (float16
  * and bfloat16 round to nearest even; a finite value beyond the type's range is refused). */
 kiln_status_t kiln_launch_values_init(kiln_launch_values_t *v, const kiln_kernel_t *kernel,
                                       const kiln_launch_arg_t *args, size_t nargs);

@@ -61,6 +61,18 @@ Test(launch_args, converts_to_parameter_types) {
   kiln_launch_values_deinit(&v);
 }
 
+Test(launch_args, signed_kinds_take_unsigned_values) {
+  kiln_launch_arg_t a[8];
+  memcpy(a, good, sizeof a);
+  a[1] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_UINT, .u = UINT32_MAX};
+  a[5] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_UINT, .u = UINT64_MAX};
+  kiln_launch_values_t v;
+  cr_assert_eq(kiln_launch_values_init(&v, &kernel, a, 8), KILN_OK);
+  cr_expect_eq(*(uint32_t *)v.ptrs[1], UINT32_MAX, "a uint32_t parameter seen as i32");
+  cr_expect_eq(*(uint64_t *)v.ptrs[5], UINT64_MAX);
+  kiln_launch_values_deinit(&v);
+}
+
 Test(launch_args, names_the_argument_and_the_expectation) {
   kiln_launch_arg_t a[8];
   memcpy(a, good, sizeof a);
@@ -73,8 +85,11 @@ Test(launch_args, names_the_argument_and_the_expectation) {
   a[1] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_FLOAT, .f = 2.5};
   expect_error(a, 8, "expected an integer (int32), got a float");
   memcpy(a, good, sizeof a);
-  a[1] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_UINT, .u = 1ull << 31};
-  expect_error(a, 8, "2147483648 does not fit int32");
+  a[1] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_UINT, .u = 1ull << 32};
+  expect_error(a, 8, "4294967296 does not fit int32 (range -2147483648..4294967295)");
+  memcpy(a, good, sizeof a);
+  a[1] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_INT, .i = INT32_MIN - 1ll};
+  expect_error(a, 8, "-2147483649 does not fit int32");
   memcpy(a, good, sizeof a);
   a[2] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_INT, .i = -1};
   expect_error(a, 8, "argument 2: -1 does not fit uint8");
