@@ -143,7 +143,11 @@ static void hsa_close(kiln_device_t *dev) {
   if (dev->first_done.handle) kiln_hsa.hsa_signal_destroy(dev->first_done);
   if (dev->last_done.handle) kiln_hsa.hsa_signal_destroy(dev->last_done);
   if (dev->queue) kiln_hsa.hsa_queue_destroy(dev->queue);
-  if (dev->initialised) kiln_hsa.hsa_shut_down();
+  if (dev->initialised) {
+    kiln_hsa.hsa_shut_down();
+    /* The last shut-down drops the runtime and its handlers; a later open registers anew. */
+    handler_registered = false;
+  }
   free(dev);
 }
 

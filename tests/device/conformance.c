@@ -32,20 +32,30 @@ conf_param_t *conf_params(size_t *out_count) {
   return p;
 }
 
-void conf_open(conf_t *c, const char *kind) {
-  memset(c, 0, sizeof *c);
-  c->b = kiln_device_backend_find(kind);
-  cr_assert(c->b, "no backend %s", kind);
+static uint32_t device_index(void) {
   const char *idx = getenv("KILN_TEST_DEVICE_INDEX");
-  uint32_t index = idx ? (uint32_t)strtoul(idx, NULL, 10) : 0;
+  return idx ? (uint32_t)strtoul(idx, NULL, 10) : 0;
+}
+
+void conf_require(const char *kind) {
+  const kiln_backend_t *b = kiln_device_backend_find(kind);
+  cr_assert(b, "no backend %s", kind);
+  uint32_t index = device_index();
   kiln_device_info_t infos[16];
   size_t n = 0;
   char reason[256] = "";
-  kiln_status_t s = c->b->probe(infos, 16, &n, reason, sizeof reason);
+  kiln_status_t s = b->probe(infos, 16, &n, reason, sizeof reason);
   cr_assert_eq(s, KILN_OK, "%s probe: %s", kind, s ? kiln_status_message(s) : "");
   if (n == 0) cr_skip_test("%s: no device: %s", kind, reason);
   if (index >= n) cr_skip_test("%s: no device %u (%zu present)", kind, index, n);
-  s = c->b->open(index, NULL, 0, &c->dev);
+}
+
+void conf_open(conf_t *c, const char *kind) {
+  memset(c, 0, sizeof *c);
+  conf_require(kind);
+  c->b = kiln_device_backend_find(kind);
+  uint32_t index = device_index();
+  kiln_status_t s = c->b->open(index, NULL, 0, &c->dev);
   cr_assert_eq(s, KILN_OK, "opening %s:%u: %s", kind, index, s ? kiln_status_message(s) : "");
   c->info = c->b->info(c->dev);
 }

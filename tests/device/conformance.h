@@ -28,6 +28,9 @@ typedef struct conf {
 
 /* Opens device $KILN_TEST_DEVICE_INDEX (default 0) of `kind`, or skips the test saying why. */
 void conf_open(conf_t *c, const char *kind);
+/* Skips the test unless `kind` has that device; opens nothing (a GPU runtime initialised
+ * before fork() is unusable in the child). */
+void conf_require(const char *kind);
 /* Loads <stem>.<target>.kart for the device from the test data directory. */
 void conf_load(conf_t *c, const char *stem);
 void conf_close(conf_t *c);
