@@ -116,3 +116,26 @@ def test_daemon_stopping_fails_pending_requests(fresh_daemon):
     d.stop()
     with pytest.raises(kiln.Unavailable):
         s.ping()
+
+
+def test_close_wakes_a_thread_waiting_for_an_answer(tmp_path):
+    import threading
+    from kiln._rpc import Connection
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(tmp_path / "mute.sock"))
+    srv.listen(1)
+    c = Connection("unix:" + str(tmp_path / "mute.sock"))
+    f = c.request("ping", {})
+    started, got = threading.Event(), []
+
+    def wait():
+        started.set()
+        got.append(f.exception())
+    t = threading.Thread(target=wait)
+    t.start()
+    started.wait()
+    c.close(timeout=0)
+    t.join(10)
+    srv.close()
+    assert not t.is_alive(), "a thread waiting in poll() was not woken by close()"
+    assert isinstance(got[0], kiln.Unavailable)

@@ -596,6 +596,12 @@ class Connection:
             if fut is not None:
                 fut._complete(None, exc)
         try:
+            # shutdown first: a thread blocked in poll() on this socket wakes up (close alone
+            # would leave it waiting forever)
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
             self._sock.close()
         except OSError:
             pass
