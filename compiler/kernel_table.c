@@ -128,7 +128,8 @@ kiln_status_t kc_cpu_descriptor_parse(const char *text, size_t len, kiln_artifac
 /* ---- PTX .entry lists ----------------------------------------------------------------
  * `.visible .entry NAME( .param .u64 NAME_param_0, .param .f32 NAME_param_1 )`. Parameter
  * types: .u64/.b64 -> ptr (what compilers emit for pointers), .s64 -> int64, .f32/.f64/.f16
- * -> floats, other integers by width and sign. Aggregates (.align N .b8 x[K]) are refused. */
+ * -> floats, other integers -> intN by width (compilers write .u32 for C's int, so the
+ * sign is not in the PTX). Aggregates (.align N .b8 x[K]) are refused. */
 
 static const char *skip_ws(const char *p, const char *end) {
   while (p < end) {
@@ -157,9 +158,9 @@ static kiln_arg_type_t ptx_param_type(const char *t) {
   static const struct {
     const char *ptx;
     kiln_arg_type_t t;
-  } map[] = {{".u64", KILN_ARG_PTR}, {".b64", KILN_ARG_PTR}, {".s64", KILN_ARG_I64}, {".u32", KILN_ARG_U32},
-             {".b32", KILN_ARG_I32}, {".s32", KILN_ARG_I32}, {".u16", KILN_ARG_U16}, {".b16", KILN_ARG_I16},
-             {".s16", KILN_ARG_I16}, {".u8", KILN_ARG_U8},   {".b8", KILN_ARG_I8},   {".s8", KILN_ARG_I8},
+  } map[] = {{".u64", KILN_ARG_PTR}, {".b64", KILN_ARG_PTR}, {".s64", KILN_ARG_I64}, {".u32", KILN_ARG_I32},
+             {".b32", KILN_ARG_I32}, {".s32", KILN_ARG_I32}, {".u16", KILN_ARG_I16}, {".b16", KILN_ARG_I16},
+             {".s16", KILN_ARG_I16}, {".u8", KILN_ARG_I8},   {".b8", KILN_ARG_I8},   {".s8", KILN_ARG_I8},
              {".f16", KILN_ARG_F16}, {".bf16", KILN_ARG_BF16}, {".f32", KILN_ARG_F32}, {".f64", KILN_ARG_F64}};
   for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
     if (strcmp(map[i].ptx, t) == 0) return map[i].t;

@@ -151,6 +151,20 @@ static kiln_status_t lower_dynamic_shared(kc_job_t *job, LLVMBuilderRef b) {
   return KILN_OK;
 }
 
+/* NVPTX cannot select single-thread (signal) fences. kernel.h brackets the barrier with
+ * them to keep the optimiser from moving memory across it; on NVPTX the barrier intrinsic
+ * itself does that (it is how clang compiles CUDA's __syncthreads), so they can go. */
+static void drop_signal_fences(kc_job_t *job) {
+  for (LLVMValueRef f = LLVMGetFirstFunction(job->mod); f; f = LLVMGetNextFunction(f))
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb)) {
+      LLVMValueRef next;
+      for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = next) {
+        next = LLVMGetNextInstruction(i);
+        if (LLVMGetInstructionOpcode(i) == LLVMFence && LLVMIsAtomicSingleThread(i)) LLVMInstructionEraseFromParent(i);
+      }
+    }
+}
+
 static void delete_builtin_declarations(kc_job_t *job) {
   static const char *const names[] = {"__kiln_group_id",   "__kiln_local_id", "__kiln_group_size",
                                       "__kiln_num_groups", "__kiln_barrier",  "__kiln_dynamic_shared"};
@@ -233,6 +247,7 @@ kiln_status_t kc_lower_gpu(kc_job_t *job) {
     if (!s) delete_builtin_declarations(job);
     if (!s && job->target.kind == KILN_TARGET_AMDGPU) allocas_to_private(job, b);
   }
+  if (!s && job->target.kind == KILN_TARGET_NVPTX) drop_signal_fences(job);
   if (!s) set_kernel_abi(job);
   LLVMDisposeBuilder(b);
   if (!s) s = kc_map_math(job);

@@ -84,6 +84,8 @@ static bool gfx_has_xnack(const char *gfx) {
 static kiln_status_t parse_amdgpu(const char *name, kiln_target_t *t) {
   char buf[96];
   snprintf(buf, sizeof(buf), "%s", name);
+  if (name[strlen(name) - 1] == ':' || strstr(name, "::"))
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "empty target feature in '%s'; %s", name, examples);
   char *save = NULL;
   char *gfx = strtok_r(buf, ":", &save);
   uint32_t wave = 64;
@@ -102,10 +104,10 @@ static kiln_status_t parse_amdgpu(const char *name, kiln_target_t *t) {
     if (!on || !slot || *slot)
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                          "bad target feature '%s' in '%s': %s supports %s%s%s, each once, "
-                         "written as \"feature+\" or \"feature-\"",
+                         "written as \"feature+\" or \"feature-\"; %s",
                          f, name, gfx, gfx_has_sramecc(gfx) ? "sramecc " : "",
                          gfx_has_xnack(gfx) ? "xnack" : "",
-                         gfx_has_sramecc(gfx) || gfx_has_xnack(gfx) ? "" : "no features");
+                         gfx_has_sramecc(gfx) || gfx_has_xnack(gfx) ? "" : "no features", examples);
     *slot = on;
   }
   t->kind = KILN_TARGET_AMDGPU;

@@ -1,0 +1,201 @@
+/* cpu: dialect kernels compiled to work-group functions, loaded with dlopen and run over a
+ * grid by the harness, checked against host references. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/compiler/harness.h"
+
+static void build(const char *example, const kiln_compile_options_t *opts, kiln_artifact_t *a, th_cpu_module_t *m) {
+  size_t n;
+  uint8_t *bc = th_example_bc(example, &n);
+  th_compile(bc, n, "cpu", opts, a);
+  free(bc);
+  th_cpu_load(a, m);
+}
+
+static void check_vadd(const kiln_compile_options_t *opts, uint32_t block) {
+  kiln_artifact_t a;
+  th_cpu_module_t m;
+  build("vadd", opts, &a, &m);
+  enum { N = 1000 };
+  static float x[N], y[N], z[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = (float)i * 0.5f;
+    y[i] = 3.0f - (float)i;
+    z[i] = -1.0f;
+  }
+  int n = N;
+  void *px = x, *py = y, *pz = z;
+  void *args[] = {&px, &py, &pz, &n};
+  uint32_t grid[3] = {(N + block - 1) / block, 1, 1}, blk[3] = {block, 1, 1};
+  th_cpu_run(&m, &a, "vadd", grid, blk, 0, args);
+  for (int i = 0; i < N; i++) cr_assert_eq(z[i], x[i] + y[i], "z[%d] = %g", i, z[i]);
+  th_cpu_unload(&m);
+  kiln_artifact_deinit(&a);
+}
+
+Test(cpu, vadd_runs) { check_vadd(NULL, 64); }
+Test(cpu, vadd_odd_block) { check_vadd(NULL, 7); }
+Test(cpu, vadd_O0) {
+  kiln_compile_options_t o = kiln_compile_options_default();
+  o.opt_level = 0;
+  check_vadd(&o, 32);
+}
+Test(cpu, vadd_fast_math) {
+  kiln_compile_options_t o = kiln_compile_options_default();
+  o.fast_math = true;
+  check_vadd(&o, 128);
+}
+
+Test(cpu, vadd_is_vectorised) {
+  size_t n;
+  uint8_t *bc = th_example_bc("vadd", &n);
+  kiln_artifact_t a;
+  th_compile(bc, n, "cpu", NULL, &a);
+  free(bc);
+  cr_assert(strstr(a.llvm_ir, "define void @__kiln_wg_vadd"), "work-group function in the IR");
+  cr_assert(strstr(a.llvm_ir, "x float>"), "the work-item loop was not vectorised:\n%s", a.llvm_ir);
+  cr_assert(a.assembly && strstr(a.assembly, "__kiln_wg_vadd"));
+  cr_assert_eq(a.kernels[0].num_args, 4);
+  cr_assert_eq(a.kernels[0].args[3].type, KILN_ARG_I32);
+  kiln_artifact_deinit(&a);
+}
+
+Test(cpu, transpose_with_shared_memory_and_barrier) {
+  kiln_artifact_t a;
+  th_cpu_module_t m;
+  build("transpose", NULL, &a, &m);
+  const kiln_kernel_t *k = kiln_artifact_kernel(&a, "transpose");
+  cr_assert_eq(k->group_segment_size, 16 * 17 * 4, "one padded 16x17 float tile");
+  enum { H = 37, W = 45 };
+  static float in[H * W], out[W * H];
+  for (int i = 0; i < H * W; i++) in[i] = (float)i;
+  memset(out, 0, sizeof(out));
+  int h = H, w = W;
+  void *pi = in, *po = out;
+  void *args[] = {&pi, &po, &h, &w};
+  uint32_t grid[3] = {(W + 15) / 16, (H + 15) / 16, 1}, blk[3] = {16, 16, 1};
+  th_cpu_run(&m, &a, "transpose", grid, blk, 0, args);
+  for (int y = 0; y < H; y++)
+    for (int x = 0; x < W; x++) cr_assert_eq(out[x * H + y], in[y * W + x], "out[%d][%d]", x, y);
+  th_cpu_unload(&m);
+  kiln_artifact_deinit(&a);
+}
+
+static void check_reduce(const char *kernel, uint32_t block) {
+  kiln_artifact_t a;
+  th_cpu_module_t m;
+  build("reduce", NULL, &a, &m);
+  enum { N = 5000 };
+  static float in[N], out[N];
+  for (int i = 0; i < N; i++) in[i] = (float)(i % 17) - 8.0f;
+  int n = N;
+  uint32_t groups = (N + block - 1) / block;
+  void *pi = in, *po = out;
+  void *args[] = {&pi, &po, &n};
+  uint32_t grid[3] = {groups, 1, 1}, blk[3] = {block, 1, 1};
+  bool dyn = strcmp(kernel, "reduce_dyn") == 0;
+  th_cpu_run(&m, &a, kernel, grid, blk, dyn ? block * 4 : 0, args);
+  for (uint32_t g = 0; g < groups; g++) {
+    double want = 0;
+    for (uint32_t i = g * block; i < (g + 1) * block && i < N; i++) want += in[i];
+    cr_assert_float_eq(out[g], want, 1e-3, "%s group %u: %g, want %g", kernel, g, out[g], want);
+  }
+  th_cpu_unload(&m);
+  kiln_artifact_deinit(&a);
+}
+
+Test(cpu, reduce_static_shared) { check_reduce("reduce", 256); }
+Test(cpu, reduce_small_block) { check_reduce("reduce", 4); }
+Test(cpu, reduce_dynamic_shared) { check_reduce("reduce_dyn", 128); }
+
+Test(cpu, reduce_keeps_values_across_barriers) {
+  kiln_artifact_t a;
+  th_cpu_module_t m;
+  build("reduce", NULL, &a, &m);
+  const kiln_kernel_t *k = kiln_artifact_kernel(&a, "reduce");
+  cr_assert_gt(k->private_segment_size, 0, "the loop counter lives across barriers");
+  cr_assert_eq(kiln_artifact_kernel(&a, "reduce_dyn")->group_segment_size, 0);
+  th_cpu_unload(&m);
+  kiln_artifact_deinit(&a);
+}
+
+/* Every builtin in every dimension, and a private array that lives across a barrier. */
+static const char ids_source[] =
+    "#include <kiln/kernel.h>\n"
+    "KILN_KERNEL void ids(unsigned *out) {\n"
+    "  unsigned nx = kiln_global_size(0), ny = kiln_global_size(1);\n"
+    "  unsigned gx = kiln_global_id(0), gy = kiln_global_id(1), gz = kiln_global_id(2);\n"
+    "  unsigned *o = out + 8 * ((gz * ny + gy) * nx + gx);\n"
+    "  unsigned priv[4];\n"
+    "  for (int d = 0; d < 3; d++) priv[d] = kiln_local_id(d);\n"
+    "  priv[3] = kiln_group_id(0) + kiln_group_id(1) + kiln_group_id(2);\n"
+    "  kiln_barrier();\n"
+    "  o[0] = priv[0]; o[1] = priv[1]; o[2] = priv[2]; o[3] = priv[3];\n"
+    "  o[4] = kiln_group_size(0) * 100 + kiln_group_size(1) * 10 + kiln_group_size(2);\n"
+    "  o[5] = kiln_num_groups(0) * 100 + kiln_num_groups(1) * 10 + kiln_num_groups(2);\n"
+    "  o[6] = kiln_local_id(3) + kiln_group_size(3);\n"
+    "  o[7] = 7;\n"
+    "}\n";
+
+Test(cpu, builtins_in_three_dimensions) {
+  size_t n;
+  uint8_t *bc = th_source_bc(ids_source, &n);
+  kiln_artifact_t a;
+  th_compile(bc, n, "cpu", NULL, &a);
+  free(bc);
+  th_cpu_module_t m;
+  th_cpu_load(&a, &m);
+  uint32_t grid[3] = {2, 3, 2}, blk[3] = {4, 2, 3};
+  uint32_t nx = 8, ny = 6, nz = 6;
+  unsigned *out = calloc(8 * nx * ny * nz, sizeof(unsigned));
+  void *po = out;
+  void *args[] = {&po};
+  th_cpu_run(&m, &a, "ids", grid, blk, 0, args);
+  for (uint32_t z = 0; z < nz; z++)
+    for (uint32_t y = 0; y < ny; y++)
+      for (uint32_t x = 0; x < nx; x++) {
+        unsigned *o = out + 8 * ((z * ny + y) * nx + x);
+        cr_assert_eq(o[0], x % 4);
+        cr_assert_eq(o[1], y % 2);
+        cr_assert_eq(o[2], z % 3);
+        cr_assert_eq(o[3], x / 4 + y / 2 + z / 3);
+        cr_assert_eq(o[4], 423u);
+        cr_assert_eq(o[5], 232u);
+        cr_assert_eq(o[6], 1u, "past the last dimension: id 0, size 1");
+        cr_assert_eq(o[7], 7u);
+      }
+  free(out);
+  th_cpu_unload(&m);
+  kiln_artifact_deinit(&a);
+}
+
+Test(cpu, math_functions_match_libm) {
+  kiln_artifact_t a;
+  th_cpu_module_t m;
+  build("math", NULL, &a, &m);
+  enum { N = 64 };
+  float x[N], y[8 * N];
+  double xd[N], yd[4 * N];
+  for (int i = 0; i < N; i++) xd[i] = x[i] = (float)(i - 32) * 0.37f;
+  int n = N;
+  void *px = x, *py = y, *pxd = xd, *pyd = yd;
+  void *args32[] = {&px, &py, &n}, *args64[] = {&pxd, &pyd, &n};
+  uint32_t grid[3] = {2, 1, 1}, blk[3] = {32, 1, 1};
+  th_cpu_run(&m, &a, "math_f32", grid, blk, 0, args32);
+  th_cpu_run(&m, &a, "math_f64", grid, blk, 0, args64);
+  for (int i = 0; i < N; i++) {
+    float v = x[i];
+    float want[8] = {expf(v), logf(fabsf(v) + 1), tanhf(v), erff(v), sinf(v), cosf(v), powf(fabsf(v), 1.5f), sqrtf(fabsf(v))};
+    for (int f = 0; f < 8; f++)
+      cr_assert_float_eq(y[8 * i + f], want[f], 1e-6 * fmaxf(1.0f, fabsf(want[f])), "f32 fn %d at %g: %g vs %g", f, v,
+                         y[8 * i + f], want[f]);
+    double vd = xd[i];
+    double wd[4] = {exp(vd), log(fabs(vd) + 1), tanh(vd), sin(vd)};
+    for (int f = 0; f < 4; f++) cr_assert_float_eq(yd[4 * i + f], wd[f], 1e-14 * fmax(1.0, fabs(wd[f])));
+  }
+  th_cpu_unload(&m);
+  kiln_artifact_deinit(&a);
+}
