@@ -191,3 +191,15 @@ def test_repr_and_properties(dev):
     assert "float16" in repr(a) and "(2, 3)" in repr(a)
     assert a.device == dev and a.session is dev.session and len(a) == 2 and a.nbytes == 12
     assert np.asarray(a).shape == (2, 3)
+
+
+def test_round_trip_on_every_served_device(s, monkeypatch):
+    # cpu:0 everywhere; hsa:N and cuda:N too on a GPU box
+    monkeypatch.setattr(kiln.nd, "CHUNK_BYTES", 4 << 20)
+    for d in s.devices():
+        for name in ALL:
+            x = sample(name, shape=(3, 5))
+            assert np.array_equal(kiln.nd.array(x, d).numpy(), x), (d, name)
+        big = np.arange((10 << 20) // 8, dtype=np.int64)  # chunked at 4 MiB
+        a = kiln.nd.array(big, d)
+        assert a.device == d and np.array_equal(a.numpy(), big), d
