@@ -481,9 +481,9 @@ class Connection:
             if pos >= n or self._dead is not None:
                 return
         up = self._unpacker
-        up.feed(self._rview[pos:n])
-        self._fed += n - pos
         try:
+            up.feed(self._rview[pos:n])
+            self._fed += n - pos
             for msg in up:
                 self._boundary = up.tell()
                 self._dispatch(msg)

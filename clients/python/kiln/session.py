@@ -244,6 +244,12 @@ class Session:
         from .module import Module
         return Module(self, {"module": module_id, "kernels": []}, target)
 
+    def on_notification(self, fn):
+        """Calls ``fn(method, params)`` for each notification the daemon sends (``progress``
+        of long jobs), in whichever thread reads it. ``error`` notifications are not passed:
+        they become the exception of the requests that the closed connection fails."""
+        self._conn.on_notification = fn
+
     # -- life ------------------------------------------------------------------------------
 
     def sync(self, timeout=None):
