@@ -232,7 +232,8 @@ class Module:
         self.session = session
         self.info = info
         self.id = info["module"]
-        self.target = target
+        self.requested_target = target          # as asked: "cpu:0", "hsa:0", "gfx942", ...
+        self.target = info.get("target") or target  # canonical, from the daemon: "gfx90a:sramecc+:xnack-"
         self.kernels = [Kernel(k) for k in info.get("kernels") or [] if isinstance(k, dict)]
         self.cached = info.get("cached")
         self.compile_ms = info.get("compile_ms")
@@ -254,13 +255,17 @@ class Module:
 
     @property
     def type_key(self):
-        return {"cpu": "llvm"}.get(self.target, "rocm" if str(self.target).startswith(("gfx", "hsa"))
-                                   else "cuda" if str(self.target).startswith(("sm_", "cuda")) else self.target)
+        """TVM's module type: "llvm" (cpu), "rocm" or "cuda"."""
+        t = str(self.target)
+        return "llvm" if t == "cpu" else "rocm" if t.startswith("gfx") else "cuda" if t.startswith("sm_") else t
 
     def device_id(self):
+        """The device a launch without tensors or device= goes to: the device the module was
+        compiled for, cpu:0 for "cpu", else the first device whose arch matches."""
+        r = self.requested_target
+        if r and ":" in r and r.split(":")[1].isdigit():
+            return r
         t = self.target or "cpu"
-        if ":" in t and t.split(":")[1].isdigit():
-            return t
         if t == "cpu":
             return "cpu:0"
         # A target name (gfx942, sm_90): the first device whose arch matches it.
