@@ -162,7 +162,7 @@ kiln_status_t kiln_test_daemon_stop(kiln_test_daemon_t *d, int sig, int timeout_
   kiln_status_t s = KILN_OK;
   int st = 0;
   if (d->pid > 0) {
-    kill(d->pid, sig);
+    if (sig) kill(d->pid, sig);
     if (!wait_exit(d, timeout_ms, &st)) {
       kill(d->pid, SIGKILL);
       wait_exit(d, 10000, &st);

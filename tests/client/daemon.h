@@ -26,7 +26,7 @@ typedef struct kiln_test_daemon {
 
 /* extra: more kilnd arguments, NULL-terminated (or NULL). */
 kiln_status_t kiln_test_daemon_start(kiln_test_daemon_t *d, const char *const *extra);
-/* Sends sig and waits up to timeout_ms; *out_wstatus is waitpid's status. E_TIMEOUT (after
+/* Sends sig (0: none, only wait) and waits up to timeout_ms; *out_wstatus is waitpid's status. E_TIMEOUT (after
  * a SIGKILL) if kilnd did not exit in time. Removes the private directory. */
 kiln_status_t kiln_test_daemon_stop(kiln_test_daemon_t *d, int sig, int timeout_ms,
                                     int *out_wstatus);

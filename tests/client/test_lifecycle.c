@@ -12,7 +12,7 @@ static void stop_expect_zero(int sig) {
   int st;
   ASSERT_OK(kiln_test_daemon_stop(&g_kilnd, sig, 15000, &st));
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "kilnd exited with wait status 0x%x on %s",
-            st, strsignal(sig));
+            st, sig ? strsignal(sig) : "its own");
 }
 
 Test(lifecycle, sigterm_exits_zero_and_stops_listening) {
@@ -53,5 +53,7 @@ Test(lifecycle, sigterm_with_requests_in_flight) {
     kiln_status_free(s);
   }
   cr_log_info("%zu of 2000 requests answered before kilnd closed the connection", replies);
-  stop_expect_zero(SIGTERM);
+  /* Already signalled: wait for the exit without a second signal (a second SIGTERM may
+   * mean "stop now" to a daemon that is draining). */
+  stop_expect_zero(0);
 }

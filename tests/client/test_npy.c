@@ -98,7 +98,7 @@ Test(npy, writer_output_parses_back) {
     cr_assert_null(s);
   }
   kiln_tensor_desc_t one = {.dtype = KILN_UINT8, .ndim = 1, .shape = {3}, .nbytes = 3};
-  uint8_t buf[128];
+  uint8_t buf[256];
   size_t n = kiln_npy_header(&one, (char *)buf, sizeof(buf));
   memcpy(buf + n, "abc", 3);
   kiln_tensor_desc_t back;
