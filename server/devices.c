@@ -96,6 +96,9 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
     if (!id || !kind || kiln_obj_cstr(id, "id", e->id, sizeof(e->id)) ||
         kiln_obj_cstr(kind, "kind", e->kind, sizeof(e->kind)))
       continue;
+    const msgpack_object *arch = kiln_params_find(d, "arch");
+    if (arch && kiln_obj_cstr(arch, "arch", e->arch, sizeof(e->arch))) continue;
+    kiln_map_init(&e->loaded);
     const char *colon = strchr(e->id, ':');
     e->index = colon ? (uint32_t)strtoul(colon + 1, NULL, 10) : 0;
     if (!wanted(s->cfg.devices, e->id, e->kind)) continue;

@@ -4,7 +4,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "server/server.h"
+#include "server/compile.h"
 
 typedef struct method {
   const char *name;
@@ -17,6 +17,9 @@ static const method_t methods[] = {
     {"alloc", kiln_method_alloc},       {"upload", kiln_method_upload},
     {"write", kiln_method_write},       {"read", kiln_method_read},
     {"download", kiln_method_download}, {"free", kiln_method_free},
+    {"compile", kiln_method_compile},   {"compile_batch", kiln_method_compile_batch},
+    {"source", kiln_method_source},     {"cancel", kiln_method_cancel},
+    {"launch", kiln_method_launch},     {"time", kiln_method_time},
 };
 
 int kiln_method_count(void) { return (int)KILN_ARRAY_SIZE(methods); }

@@ -11,7 +11,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "server/server.h"
+#include "server/compile.h"
 
 static kiln_server_t the_server;
 
@@ -33,6 +33,10 @@ static void usage(FILE *f) {
           "  --partial-timeout S   close connections stuck mid-message this long (default 30)\n"
           "  --grace S             drain period on SIGTERM/SIGINT (default 10)\n"
           "  --worker-dir DIR      where the worker binaries are (default: next to kilnd)\n"
+          "  --compile-workers N   compile worker processes (default: number of cores)\n"
+          "  --compile-timeout S   time limit of one compile (default 60)\n"
+          "  --compile-max-memory BYTES  address-space limit of a compile worker (default 8 GiB)\n"
+          "  --cache-max-bytes BYTES     disk bound of the artifact cache (default 4 GiB)\n"
           "  --version, --help\n");
 }
 
@@ -70,7 +74,8 @@ static bool parse_u64(const char *s, uint64_t *out) {
 
 static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
-         O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP };
+         O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_CMEM,
+         O_CACHEMAX };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -85,6 +90,10 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"worker-dir", required_argument, 0, O_WORKERS},
       {"version", no_argument, 0, O_VERSION},
       {"help", no_argument, 0, O_HELP},
+      {"compile-workers", required_argument, 0, O_CWORKERS},
+      {"compile-timeout", required_argument, 0, O_CTIMEOUT},
+      {"compile-max-memory", required_argument, 0, O_CMEM},
+      {"cache-max-bytes", required_argument, 0, O_CACHEMAX},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -121,6 +130,19 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       case O_IDLE: if (!parse_double(optarg, &cfg->idle_timeout_s)) goto bad; break;
       case O_PARTIAL: if (!parse_double(optarg, &cfg->partial_timeout_s)) goto bad; break;
       case O_GRACE: if (!parse_double(optarg, &cfg->grace_s)) goto bad; break;
+      case O_CWORKERS:
+        if (!parse_u64(optarg, &u) || u == 0 || u > 256) goto bad;
+        cfg->compile_workers = (uint32_t)u;
+        break;
+      case O_CTIMEOUT: if (!parse_double(optarg, &cfg->compile_timeout_s) || cfg->compile_timeout_s <= 0) goto bad; break;
+      case O_CMEM:
+        if (!parse_u64(optarg, &u) || u < (64u << 20)) goto bad;
+        cfg->compile_max_memory = u;
+        break;
+      case O_CACHEMAX:
+        if (!parse_u64(optarg, &u)) goto bad;
+        cfg->cache_max_bytes = u;
+        break;
       case O_VERSION: printf("kilnd %s\n", KILN_VERSION); exit(0);
       case O_HELP: usage(stdout); exit(0);
       default: usage(stderr); return 2;
@@ -162,6 +184,7 @@ void kiln_server_maybe_finish_drain(kiln_server_t *s) {
     kiln_conn_close(c);
     c = n;
   }
+  kiln_compile_shutdown(s);
   for (uint32_t i = 0; i < s->num_devices; i++)
     if (s->devices[i].worker) {
       kiln_worker_destroy(s->devices[i].worker);
@@ -200,6 +223,11 @@ int main(int argc, char **argv) {
   cfg->max_inflight = 256;
   cfg->max_unsent_bytes = 64ull << 20;
   kiln_limits_default(&cfg->limits);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  cfg->compile_workers = ncpu > 0 ? (uint32_t)ncpu : 1;
+  cfg->compile_timeout_s = 60;
+  cfg->compile_max_memory = 8ull << 30;
+  cfg->cache_max_bytes = 4ull << 30;
   default_cache_dir(cfg->cache_dir, sizeof(cfg->cache_dir));
   int rc = parse_args(argc, argv, cfg);
   if (rc) return rc;
@@ -225,6 +253,7 @@ int main(int argc, char **argv) {
   s->requests_by_method = calloc((size_t)kiln_method_count(), sizeof(uint64_t));
 
   st = kiln_devices_probe(s);
+  if (!st) st = kiln_compile_init(s);
   if (!st) st = kiln_listeners_start(s);
   if (st) {
     fprintf(stderr, "kilnd: %s\n", kiln_status_message(st));

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "server/server.h"
+#include "server/compile.h"
 
 kiln_status_t kiln_method_hello(kiln_call_t *call) {
   static const char *const fields[] = {"version", "token", "client", NULL};
@@ -69,8 +69,9 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
   KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "stats", fields));
   kiln_server_t *s = call->server;
   msgpack_packer *pk = call->pk;
-  msgpack_pack_map(pk, 8);
+  msgpack_pack_map(pk, 8 + kiln_compile_stats_fields());
   kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
+  kiln_compile_pack_stats(s, pk);
   kiln_pack_kv_f64(pk, "uptime_s", (double)(kiln_now_ns() - s->start_ns) / 1e9);
   kiln_pack_kv_u64(pk, "connections", s->num_conns);
   kiln_pack_cstr(pk, "requests");

@@ -45,6 +45,10 @@ typedef struct kiln_config {
   kiln_limits_t limits;
   uint32_t max_inflight;     /* per connection, before reading pauses */
   uint64_t max_unsent_bytes; /* per connection, before reading pauses */
+  uint32_t compile_workers;
+  double compile_timeout_s;
+  uint64_t compile_max_memory; /* RLIMIT_AS of each compile worker */
+  uint64_t cache_max_bytes;    /* disk store bound */
 } kiln_config_t;
 
 /* --- listeners (listener.c) --------------------------------------------------------------- */
@@ -164,6 +168,8 @@ typedef struct kiln_device_entry {
   char id[32];
   char kind[8];
   uint32_t index; /* within its backend */
+  char arch[96];  /* compile target of the device */
+  kiln_map_t loaded; /* module key64 -> worker generation + 1 it was loaded in */
   kiln_buf_t info; /* the packed map answered by `devices` */
   kiln_worker_t *worker; /* the device worker (one per device until tenants land) */
 } kiln_device_entry_t;
@@ -186,6 +192,9 @@ typedef enum kiln_worker_kind { KILN_WORKER_DEVICE = 1, KILN_WORKER_COMPILER = 2
 kiln_status_t kiln_worker_create(kiln_server_t *s, kiln_worker_kind_t kind, const char *device_id,
                                  const char *const *argv_tail, kiln_worker_t **out);
 void kiln_worker_destroy(kiln_worker_t *w); /* kills the process */
+/* Kills the process now; the calls it held fail with `code` and `reason` instead of the
+ * crash error (used for time limits). */
+void kiln_worker_kill(kiln_worker_t *w, kiln_code_t code, const char *reason);
 /* Sends a request to the worker. `pack_params` is the already-packed params array (e.g.
  * [ {…} ]); fds are passed with it and closed by this call. The callback runs exactly once:
  * with the reply, or with E_DEVICE_FAULT/E_COMPILER_CRASHED when the worker dies. */
@@ -213,6 +222,10 @@ typedef struct kiln_tensor {
   bool freed;       /* free requested; the entry goes when pending drops to 0 */
 } kiln_tensor_t;
 
+/* The tensor `id` of the calling tenant; E_NOT_FOUND if absent, another tenant's, or lost
+ * with a device worker that died. */
+kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t **out);
+
 /* --- the server --------------------------------------------------------------------------- */
 
 struct kiln_server {
@@ -235,6 +248,7 @@ struct kiln_server {
   uint32_t num_absent;
 
   kiln_map_t tensors; /* id -> kiln_tensor_t* */
+  struct kiln_compile_state *compile;
   uint64_t tensor_bytes;
 
   /* statistics */

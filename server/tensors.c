@@ -49,7 +49,7 @@ static kiln_status_t device_param(kiln_call_t *call, kiln_device_entry_t **out) 
 
 /* The tensor `id` of the calling tenant; a tensor whose worker died since it was made is
  * dropped here and reported as lost. */
-static kiln_status_t lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t **out) {
+kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t **out) {
   kiln_server_t *s = call->server;
   kiln_tensor_t *t = kiln_map_get(&s->tensors, id);
   if (!t || strcmp(t->tenant, call->conn->tenant) != 0)
@@ -72,7 +72,7 @@ static kiln_status_t lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t **out)
 static kiln_status_t id_param(kiln_call_t *call, kiln_tensor_t **out) {
   uint64_t id = 0;
   KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "id", true, &id));
-  return lookup(call, id, out);
+  return kiln_tensor_lookup(call, id, out);
 }
 
 static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *result) {

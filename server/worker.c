@@ -36,6 +36,8 @@ typedef struct incarnation {
   int fd;
   int pid;
   bool exited, poll_closed, proc_closed, dead;
+  kiln_code_t kill_code; /* set when kilnd killed it on purpose (timeout): reported instead */
+  char kill_reason[160];
   int64_t exit_status;
   int term_signal;
   kiln_reader_t reader;
@@ -78,7 +80,7 @@ kiln_status_t kiln_worker_find_binary(const kiln_server_t *s, const char *name, 
   self[n] = 0;
   char *slash = strrchr(self, '/');
   if (slash) *slash = 0;
-  const char *subdirs[] = {"", "/../device/worker", "/../compiler", "/../libexec/kiln"};
+  const char *subdirs[] = {"", "/../device/worker", "/../compiler/worker", "/../libexec/kiln"};
   if (s->cfg.worker_dir[0]) {
     snprintf(out, cap, "%s/%s", s->cfg.worker_dir, name);
     if (access(out, X_OK) == 0) return KILN_OK;
@@ -180,9 +182,14 @@ static void incarnation_end(incarnation_t *inc) {
   }
   kiln_code_t code = w && w->kind == KILN_WORKER_COMPILER ? KILN_E_COMPILER_CRASHED
                                                           : KILN_E_DEVICE_FAULT;
+  if (inc->kill_code) {
+    incarnation_fail_all(inc, KILN_STATUS(inc->kill_code, "%s", inc->kill_reason));
+    code = 0;
+  }
+  if (code)
   incarnation_fail_all(inc, KILN_STATUS(code,
                                         "the %s worker%s%s (pid %d) died: %s; it has been "
-                                        "restarted%s",
+                                        "replaced%s",
                                         code == KILN_E_DEVICE_FAULT ? "device" : "compile",
                                         w && w->device_id[0] ? " for " : "",
                                         w ? w->device_id : "", inc->pid, why,
@@ -398,6 +405,14 @@ kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_
 }
 
 bool kiln_worker_idle(const kiln_worker_t *w) { return !w->cur; }
+
+void kiln_worker_kill(kiln_worker_t *w, kiln_code_t code, const char *reason) {
+  incarnation_t *inc = w->cur;
+  if (!inc || inc->dead) return;
+  inc->kill_code = code;
+  snprintf(inc->kill_reason, sizeof(inc->kill_reason), "%s", reason);
+  kill(inc->pid, SIGKILL);
+}
 
 void kiln_worker_destroy(kiln_worker_t *w) {
   w->destroying = true;

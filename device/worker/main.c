@@ -108,6 +108,7 @@ static bool handle(kiln_dworker_t *w, const uint8_t *bytes, size_t len) {
   call.pk = &pk.pk;
   bool found = false;
   if (!st) st = kiln_dworker_tensor_method(&call, method, &found);
+  if (!st && !found) st = kiln_dworker_module_method(&call, method, &found);
   if (!st && !found)
     st = KILN_STATUS(KILN_E_NO_METHOD, "device worker has no method '%s'", method);
   for (int i = 0; i < call.nfds; i++) close(call.fds[i]);
@@ -118,7 +119,7 @@ static bool handle(kiln_dworker_t *w, const uint8_t *bytes, size_t len) {
     kiln_status_free(st);
     /* A device fault leaves the context unusable (ROCr evicts the queues, CUDA's context
      * is dead): answer, then exit so that kilnd starts a clean worker. */
-    if (code == KILN_E_DEVICE_FAULT) {
+    if (code == KILN_E_DEVICE_FAULT || code == KILN_E_TIMEOUT) {
       send_reply(w, &out);
       _exit(3);
     }
@@ -145,6 +146,7 @@ static int serve(int channel, const char *device_id) {
     return 2;
   }
   kiln_map_init(&w.buffers);
+  kiln_map_init(&w.modules);
   kiln_fdq_init(&w.fds);
   kiln_limits_t lim;
   kiln_limits_default(&lim);
@@ -195,6 +197,7 @@ done:
     free(b);
   }
   kiln_map_deinit(&w.buffers);
+  kiln_dworker_modules_deinit(&w);
   w.backend->close(w.dev);
   return rc;
 }

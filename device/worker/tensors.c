@@ -74,7 +74,7 @@ kiln_status_t kiln_dworker_tensor_method(kiln_dworker_call_t *call, const char *
   KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "bytes", false, &bytes));
   KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "offset", false, &offset));
   KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "size", false, &size));
-  kiln_dworker_buffer_t *b;
+  kiln_dworker_buffer_t *b = NULL;
   if (strcmp(method, "alloc") == 0) {
     KILN_RETURN_IF_ERROR(do_alloc(w, handle, bytes, &b));
     kiln_status_t st = zero_fill(w, b);

@@ -18,6 +18,7 @@ typedef struct kiln_dworker {
   kiln_device_t *dev;
   char device_id[32];
   kiln_map_t buffers; /* handle -> buffer_t* */
+  kiln_map_t modules; /* hash of the module key -> module */
   kiln_fdq_t fds;
   int channel;
 } kiln_dworker_t;
@@ -38,5 +39,9 @@ typedef struct kiln_dworker_call {
 
 kiln_status_t kiln_dworker_tensor_method(kiln_dworker_call_t *call, const char *method,
                                          bool *out_found);
+
+kiln_status_t kiln_dworker_module_method(kiln_dworker_call_t *call, const char *method,
+                                         bool *out_found);
+void kiln_dworker_modules_deinit(kiln_dworker_t *w);
 
 #endif

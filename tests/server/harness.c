@@ -100,7 +100,7 @@ void client_connect_tcp(client_t *c, const daemon_t *d) {
 void client_connect_unix(client_t *c, const daemon_t *d) {
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un a = {.sun_family = AF_UNIX};
-  snprintf(a.sun_path, sizeof(a.sun_path), "%s", d->unix_path);
+  snprintf(a.sun_path, sizeof(a.sun_path), "%.100s", d->unix_path);
   cr_assert(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect unix: %s", strerror(errno));
   client_init(c, fd);
 }

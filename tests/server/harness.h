@@ -17,7 +17,7 @@ typedef struct daemon {
   char tcp[128];   /* "127.0.0.1:PORT" */
   int port;
   char unix_path[256];
-  char dir[256];   /* private temp dir (cache, socket) */
+  char dir[64];    /* private temp dir (cache, socket) */
 } daemon_t;
 
 /* Starts kilnd (path from $KILND) with the extra arguments (NULL-terminated). */

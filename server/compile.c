@@ -1,0 +1,830 @@
+/* compile, compile_batch, source, cancel: cache keys, the compile queue, the pool of
+ * compile workers, single-flight, and the module table.
+ *
+ * A build's key is BLAKE2b-256 over every input that can change its output (docs/cache.md):
+ * payload bytes, payload kind, the target as resolved (a device id becomes that device's
+ * arch), the host CPU for "cpu", the options, and the compiler identity that the compile
+ * worker reports (kiln, LLVM and device-library versions). Identical builds in flight at
+ * once run once; everyone waiting gets the result. */
+#include <ctype.h>
+#include <errno.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "protocol/channel.h"
+#include "server/cache.h"
+#include "server/compile.h"
+
+#define MAX_PAYLOAD (256ull << 20)
+
+enum { PRIO_INTERACTIVE = 0, PRIO_BATCH = 1 };
+
+typedef struct batch {
+  kiln_req_t *req;
+  uint32_t n, remaining;
+  kiln_buf_t *items; /* packed result of each item */
+} batch_t;
+
+typedef struct waiter {
+  struct waiter *next;
+  kiln_req_t *req; /* a `compile` request, or NULL for a batch item */
+  batch_t *batch;
+  uint32_t index;
+  bool on_stack; /* a batch item answered without an allocation (out of memory) */
+} waiter_t;
+
+typedef struct job {
+  struct job *next;
+  uint8_t key[KILN_HASH_BYTES];
+  char hex[2 * KILN_HASH_BYTES + 1];
+  uint64_t key64;
+  int prio;
+  int fd;
+  uint64_t size;
+  kiln_buf_t params; /* packed params array for the worker, without "fds" */
+  waiter_t *waiters;
+  uint64_t queued_ns;
+} job_t;
+
+typedef struct slot {
+  kiln_worker_t *worker;
+  job_t *job;
+  uv_timer_t timer;
+  uint64_t start_ns;
+  struct kiln_compile_state *cs;
+} slot_t;
+
+typedef struct kiln_compile_state {
+  kiln_server_t *server;
+  char identity[256];
+  char host[256];
+  slot_t *slots;
+  uint32_t nslots;
+  job_t *qhead[2], *qtail[2];
+  uint32_t qlen[2];
+  kiln_map_t inflight; /* key64 -> job (queued or running) */
+  kiln_map_t modules;  /* key64 -> kiln_module_t */
+  uint64_t module_bytes;
+  kiln_cache_t *cache;
+  /* counters */
+  uint64_t compiles, compile_errors, crashes, timeouts, hits, joins, cancelled;
+  double compile_ms_total;
+  uint64_t duration_buckets[12]; /* compile ms histogram: <=1,2,5,10,20,50,100,200,500,1000,5000,+inf */
+} kiln_compile_state_t;
+
+static const double bucket_bounds[11] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000};
+
+static kiln_compile_state_t *state(kiln_server_t *s) { return s->compile; }
+
+/* --- startup: the compiler identity ---------------------------------------------------- */
+
+static kiln_status_t read_identity(kiln_server_t *s, kiln_compile_state_t *cs) {
+  char path[600];
+  KILN_RETURN_IF_ERROR(kiln_worker_find_binary(s, "kiln-compile-worker", path, sizeof(path)));
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return KILN_STATUS(KILN_E_UNAVAILABLE, "pipe: %s", strerror(errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  char *argv[] = {path, "--identity", NULL};
+  extern char **environ;
+  pid_t pid;
+  int rc = posix_spawn(&pid, path, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(p[1]);
+  if (rc) {
+    close(p[0]);
+    return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot run %s: %s", path, strerror(rc));
+  }
+  char buf[4096];
+  size_t len = 0;
+  for (;;) {
+    ssize_t n = read(p[0], buf + len, sizeof(buf) - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || len + (size_t)n >= sizeof(buf)) break;
+    len += (size_t)n;
+  }
+  close(p[0]);
+  int ws;
+  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  size_t off = 0;
+  kiln_status_t st = KILN_OK;
+  if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0 ||
+      msgpack_unpack_next(&u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
+      u.data.type != MSGPACK_OBJECT_MAP)
+    st = KILN_STATUS(KILN_E_UNAVAILABLE, "%s --identity failed (status %d)", path, ws);
+  const msgpack_object *id = st ? NULL : kiln_params_find(&u.data, "identity");
+  const msgpack_object *host = st ? NULL : kiln_params_find(&u.data, "host");
+  if (!st && (!id || !host || kiln_obj_cstr(id, "identity", cs->identity, sizeof(cs->identity)) ||
+              kiln_obj_cstr(host, "host", cs->host, sizeof(cs->host))))
+    st = KILN_STATUS(KILN_E_UNAVAILABLE, "%s --identity printed no identity", path);
+  msgpack_unpacked_destroy(&u);
+  return st;
+}
+
+kiln_status_t kiln_compile_init(kiln_server_t *s) {
+  kiln_compile_state_t *cs = calloc(1, sizeof(*cs));
+  if (!cs) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  cs->server = s;
+  s->compile = cs;
+  kiln_map_init(&cs->inflight);
+  kiln_map_init(&cs->modules);
+  KILN_RETURN_IF_ERROR(read_identity(s, cs));
+  kiln_cache_config_t cc = {0};
+  cc.dir = s->cfg.cache_dir;
+  cc.max_disk_bytes = s->cfg.cache_max_bytes;
+  cc.max_mem_bytes = 256ull << 20;
+  KILN_RETURN_IF_ERROR(kiln_cache_open(s->loop, &cc, &cs->cache));
+  cs->nslots = s->cfg.compile_workers;
+  cs->slots = calloc(cs->nslots, sizeof(slot_t));
+  if (!cs->slots) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  char mem[32];
+  snprintf(mem, sizeof(mem), "%llu", (unsigned long long)s->cfg.compile_max_memory);
+  const char *tail[] = {"--max-memory", mem, NULL};
+  for (uint32_t i = 0; i < cs->nslots; i++) {
+    slot_t *sl = &cs->slots[i];
+    sl->cs = cs;
+    KILN_RETURN_IF_ERROR(kiln_worker_create(s, KILN_WORKER_COMPILER, "", tail, &sl->worker));
+    uv_timer_init(s->loop, &sl->timer);
+    sl->timer.data = sl;
+  }
+  KILN_LOG_INFO("compiler", "workers=%u identity=\"%s\" cache=%s", cs->nslots, cs->identity,
+                s->cfg.cache_dir);
+  return KILN_OK;
+}
+
+void kiln_compile_shutdown(kiln_server_t *s) {
+  kiln_compile_state_t *cs = state(s);
+  if (!cs) return;
+  for (uint32_t i = 0; i < cs->nslots; i++)
+    if (cs->slots[i].worker) {
+      kiln_worker_destroy(cs->slots[i].worker);
+      cs->slots[i].worker = NULL;
+    }
+  if (cs->cache) {
+    kiln_cache_close(cs->cache, NULL, NULL);
+    cs->cache = NULL;
+  }
+}
+
+/* --- modules ------------------------------------------------------------------------------ */
+
+static uint64_t key64(const uint8_t key[KILN_HASH_BYTES]) {
+  uint64_t v;
+  memcpy(&v, key, sizeof(v));
+  v &= 0x7fffffffffffffffULL;
+  return v ? v : 1;
+}
+
+static void module_free(kiln_module_t *m) {
+  free(m->bytes);
+  kiln_artifact_deinit(&m->art);
+  free(m);
+}
+
+/* Keeps decoded modules within a memory bound; evicted ones come back from the cache. */
+static void modules_trim(kiln_compile_state_t *cs) {
+  const uint64_t limit = 512ull << 20;
+  while (cs->module_bytes > limit && cs->modules.count > 1) {
+    size_t it = 0;
+    uint64_t k, oldest_k = 0, oldest_t = UINT64_MAX;
+    void *v;
+    while (kiln_map_next(&cs->modules, &it, &k, &v)) {
+      kiln_module_t *m = v;
+      if (m->last_use_ns < oldest_t) {
+        oldest_t = m->last_use_ns;
+        oldest_k = k;
+      }
+    }
+    kiln_module_t *m = kiln_map_remove(&cs->modules, oldest_k);
+    cs->module_bytes -= m->len * 2;
+    module_free(m);
+  }
+}
+
+/* Decodes artifact bytes into a module and enters it in the table (takes `bytes`). */
+static kiln_status_t module_add(kiln_compile_state_t *cs, const uint8_t key[KILN_HASH_BYTES],
+                                uint8_t *bytes, size_t len, kiln_module_t **out) {
+  kiln_module_t *m = calloc(1, sizeof(*m));
+  if (!m) {
+    free(bytes);
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  memcpy(m->key, key, KILN_HASH_BYTES);
+  kiln_hex(key, KILN_HASH_BYTES, m->hex);
+  m->bytes = bytes;
+  m->len = len;
+  kiln_status_t st = kiln_artifact_decode(bytes, len, &m->art);
+  if (!st) st = kiln_map_put(&cs->modules, key64(key), m);
+  if (st) {
+    module_free(m);
+    return st;
+  }
+  m->last_use_ns = kiln_now_ns();
+  cs->module_bytes += len * 2; /* bytes plus the decoded copy, roughly */
+  modules_trim(cs);
+  *out = m;
+  return KILN_OK;
+}
+
+/* Memory table, then the cache (a disk hit after a restart lands here). */
+static kiln_module_t *module_lookup(kiln_compile_state_t *cs, const uint8_t key[KILN_HASH_BYTES]) {
+  kiln_module_t *m = kiln_map_get(&cs->modules, key64(key));
+  if (m && memcmp(m->key, key, KILN_HASH_BYTES) == 0) {
+    m->last_use_ns = kiln_now_ns();
+    return m;
+  }
+  kiln_cache_entry_t *e = kiln_cache_get(cs->cache, key);
+  if (!e) return NULL;
+  size_t len;
+  const uint8_t *data = kiln_cache_entry_data(e, &len);
+  uint8_t *copy = malloc(len ? len : 1);
+  if (copy) memcpy(copy, data, len);
+  kiln_cache_entry_release(e);
+  if (!copy) return NULL;
+  kiln_status_t st = module_add(cs, key, copy, len, &m);
+  if (st) {
+    /* An entry that verifies its checksum but does not decode was written by another
+     * kiln version with the same identity: treat as a miss. */
+    KILN_LOG_WARN("cache_undecodable", "message=\"%s\"", kiln_status_message(st));
+    kiln_status_free(st);
+    return NULL;
+  }
+  return m;
+}
+
+static bool parse_hex_key(const char *hex, uint32_t len, uint8_t out[KILN_HASH_BYTES]) {
+  if (len != 2 * KILN_HASH_BYTES) return false;
+  for (uint32_t i = 0; i < KILN_HASH_BYTES; i++) {
+    int hi = hex[2 * i], lo = hex[2 * i + 1];
+    if (!isxdigit(hi) || !isxdigit(lo)) return false;
+    hi = isdigit(hi) ? hi - '0' : tolower(hi) - 'a' + 10;
+    lo = isdigit(lo) ? lo - '0' : tolower(lo) - 'a' + 10;
+    out[i] = (uint8_t)(hi << 4 | lo);
+  }
+  return true;
+}
+
+kiln_status_t kiln_module_find(kiln_server_t *s, const char *hex, uint32_t len,
+                               kiln_module_t **out) {
+  uint8_t key[KILN_HASH_BYTES];
+  if (!parse_hex_key(hex, len, key))
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "module must be the 64-hex-digit id that `compile` returned");
+  kiln_module_t *m = module_lookup(state(s), key);
+  if (!m)
+    return KILN_STATUS(KILN_E_NOT_FOUND,
+                       "no module %.16s…: compile it again (it may have been evicted from the "
+                       "cache)",
+                       hex);
+  *out = m;
+  return KILN_OK;
+}
+
+/* --- result packing ----------------------------------------------------------------------- */
+
+static void pack_kernels(msgpack_packer *pk, const kiln_artifact_t *a) {
+  msgpack_pack_array(pk, a->num_kernels);
+  for (uint32_t i = 0; i < a->num_kernels; i++) {
+    const kiln_kernel_t *k = &a->kernels[i];
+    msgpack_pack_map(pk, 4);
+    kiln_pack_kv_str(pk, "name", k->name);
+    kiln_pack_cstr(pk, "args");
+    msgpack_pack_array(pk, k->num_args);
+    for (uint32_t j = 0; j < k->num_args; j++) {
+      msgpack_pack_map(pk, 2);
+      kiln_pack_kv_str(pk, "name", k->args[j].name);
+      kiln_pack_kv_str(pk, "type", kiln_arg_type_name(k->args[j].type));
+    }
+    kiln_pack_kv_u64(pk, "shared", k->group_segment_size);
+    kiln_pack_kv_u64(pk, "max_block", k->max_block);
+  }
+}
+
+static void pack_result(msgpack_packer *pk, const kiln_module_t *m, bool cached, double ms) {
+  msgpack_pack_map(pk, 6);
+  kiln_pack_kv_str(pk, "module", m->hex);
+  kiln_pack_kv_bool(pk, "cached", cached);
+  kiln_pack_kv_str(pk, "target", m->art.target);
+  kiln_pack_cstr(pk, "kernels");
+  pack_kernels(pk, &m->art);
+  kiln_pack_kv_f64(pk, "compile_ms", ms);
+  kiln_pack_kv_str(pk, "log", m->art.log ? m->art.log : "");
+}
+
+/* --- waiters ------------------------------------------------------------------------------ */
+
+static void batch_send(batch_t *b) {
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &out);
+  kiln_rpc_pack_result_head(&pk.pk, b->req->msgid);
+  msgpack_pack_array(&pk.pk, b->n);
+  for (uint32_t i = 0; i < b->n; i++) {
+    kiln_buf_append(&out, b->items[i].data, b->items[i].len);
+    kiln_buf_deinit(&b->items[i]);
+  }
+  free(b->items);
+  kiln_status_t st = kiln_packer_status(&pk);
+  if (st) {
+    kiln_buf_deinit(&out);
+    kiln_req_fail(b->req, st);
+  } else {
+    kiln_req_reply(b->req, &out, NULL, 0, NULL, NULL);
+  }
+  free(b);
+}
+
+static void batch_item_done(batch_t *b, uint32_t index, kiln_buf_t *item) {
+  b->items[index] = *item;
+  kiln_buf_init(item);
+  if (--b->remaining == 0) batch_send(b);
+}
+
+/* Answers one waiter with a module (st == NULL) or an error (takes st). */
+static void waiter_finish(kiln_compile_state_t *cs, waiter_t *w, const kiln_module_t *m,
+                          bool cached, double ms, kiln_status_t st) {
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &out);
+  if (w->req) {
+    if (st) {
+      kiln_buf_deinit(&out);
+      kiln_req_fail(w->req, st);
+    } else {
+      kiln_rpc_pack_result_head(&pk.pk, w->req->msgid);
+      pack_result(&pk.pk, m, cached, ms);
+      kiln_req_reply(w->req, &out, NULL, 0, NULL, NULL);
+    }
+  } else {
+    if (st) {
+      msgpack_pack_map(&pk.pk, 1);
+      kiln_pack_cstr(&pk.pk, "error");
+      msgpack_pack_array(&pk.pk, 2);
+      msgpack_pack_uint32(&pk.pk, kiln_status_code(st));
+      kiln_pack_cstr(&pk.pk, kiln_status_message(st));
+      cs->server->errors_by_code[kiln_status_code(st)]++;
+      kiln_status_free(st);
+    } else {
+      pack_result(&pk.pk, m, cached, ms);
+    }
+    batch_item_done(w->batch, w->index, &out);
+    kiln_buf_deinit(&out);
+  }
+  if (!w->on_stack) free(w);
+}
+
+/* --- the queue and the workers ------------------------------------------------------------ */
+
+static void schedule(kiln_compile_state_t *cs);
+
+static void job_free(job_t *j) {
+  if (j->fd >= 0) close(j->fd);
+  kiln_buf_deinit(&j->params);
+  free(j);
+}
+
+static void job_finish(kiln_compile_state_t *cs, job_t *j, const kiln_module_t *m, double ms,
+                       kiln_status_t st) {
+  kiln_map_remove(&cs->inflight, j->key64);
+  for (waiter_t *w = j->waiters; w;) {
+    waiter_t *n = w->next;
+    waiter_finish(cs, w, m, false, ms,
+                  st ? KILN_STATUS(kiln_status_code(st), "%s", kiln_status_message(st)) : KILN_OK);
+    w = n;
+  }
+  j->waiters = NULL;
+  kiln_status_free(st);
+  job_free(j);
+}
+
+static void on_compiled(void *ctx, kiln_status_t st, const msgpack_object *result) {
+  slot_t *sl = ctx;
+  kiln_compile_state_t *cs = sl->cs;
+  job_t *j = sl->job;
+  sl->job = NULL;
+  uv_timer_stop(&sl->timer);
+  double ms = (double)(kiln_now_ns() - sl->start_ns) / 1e6;
+  kiln_module_t *m = NULL;
+  if (!st) {
+    const msgpack_object *art = kiln_params_find(result, "artifact");
+    const msgpack_object *cms = kiln_params_find(result, "compile_ms");
+    if (cms && (cms->type == MSGPACK_OBJECT_FLOAT64 || cms->type == MSGPACK_OBJECT_FLOAT32))
+      ms = cms->via.f64;
+    if (!art || art->type != MSGPACK_OBJECT_BIN) {
+      st = KILN_STATUS(KILN_E_INTERNAL, "compile worker answered without an artifact");
+    } else {
+      uint8_t *copy = malloc(art->via.bin.size ? art->via.bin.size : 1);
+      if (!copy) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+      else {
+        memcpy(copy, art->via.bin.ptr, art->via.bin.size);
+        /* Decode first: only an artifact that decodes enters the cache. */
+        st = module_add(cs, j->key, copy, art->via.bin.size, &m);
+        if (!st) {
+          kiln_status_t cst = kiln_cache_put(cs->cache, j->key, m->bytes, m->len);
+          if (cst) {
+            KILN_LOG_WARN("cache_put", "message=\"%s\"", kiln_status_message(cst));
+            kiln_status_free(cst);
+          }
+        }
+      }
+    }
+  }
+  if (st) {
+    kiln_code_t c = kiln_status_code(st);
+    if (c == KILN_E_COMPILER_CRASHED) cs->crashes++;
+    else if (c == KILN_E_TIMEOUT) cs->timeouts++;
+    else cs->compile_errors++;
+  } else {
+    cs->compiles++;
+    cs->compile_ms_total += ms;
+    int b = 0;
+    while (b < 11 && ms > bucket_bounds[b]) b++;
+    cs->duration_buckets[b]++;
+  }
+  job_finish(cs, j, m, ms, st);
+  schedule(cs);
+}
+
+static void on_timeout(uv_timer_t *t) {
+  slot_t *sl = t->data;
+  kiln_server_t *s = sl->cs->server;
+  if (!sl->job) return;
+  char why[160];
+  snprintf(why, sizeof(why),
+           "the compile ran past its time limit of %.0f s and was stopped (--compile-timeout)",
+           s->cfg.compile_timeout_s);
+  kiln_worker_kill(sl->worker, KILN_E_TIMEOUT, why);
+}
+
+static job_t *dequeue(kiln_compile_state_t *cs) {
+  for (int p = 0; p < 2; p++) {
+    job_t *j = cs->qhead[p];
+    if (!j) continue;
+    cs->qhead[p] = j->next;
+    if (!cs->qhead[p]) cs->qtail[p] = NULL;
+    cs->qlen[p]--;
+    j->next = NULL;
+    return j;
+  }
+  return NULL;
+}
+
+static void schedule(kiln_compile_state_t *cs) {
+  for (uint32_t i = 0; i < cs->nslots; i++) {
+    slot_t *sl = &cs->slots[i];
+    if (sl->job || !sl->worker) continue;
+    job_t *j = dequeue(cs);
+    if (!j) return;
+    sl->job = j;
+    sl->start_ns = kiln_now_ns();
+    int fd = j->fd;
+    j->fd = -1; /* kiln_worker_call closes it */
+    kiln_status_t st = kiln_worker_call(sl->worker, "compile", &j->params, &fd, 1, on_compiled, sl);
+    if (st) {
+      sl->job = NULL;
+      job_finish(cs, j, NULL, 0, st);
+      continue;
+    }
+    uv_timer_start(&sl->timer, on_timeout, (uint64_t)(cs->server->cfg.compile_timeout_s * 1000), 0);
+  }
+}
+
+static void enqueue(kiln_compile_state_t *cs, job_t *j) {
+  j->queued_ns = kiln_now_ns();
+  if (cs->qtail[j->prio]) cs->qtail[j->prio]->next = j;
+  else cs->qhead[j->prio] = j;
+  cs->qtail[j->prio] = j;
+  cs->qlen[j->prio]++;
+}
+
+/* Moves a queued batch job to the interactive queue when an interactive request joins it. */
+static void promote(kiln_compile_state_t *cs, job_t *j) {
+  job_t **pp = &cs->qhead[PRIO_BATCH], *prev = NULL;
+  for (; *pp; prev = *pp, pp = &(*pp)->next) {
+    if (*pp != j) continue;
+    *pp = j->next;
+    if (cs->qtail[PRIO_BATCH] == j) cs->qtail[PRIO_BATCH] = prev;
+    cs->qlen[PRIO_BATCH]--;
+    j->next = NULL;
+    j->prio = PRIO_INTERACTIVE;
+    enqueue(cs, j);
+    return;
+  }
+}
+
+/* --- one build request -------------------------------------------------------------------- */
+
+typedef struct build {
+  const uint8_t *payload;
+  size_t size;
+  char kind[16];
+  char target[128];
+  uint64_t opt_level, max_block;
+  bool fast_math;
+} build_t;
+
+static kiln_status_t parse_build(kiln_server_t *s, const msgpack_object *p, const char *what,
+                                 build_t *b) {
+  static const char *const fields[] = {"ir", "target", "format", "options", NULL};
+  KILN_RETURN_IF_ERROR(kiln_params_check(p, what, fields));
+  memset(b, 0, sizeof(*b));
+  KILN_RETURN_IF_ERROR(kiln_params_bytes(p, "ir", true, &b->payload, &b->size));
+  if (b->size == 0) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "ir is empty");
+  if (b->size > MAX_PAYLOAD)
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "payload of %zu bytes exceeds the limit of %llu",
+                       b->size, (unsigned long long)MAX_PAYLOAD);
+  snprintf(b->kind, sizeof(b->kind), "auto");
+  const msgpack_object *o;
+  if ((o = kiln_params_find(p, "format"))) {
+    KILN_RETURN_IF_ERROR(kiln_obj_cstr(o, "format", b->kind, sizeof(b->kind)));
+    static const char *const kinds[] = {"auto", "llvm", "hsaco", "ptx", "cpu-so"};
+    bool ok = false;
+    for (size_t i = 0; i < KILN_ARRAY_SIZE(kinds); i++) ok |= strcmp(b->kind, kinds[i]) == 0;
+    if (!ok)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                         "format '%s' is not one of auto, llvm, hsaco, ptx, cpu-so", b->kind);
+  }
+  char target[128] = "cpu";
+  if ((o = kiln_params_find(p, "target")))
+    KILN_RETURN_IF_ERROR(kiln_obj_cstr(o, "target", target, sizeof(target)));
+  /* A device id names that device's arch. */
+  kiln_device_entry_t *d = kiln_device_find(s, target, (uint32_t)strlen(target));
+  if (d) snprintf(b->target, sizeof(b->target), "%s", d->arch);
+  else if (strcmp(target, "host") == 0) snprintf(b->target, sizeof(b->target), "cpu");
+  else if (strchr(target, ':') && strncmp(target, "gfx", 3) != 0)
+    return KILN_STATUS(KILN_E_NOT_FOUND, "target '%s' names no device of this server", target);
+  else snprintf(b->target, sizeof(b->target), "%s", target);
+  b->opt_level = 3;
+  const msgpack_object *opts = NULL;
+  KILN_RETURN_IF_ERROR(kiln_params_map(p, "options", false, &opts));
+  if (opts) {
+    static const char *const ofields[] = {"opt_level", "max_block", "fast_math", NULL};
+    KILN_RETURN_IF_ERROR(kiln_params_check(opts, "options", ofields));
+    const msgpack_object *ol = kiln_params_find(opts, "opt_level");
+    if (ol && ol->type == MSGPACK_OBJECT_STR && ol->via.str.size == 2 &&
+        (ol->via.str.ptr[0] == 'O' || ol->via.str.ptr[0] == 'o'))
+      b->opt_level = (uint64_t)(ol->via.str.ptr[1] - '0');
+    else if (ol) KILN_RETURN_IF_ERROR(kiln_params_u64(opts, "opt_level", false, &b->opt_level));
+    if (b->opt_level > 3)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "opt_level must be 0..3 or \"O0\"..\"O3\"");
+    KILN_RETURN_IF_ERROR(kiln_params_u64(opts, "max_block", false, &b->max_block));
+    if (b->max_block > 65536)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "max_block must be at most 65536");
+    KILN_RETURN_IF_ERROR(kiln_params_bool(opts, "fast_math", false, &b->fast_math));
+  }
+  return KILN_OK;
+}
+
+static void build_key(const kiln_compile_state_t *cs, const build_t *b, uint8_t out[KILN_HASH_BYTES]) {
+  kiln_hasher_t h;
+  kiln_hasher_init(&h);
+  static const char tag[] = "kiln-build-v1";
+  kiln_hasher_field(&h, tag, sizeof(tag) - 1);
+  kiln_hasher_field(&h, b->payload, b->size);
+  kiln_hasher_field(&h, b->kind, strlen(b->kind));
+  kiln_hasher_field(&h, b->target, strlen(b->target));
+  if (strcmp(b->target, "cpu") == 0) kiln_hasher_field(&h, cs->host, strlen(cs->host));
+  uint64_t opts[3] = {b->opt_level, b->max_block, b->fast_math};
+  kiln_hasher_field(&h, opts, sizeof(opts));
+  kiln_hasher_field(&h, cs->identity, strlen(cs->identity));
+  kiln_hasher_final(&h, out);
+}
+
+/* Starts (or joins, or answers from the cache) one build for waiter `w`. */
+static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio, waiter_t *w) {
+  uint8_t key[KILN_HASH_BYTES];
+  build_key(cs, b, key);
+  kiln_module_t *m = module_lookup(cs, key);
+  if (m) {
+    cs->hits++;
+    waiter_finish(cs, w, m, true, 0, KILN_OK);
+    return KILN_OK;
+  }
+  job_t *j = kiln_map_get(&cs->inflight, key64(key));
+  if (j && memcmp(j->key, key, KILN_HASH_BYTES) == 0) {
+    cs->joins++;
+    w->next = j->waiters;
+    j->waiters = w;
+    if (prio == PRIO_INTERACTIVE && j->prio == PRIO_BATCH) promote(cs, j);
+    return KILN_OK;
+  }
+  j = calloc(1, sizeof(*j));
+  if (!j) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  j->fd = -1;
+  memcpy(j->key, key, KILN_HASH_BYTES);
+  kiln_hex(key, KILN_HASH_BYTES, j->hex);
+  j->key64 = key64(key);
+  j->prio = prio;
+  void *map = NULL;
+  kiln_status_t st = kiln_shm_create("kiln-payload", b->size, &j->fd, &map);
+  if (st) {
+    free(j);
+    return st;
+  }
+  memcpy(map, b->payload, b->size);
+  kiln_shm_unmap(map, b->size);
+  j->size = b->size;
+  kiln_buf_init(&j->params);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &j->params);
+  msgpack_pack_array(&pk.pk, 1);
+  msgpack_pack_map(&pk.pk, 7);
+  kiln_pack_kv_str(&pk.pk, "kind", b->kind);
+  kiln_pack_kv_str(&pk.pk, "target", b->target);
+  kiln_pack_kv_u64(&pk.pk, "opt_level", b->opt_level);
+  kiln_pack_kv_u64(&pk.pk, "max_block", b->max_block);
+  kiln_pack_kv_bool(&pk.pk, "fast_math", b->fast_math);
+  kiln_pack_kv_u64(&pk.pk, "size", b->size);
+  kiln_pack_kv_u64(&pk.pk, "fds", 1);
+  st = kiln_packer_status(&pk);
+  if (!st) st = kiln_map_put(&cs->inflight, j->key64, j);
+  if (st) {
+    job_free(j);
+    return st;
+  }
+  w->next = NULL;
+  j->waiters = w;
+  enqueue(cs, j);
+  schedule(cs);
+  return KILN_OK;
+}
+
+kiln_status_t kiln_method_compile(kiln_call_t *call) {
+  kiln_compile_state_t *cs = state(call->server);
+  build_t b;
+  KILN_RETURN_IF_ERROR(parse_build(call->server, call->params, "compile", &b));
+  waiter_t *w = calloc(1, sizeof(*w));
+  if (!w) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  w->req = call->req;
+  call->async = true; /* the waiter answers, now (cache hit) or later */
+  kiln_status_t st = submit(cs, &b, PRIO_INTERACTIVE, w);
+  if (st) {
+    call->async = false;
+    free(w);
+  }
+  return st;
+}
+
+kiln_status_t kiln_method_compile_batch(kiln_call_t *call) {
+  kiln_compile_state_t *cs = state(call->server);
+  static const char *const fields[] = {"items", NULL};
+  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "compile_batch", fields));
+  const msgpack_object_array *items = NULL;
+  KILN_RETURN_IF_ERROR(kiln_params_array(call->params, "items", true, &items));
+  if (items->size == 0) {
+    msgpack_pack_array(call->pk, 0);
+    return KILN_OK;
+  }
+  if (items->size > 4096)
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "a batch holds at most 4096 items; got %u",
+                       items->size);
+  batch_t *bt = calloc(1, sizeof(*bt));
+  kiln_buf_t *slots = calloc(items->size, sizeof(kiln_buf_t));
+  if (!bt || !slots) {
+    free(bt);
+    free(slots);
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  bt->req = call->req;
+  bt->n = bt->remaining = items->size;
+  bt->items = slots;
+  call->async = true;
+  /* Every item is answered through the batch; the last one sends the reply (which may
+   * happen inside this loop when everything is cached). Keep one extra count so it cannot
+   * complete before the loop is done. */
+  bt->remaining++;
+  for (uint32_t i = 0; i < items->size; i++) {
+    waiter_t stack_w, *w = calloc(1, sizeof(*w));
+    if (!w) {
+      /* Answer the item through a waiter on the stack: waiter_finish frees only heap ones. */
+      memset(&stack_w, 0, sizeof(stack_w));
+      stack_w.on_stack = true;
+      w = &stack_w;
+    }
+    w->batch = bt;
+    w->index = i;
+    build_t b;
+    char what[32];
+    snprintf(what, sizeof(what), "items[%u]", i);
+    kiln_status_t st = items->ptr[i].type == MSGPACK_OBJECT_MAP
+                           ? parse_build(call->server, &items->ptr[i], what, &b)
+                           : KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be a map", what);
+    if (!st && w == &stack_w) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+    if (!st) st = submit(cs, &b, PRIO_BATCH, w);
+    if (st) waiter_finish(cs, w, NULL, false, 0, st);
+  }
+  /* Drop the extra count: answers now if every item is done. */
+  if (--bt->remaining == 0) batch_send(bt);
+  return KILN_OK;
+}
+
+kiln_status_t kiln_method_source(kiln_call_t *call) {
+  static const char *const fields[] = {"module", "kind", NULL};
+  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "source", fields));
+  const char *hex, *kind = "llvm";
+  uint32_t hlen, klen = 4;
+  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "module", true, &hex, &hlen));
+  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "kind", false, &kind, &klen));
+  kiln_module_t *m;
+  KILN_RETURN_IF_ERROR(kiln_module_find(call->server, hex, hlen, &m));
+  const char *text = NULL;
+  if (klen == 4 && memcmp(kind, "llvm", 4) == 0) text = m->art.llvm_ir;
+  else if (klen == 3 && memcmp(kind, "asm", 3) == 0) text = m->art.assembly;
+  else if (klen == 6 && memcmp(kind, "binary", 6) == 0) {
+    msgpack_pack_bin(call->pk, m->art.code_size);
+    msgpack_pack_bin_body(call->pk, m->art.code, m->art.code_size);
+    return KILN_OK;
+  } else
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "kind must be \"llvm\", \"asm\" or \"binary\"");
+  if (!text)
+    return KILN_STATUS(KILN_E_NOT_FOUND, "module %.16s has no %.*s text (prebuilt code object)",
+                       m->hex, (int)klen, kind);
+  kiln_pack_cstr(call->pk, text);
+  return KILN_OK;
+}
+
+/* Drops queued (not running) compile work of request `msgid` on this connection. */
+kiln_status_t kiln_method_cancel(kiln_call_t *call) {
+  static const char *const fields[] = {"msgid", NULL};
+  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "cancel", fields));
+  uint64_t msgid;
+  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "msgid", true, &msgid));
+  kiln_compile_state_t *cs = state(call->server);
+  uint64_t n = 0;
+  for (int p = 0; p < 2; p++) {
+    job_t *prev = NULL;
+    for (job_t *j = cs->qhead[p]; j;) {
+      job_t *next = j->next;
+      waiter_t **wp = &j->waiters;
+      while (*wp) {
+        waiter_t *w = *wp;
+        kiln_req_t *r = w->req ? w->req : w->batch->req;
+        if (r->conn == call->conn && r->msgid == msgid) {
+          *wp = w->next;
+          n++;
+          waiter_finish(cs, w, NULL, false, 0,
+                        KILN_STATUS(KILN_E_CANCELLED, "cancelled by the client"));
+        } else {
+          wp = &w->next;
+        }
+      }
+      if (!j->waiters) {
+        if (prev) prev->next = next;
+        else cs->qhead[p] = next;
+        if (cs->qtail[p] == j) cs->qtail[p] = prev;
+        cs->qlen[p]--;
+        kiln_map_remove(&cs->inflight, j->key64);
+        job_free(j);
+      } else {
+        prev = j;
+      }
+      j = next;
+    }
+  }
+  cs->cancelled += n;
+  msgpack_pack_map(call->pk, 1);
+  kiln_pack_kv_u64(call->pk, "cancelled", n);
+  return KILN_OK;
+}
+
+uint32_t kiln_compile_stats_fields(void) { return 2; }
+
+void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk) {
+  kiln_compile_state_t *cs = state(s);
+  kiln_cache_stats_t c;
+  kiln_cache_stats(cs->cache, &c);
+  kiln_pack_cstr(pk, "compile");
+  msgpack_pack_map(pk, 11);
+  kiln_pack_kv_u64(pk, "workers", cs->nslots);
+  kiln_pack_kv_u64(pk, "queued_interactive", cs->qlen[0]);
+  kiln_pack_kv_u64(pk, "queued_batch", cs->qlen[1]);
+  kiln_pack_kv_u64(pk, "compiles", cs->compiles);
+  kiln_pack_kv_u64(pk, "errors", cs->compile_errors);
+  kiln_pack_kv_u64(pk, "crashes", cs->crashes);
+  kiln_pack_kv_u64(pk, "timeouts", cs->timeouts);
+  kiln_pack_kv_u64(pk, "cache_hits", cs->hits);
+  kiln_pack_kv_u64(pk, "single_flight_joins", cs->joins);
+  kiln_pack_kv_u64(pk, "cancelled", cs->cancelled);
+  kiln_pack_kv_f64(pk, "compile_ms_total", cs->compile_ms_total);
+  kiln_pack_cstr(pk, "cache");
+  msgpack_pack_map(pk, 9);
+  kiln_pack_kv_u64(pk, "hits_memory", c.hits_mem);
+  kiln_pack_kv_u64(pk, "hits_disk", c.hits_disk);
+  kiln_pack_kv_u64(pk, "misses", c.misses);
+  kiln_pack_kv_u64(pk, "corrupt", c.corrupt);
+  kiln_pack_kv_u64(pk, "write_errors", c.write_errors);
+  kiln_pack_kv_u64(pk, "evictions", c.evictions_mem + c.evictions_disk);
+  kiln_pack_kv_u64(pk, "entries_disk", c.entries_disk);
+  kiln_pack_kv_u64(pk, "bytes_disk", c.bytes_disk);
+  kiln_pack_kv_u64(pk, "bytes_memory", c.bytes_mem);
+}

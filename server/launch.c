@@ -1,0 +1,219 @@
+/* launch and time: check the request against the module's kernel table and the tenant's
+ * tensors, make sure the device worker has the module loaded, and pass the launch on. The
+ * worker converts argument values to the kernel's types (device/launch.h) and runs it. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "protocol/channel.h"
+#include "server/compile.h"
+
+typedef struct launch_op {
+  kiln_req_t *req;
+} launch_op_t;
+
+static void on_reply(void *ctx, kiln_status_t st, const msgpack_object *result) {
+  launch_op_t *op = ctx;
+  if (st) {
+    kiln_req_fail(op->req, st);
+  } else {
+    kiln_buf_t b;
+    kiln_buf_init(&b);
+    kiln_packer_t pk;
+    kiln_packer_init(&pk, &b);
+    kiln_rpc_pack_result_head(&pk.pk, op->req->msgid);
+    msgpack_pack_object(&pk.pk, *result);
+    kiln_req_reply(op->req, &b, NULL, 0, NULL, NULL);
+  }
+  free(op);
+}
+
+typedef struct load_op {
+  kiln_device_entry_t *device;
+  uint64_t key64;
+} load_op_t;
+
+static void on_load_reply(void *ctx, kiln_status_t st, const msgpack_object *result) {
+  /* A failed load fails the launches queued behind it with the worker's message (the
+   * worker remembers it); the mark is dropped so that a later launch tries again. */
+  load_op_t *op = ctx;
+  if (st) kiln_map_remove(&op->device->loaded, op->key64);
+  (void)result;
+  kiln_status_free(st);
+  free(op);
+}
+
+static const char *format_kind(kiln_artifact_format_t f) {
+  switch (f) {
+    case KILN_FORMAT_CPU_SO: return "cpu";
+    case KILN_FORMAT_HSACO: return "hsa";
+    case KILN_FORMAT_PTX: return "cuda";
+  }
+  return "?";
+}
+
+static kiln_status_t ensure_loaded(kiln_device_entry_t *d, kiln_module_t *m) {
+  uint64_t k;
+  memcpy(&k, m->key, sizeof(k));
+  k = (k & 0x7fffffffffffffffULL) | 1;
+  uint32_t gen = kiln_worker_generation(d->worker);
+  uintptr_t have = (uintptr_t)kiln_map_get(&d->loaded, k);
+  if (have == (uintptr_t)gen + 1) return KILN_OK;
+  int fd;
+  void *map;
+  KILN_RETURN_IF_ERROR(kiln_shm_create("kiln-artifact", m->len, &fd, &map));
+  memcpy(map, m->bytes, m->len);
+  kiln_shm_unmap(map, m->len);
+  kiln_buf_t params;
+  kiln_buf_init(&params);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &params);
+  msgpack_pack_array(&pk.pk, 1);
+  msgpack_pack_map(&pk.pk, 3);
+  kiln_pack_kv_str(&pk.pk, "module", m->hex);
+  kiln_pack_kv_u64(&pk.pk, "size", m->len);
+  kiln_pack_kv_u64(&pk.pk, "fds", 1);
+  load_op_t *op = malloc(sizeof(*op));
+  kiln_status_t st = op ? KILN_OK : KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) {
+    op->device = d;
+    op->key64 = k;
+    st = kiln_worker_call(d->worker, "load", &params, &fd, 1, on_load_reply, op);
+  } else {
+    close(fd);
+  }
+  kiln_buf_deinit(&params);
+  if (st) {
+    free(op);
+    return st;
+  }
+  /* Marked loaded for this generation at once: launches queue behind the load in order. */
+  return kiln_map_put(&d->loaded, k, (void *)((uintptr_t)kiln_worker_generation(d->worker) + 1));
+}
+
+static kiln_status_t check_dims(const msgpack_object *params, const char *name) {
+  const msgpack_object_array *a = NULL;
+  KILN_RETURN_IF_ERROR(kiln_params_array(params, name, true, &a));
+  if (a->size < 1 || a->size > 3)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be an array of 1 to 3 positive integers",
+                       name);
+  for (uint32_t i = 0; i < a->size; i++)
+    if (a->ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a->ptr[i].via.u64 == 0 ||
+        a->ptr[i].via.u64 > UINT32_MAX)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s[%u] must be an integer from 1 to 2^32-1",
+                         name, i);
+  return KILN_OK;
+}
+
+static kiln_status_t start(kiln_call_t *call, bool timed) {
+  static const char *const lfields[] = {"module", "kernel", "device", "grid", "block", "args",
+                                        "shared", NULL};
+  static const char *const tfields[] = {"module", "kernel", "device", "grid", "block", "args",
+                                        "shared", "number", "repeat", "min_repeat_ms", "warmup",
+                                        "flush", NULL};
+  const char *method = timed ? "time" : "launch";
+  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, method, timed ? tfields : lfields));
+  const char *hex, *kname, *dev = NULL;
+  uint32_t hlen, klen, dlen = 0;
+  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "module", true, &hex, &hlen));
+  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "kernel", true, &kname, &klen));
+  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "device", false, &dev, &dlen));
+  KILN_RETURN_IF_ERROR(check_dims(call->params, "grid"));
+  KILN_RETURN_IF_ERROR(check_dims(call->params, "block"));
+  uint64_t u;
+  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "shared", false, &u));
+  if (timed) {
+    static const char *const nums[] = {"number", "repeat", "min_repeat_ms", "warmup"};
+    for (size_t i = 0; i < KILN_ARRAY_SIZE(nums); i++) {
+      u = 1;
+      KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, nums[i], false, &u));
+      if (u > 1000000)
+        return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be at most 1000000", nums[i]);
+    }
+    bool b;
+    KILN_RETURN_IF_ERROR(kiln_params_bool(call->params, "flush", false, &b));
+  }
+  kiln_device_entry_t *d = kiln_device_find(call->server, dev, dlen);
+  if (!d)
+    return KILN_STATUS(KILN_E_NOT_FOUND, "no device '%.*s' on this server; `devices` lists them",
+                       (int)(dlen < 32 ? dlen : 32), dev);
+  kiln_module_t *m;
+  KILN_RETURN_IF_ERROR(kiln_module_find(call->server, hex, hlen, &m));
+  if (strcmp(format_kind(m->art.format), d->kind) != 0)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "module %.16s was compiled for %s; device %s runs %s code: compile for "
+                       "target \"%s\"",
+                       m->hex, m->art.target, d->id, d->kind, d->id);
+  char name[128];
+  if (klen >= sizeof(name)) return KILN_STATUS(KILN_E_NOT_FOUND, "kernel name too long");
+  memcpy(name, kname, klen);
+  name[klen] = 0;
+  const kiln_kernel_t *k = kiln_artifact_kernel(&m->art, name);
+  if (!k) return KILN_STATUS(KILN_E_NOT_FOUND, "module %.16s has no kernel '%s'", m->hex, name);
+  const msgpack_object_array *args = NULL;
+  KILN_RETURN_IF_ERROR(kiln_params_array(call->params, "args", true, &args));
+  if (args->size != k->num_args)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "kernel '%s' takes %u arguments; %u were given",
+                       name, k->num_args, args->size);
+  for (uint32_t i = 0; i < args->size; i++) {
+    const msgpack_object *a = &args->ptr[i];
+    bool is_ptr = k->args[i].type == KILN_ARG_PTR;
+    if (a->type == MSGPACK_OBJECT_MAP) {
+      static const char *const afields[] = {"tensor", NULL};
+      KILN_RETURN_IF_ERROR(kiln_params_check(a, "argument", afields));
+      uint64_t id;
+      KILN_RETURN_IF_ERROR(kiln_params_u64(a, "tensor", true, &id));
+      kiln_tensor_t *t;
+      KILN_RETURN_IF_ERROR(kiln_tensor_lookup(call, id, &t));
+      if (t->device != d)
+        return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                           "argument %u: tensor %llu lives on %s, the launch runs on %s", i,
+                           (unsigned long long)id, t->device->id, d->id);
+      if (!is_ptr)
+        return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                           "argument %u (\"%s\") is a %s, not a pointer: pass a number", i,
+                           k->args[i].name, kiln_arg_type_name(k->args[i].type));
+    } else if (is_ptr) {
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                         "argument %u (\"%s\") is a pointer: pass {\"tensor\": id}", i,
+                         k->args[i].name);
+    }
+  }
+  KILN_RETURN_IF_ERROR(ensure_loaded(d, m));
+  /* The worker gets the params as sent (tensor ids are its buffer handles) with the module
+   * id and device normalised. */
+  kiln_buf_t params;
+  kiln_buf_init(&params);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &params);
+  msgpack_pack_array(&pk.pk, 1);
+  const msgpack_object *p = call->params;
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < p->via.map.size; i++)
+    n += !kiln_obj_str_eq(&p->via.map.ptr[i].key, "device") &&
+         !kiln_obj_str_eq(&p->via.map.ptr[i].key, "module");
+  msgpack_pack_map(&pk.pk, n + 1);
+  kiln_pack_kv_str(&pk.pk, "module", m->hex);
+  for (uint32_t i = 0; i < p->via.map.size; i++) {
+    const msgpack_object_kv *kv = &p->via.map.ptr[i];
+    if (kiln_obj_str_eq(&kv->key, "device") || kiln_obj_str_eq(&kv->key, "module")) continue;
+    msgpack_pack_object(&pk.pk, kv->key);
+    msgpack_pack_object(&pk.pk, kv->val);
+  }
+  launch_op_t *op = malloc(sizeof(*op));
+  kiln_status_t st = op ? kiln_packer_status(&pk) : KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) {
+    op->req = call->req;
+    st = kiln_worker_call(d->worker, method, &params, NULL, 0, on_reply, op);
+  }
+  kiln_buf_deinit(&params);
+  if (st) {
+    free(op);
+    return st;
+  }
+  call->async = true;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_method_launch(kiln_call_t *call) { return start(call, false); }
+kiln_status_t kiln_method_time(kiln_call_t *call) { return start(call, true); }
