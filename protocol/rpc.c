@@ -7,9 +7,11 @@ void kiln_rpc_msg_deinit(kiln_rpc_msg_t *m) { msgpack_unpacked_destroy(&m->unpac
 
 static bool is_uint(const msgpack_object *o) { return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER; }
 
+/* msgpack-c decodes an empty str with a NULL pointer; hand out "" so that callers may pass
+ * what they get to memcpy/memcmp (NULL is undefined there even for 0 bytes). */
 static bool str_or_bin(const msgpack_object *o, const char **p, uint32_t *n) {
   if (o->type == MSGPACK_OBJECT_STR) {
-    *p = o->via.str.ptr;
+    *p = o->via.str.ptr ? o->via.str.ptr : "";
     *n = o->via.str.size;
     return true;
   }
@@ -116,9 +118,9 @@ kiln_status_t kiln_obj_cstr(const msgpack_object *o, const char *what, char *out
   if (o->via.str.size >= cap)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s is too long (%u bytes, at most %zu)", what,
                        o->via.str.size, cap - 1);
-  if (memchr(o->via.str.ptr, 0, o->via.str.size))
+  if (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size))
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s contains a NUL byte", what);
-  memcpy(out, o->via.str.ptr, o->via.str.size);
+  if (o->via.str.size) memcpy(out, o->via.str.ptr, o->via.str.size);
   out[o->via.str.size] = 0;
   return KILN_OK;
 }
