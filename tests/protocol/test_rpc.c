@@ -537,6 +537,39 @@ Test(params, obj_cstr_and_str_eq) {
   bytes_free(&b);
 }
 
+/* msgpack-c decodes an empty str with a NULL pointer; kiln hands out "" instead, so that
+ * callers may memcpy/memcmp/memchr what they get (UBSan flags those on NULL even for 0 bytes). */
+Test(params, empty_strings_are_never_null) {
+  bytes_t b = BYTES_LIT(0x94, 0x00, 0x07, 0xa0, 0x91, 0x82, 0xa1, 'd', 0xa0, 0xa0, 0x01);
+  kiln_rpc_msg_t m;
+  bool has;
+  cr_assert_null(kiln_rpc_parse(b.p, b.n, &m, &has));
+  cr_assert_eq(m.method_len, 0);
+  cr_assert_not_null(m.method);
+  cr_assert(kiln_rpc_method_is(&m, ""));
+  cr_assert_not(kiln_rpc_method_is(&m, "ping"));
+  const char *s = NULL;
+  uint32_t sn = 9;
+  cr_assert_null(kiln_params_str(m.params, "d", true, &s, &sn));
+  cr_assert_not_null(s);
+  cr_assert_eq(sn, 0);
+  const uint8_t *bytes = NULL;
+  size_t bn = 9;
+  cr_assert_null(kiln_params_bytes(m.params, "d", true, &bytes, &bn));
+  cr_assert_not_null(bytes);
+  cr_assert_eq(bn, 0);
+  const msgpack_object *d = kiln_params_find(m.params, "d");
+  cr_assert(kiln_obj_str_eq(d, ""));
+  char out[4] = "xyz";
+  cr_assert_null(kiln_obj_cstr(d, "device", out, sizeof(out)));
+  cr_assert_str_eq(out, "");
+  /* An empty key is an unknown field, named as ''. */
+  static const char *const allowed[] = {"d", NULL};
+  expect_invalid(kiln_params_check(m.params, "m", allowed), "unknown field ''");
+  kiln_rpc_msg_deinit(&m);
+  bytes_free(&b);
+}
+
 /* --- Encoding ---------------------------------------------------------------------------- */
 
 static void frame_and_parse(kiln_buf_t *buf, kiln_rpc_msg_t *m, bytes_t *keep) {
