@@ -39,6 +39,7 @@ struct kiln_client {
   uint64_t chunk_bytes; /* uploads above this go as alloc + write chunks */
 
   kiln_reader_t reader;
+  const uint8_t *advised; /* the reader buffer last given the huge-page hint */
 
   /* Output queue: segments [seg_head, nsegs) are unsent; seg_sent bytes of seg_head are out. */
   kiln_buf_t out;

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -164,6 +165,7 @@ static void handle_message(kiln_client_t *c, const uint8_t *msg, size_t len) {
     r->bytes = rd->buf;
     rd->buf = NULL;
     rd->cap = 0;
+    c->advised = NULL; /* the next buffer may land at the same address */
   } else {
     r->bytes = malloc(len);
     if (!r->bytes) goto oom;
@@ -191,6 +193,25 @@ oom:
                             len));
 }
 
+/* A reply this large is received into memory fresh from the kernel: each 4 KiB page costs a
+ * fault and a clear, about a third of the client's time in a 256 MiB download. Transparent
+ * huge pages (where the system allows them, "madvise" mode included) cut the faults 512-fold. */
+#define HUGE_BYTES (8u << 20)
+
+static bool rd_is_new_buffer(kiln_client_t *c, const void *p) {
+  const uint8_t *base = c->reader.buf;
+  if (base == c->advised) return false;
+  c->advised = base;
+  return base != NULL && (const uint8_t *)p >= base;
+}
+
+static void advise_huge(void *p, size_t n) {
+  uintptr_t huge = 2u << 20;
+  uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+  uintptr_t end = ((uintptr_t)p + n) & ~(huge - 1);
+  if (end > start) madvise((void *)start, end - start, MADV_HUGEPAGE); /* a hint: ignore errors */
+}
+
 /* Reads what the socket has. Returns how many replies or notifications were handled. */
 static size_t read_some(kiln_client_t *c) {
   size_t handled = 0;
@@ -204,6 +225,7 @@ static size_t read_some(kiln_client_t *c) {
                       : KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for a reply"));
       break;
     }
+    if (room >= HUGE_BYTES && rd_is_new_buffer(c, p)) advise_huge(p, room);
     ssize_t n = recv(c->fd, p, room, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
