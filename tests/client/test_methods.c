@@ -1,5 +1,9 @@
 /* Every method of docs/protocol.md §4 through libkiln, and its error cases. */
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "fixture.h"
 #include "protocol/rpc.h"
@@ -166,4 +170,52 @@ Test(methods, wait_on_unknown_msgid) {
   ASSERT_CODE(kiln_client_wait(g_client, 777, &r), KILN_E_NOT_FOUND);
   ASSERT_OK(kiln_client_wait_any(g_client, &r));
   cr_assert_null(r, "nothing in flight, yet wait_any returned a reply");
+}
+
+Test(methods, garbage_ends_the_connection_with_the_daemons_reason) {
+  /* 0xc1 starts no MessagePack object: kilnd answers with an error notification and closes
+   * the connection; libkiln reports that reason on every later call. */
+  static const uint8_t garbage[] = {0xc1, 0xc1, 0xc1};
+  cr_assert_eq(send(kiln_client_fd(g_client), garbage, sizeof(garbage), MSG_NOSIGNAL), 3);
+  kiln_status_t s = kiln_client_ping(g_client);
+  cr_assert_not_null(s);
+  cr_expect_eq(kiln_status_code(s), KILN_E_INVALID_ARGUMENT, "%s: %s",
+               kiln_code_name(kiln_status_code(s)), kiln_status_message(s));
+  kiln_status_free(s);
+  ASSERT_CODE(kiln_client_ping(g_client), KILN_E_INVALID_ARGUMENT); /* sticky */
+  kiln_client_t *c = fixture_connect(g_kilnd.tcp_url);
+  ASSERT_OK(kiln_client_ping(c)); /* the daemon lives */
+  kiln_client_destroy(c);
+}
+
+/* A listener that never answers: the client's timeout, without a daemon. */
+Test(local, timeout_without_reply, .timeout = 20) {
+  char dir[] = "/tmp/kiln-timeout-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/s", dir);
+  int l = socket(AF_UNIX, SOCK_STREAM, 0);
+  cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  cr_assert_eq(listen(l, 4), 0);
+  char url[128];
+  snprintf(url, sizeof(url), "unix:%s", sa.sun_path);
+  kiln_client_t *c;
+  ASSERT_OK(kiln_client_create(url, &c));
+  kiln_client_set_timeout(c, 100);
+  ASSERT_CODE(kiln_client_ping(c), KILN_E_TIMEOUT);
+  cr_expect_eq(kiln_client_inflight(c), 1, "the request stays in flight");
+  kiln_client_destroy(c);
+  close(l);
+  unlink(sa.sun_path);
+  rmdir(dir);
+}
+
+Test(local, malformed_urls) {
+  kiln_client_t *c = NULL;
+  ASSERT_CODE(kiln_client_create("http://x", &c), KILN_E_INVALID_ARGUMENT);
+  ASSERT_CODE(kiln_client_create("tcp:127.0.0.1", &c), KILN_E_INVALID_ARGUMENT);
+  ASSERT_CODE(kiln_client_create("tcp:127.0.0.1:port", &c), KILN_E_INVALID_ARGUMENT);
+  ASSERT_CODE(kiln_client_create("tcp:[::1:7070", &c), KILN_E_INVALID_ARGUMENT);
+  ASSERT_CODE(kiln_client_create("unix:", &c), KILN_E_INVALID_ARGUMENT);
+  cr_assert_null(c);
 }
