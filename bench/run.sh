@@ -14,6 +14,8 @@ for b in "$kilnd" "$loadgen" "$transfer"; do
   [ -x "$b" ] || { echo "run.sh: $b is missing; build first (ninja -C $build)" >&2; exit 2; }
 done
 
+# Other work on the machine skews every number below: record how busy it was.
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 work=$(mktemp -d /tmp/kiln-bench-XXXXXX)
 pid=
 stop_kilnd() {
@@ -98,6 +100,7 @@ if [ -f "$out" ]; then analysis=$(sed -n '/^## Analysis/,$p' "$out"); fi
   echo
   echo "Machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores," \
        "$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
+  echo "Load average before the run: ${load_before}; after: $(cut -d' ' -f1-3 /proc/loadavg)."
   echo "Client and daemon share the machine (loopback); the build is \`$(sed -n "s/^buildtype *= *//p" "$build/meson-private/cmd_line.txt" 2>/dev/null || echo default)\`."
   echo
   echo "| measurement | bar | tcp | unix | |"
