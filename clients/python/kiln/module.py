@@ -17,8 +17,6 @@ from .errors import InvalidArgument, InternalError, KilnError, error_from_wire
 
 __all__ = ["Module", "Function", "Kernel", "KernelArg", "BenchmarkResult"]
 
-_SUFFIX_FORMAT = {".ll": "llvm", ".bc": "llvm", ".hsaco": "hsaco", ".co": "hsaco", ".ptx": "ptx",
-                  ".so": "cpu-so"}
 _TARGET_ALIASES = {"llvm": "cpu", "host": "cpu", "rocm": "hsa:0", "cuda": "cuda:0"}
 _INT_TYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
 _FLOAT_TYPES = {"float16", "bfloat16", "float32", "float64"}
@@ -34,8 +32,8 @@ def _read_payload(ir, fmt):
     if path is not None:
         with open(path, "rb") as f:
             data = f.read()
-        if fmt is None:
-            fmt = _SUFFIX_FORMAT.get(os.path.splitext(path)[1].lower())
+        # The daemon sniffs the kind (ELF, PTX text, else LLVM); naming it here would only
+        # change the cache key of an identical build.
         if fmt in ("llvm", "ptx") or fmt is None:
             try:
                 text = data.decode("utf-8")
