@@ -50,8 +50,10 @@ kiln_status_t kiln_client_hello(kiln_client_t *c, const char *token, const char 
   const msgpack_object *lim = kiln_object_get(res, "limits");
   uint64_t max_message = get_u64(lim, "max_message");
   /* Chunked uploads must fit the daemon's message limit, which --max-message may lower. */
-  if (max_message > (2u << 20) && max_message - (1u << 20) < c->chunk_bytes)
-    c->chunk_bytes = max_message - (1u << 20);
+  if (max_message) {
+    uint64_t chunk = max_message > (2u << 20) ? max_message - (1u << 20) : max_message / 2;
+    if (chunk < c->chunk_bytes) c->chunk_bytes = chunk;
+  }
   if (out) {
     memset(out, 0, sizeof(*out));
     copy_str(res, "server", out->server, sizeof(out->server));
