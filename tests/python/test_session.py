@@ -137,3 +137,35 @@ def test_module_level_devices(unix_url, monkeypatch):
     a = kiln.nd.array(np.arange(3))  # default session, cpu:0
     assert a.device.id == "cpu:0" and kiln.cpu(0).exist
     kiln.default_session().close()
+
+
+def test_futures_waited_in_other_threads(s):
+    # futures made in one thread and waited for in others, while those others make their own:
+    # the reader role moves between threads and nobody misses an answer
+    import queue
+    q = queue.Queue()
+    errors = []
+
+    def producer():
+        for _ in range(2000):
+            q.put(s.ping_async())
+        for _ in range(4):
+            q.put(None)
+
+    def consumer():
+        try:
+            while True:
+                f = q.get()
+                if f is None:
+                    return
+                assert f.result(timeout=60) == "pong"
+                assert s.ping() == "pong"
+        except Exception as e:  # reported below
+            errors.append(e)
+    ts = [threading.Thread(target=consumer) for _ in range(4)] + [threading.Thread(target=producer)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not any(t.is_alive() for t in ts), "a thread hangs"
+    assert not errors, errors[:3]

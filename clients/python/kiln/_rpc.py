@@ -216,11 +216,17 @@ class Connection:
         self.url = url
         self._sock = open_socket(url, timeout)
         self._fd = self._sock.fileno()
+        self._poller = select.poll()  # used by the reader-role holder only
+        self._poller.register(self._fd, select.POLLIN)
         self._ids = itertools.count(1)
         self._pending = {}          # msgid -> Future, or None for fire-and-forget requests
         self._send_lock = threading.Lock()
+        # The reader role is a plain lock: an uncontended synchronous call takes it without
+        # touching the condition. Threads that find it taken wait on the condition; the reader
+        # notifies only when someone waits (_waiters, changed under the condition's lock).
+        self._read_lock = threading.Lock()
         self._state = threading.Condition(threading.Lock())
-        self._reading = False
+        self._waiters = 0
         self._dead = None           # the exception every later call gets
         self._server_error = None   # from an "error" notification, reported when the stream ends
         self._backlog = collections.deque()  # fire-and-forget messages waiting for the send lock
@@ -324,8 +330,17 @@ class Connection:
         with self._send_lock:
             if self._dead is not None:
                 raise self._dead
-            bufs = self._take_backlog() + bufs
+            if self._backlog or self._leftover:
+                bufs = self._take_backlog() + bufs
             try:
+                if len(bufs) == 1:  # the common case: one small request, sent whole at once
+                    try:
+                        n = self._sock.send(bufs[0])
+                    except (BlockingIOError, InterruptedError):
+                        n = 0
+                    if n == len(bufs[0]):
+                        return
+                    bufs = [memoryview(bufs[0])[n:]]
                 self._send_all(bufs)
             except OSError as e:
                 self._salvage()  # the daemon may have said why it closed (an "error" notification)
@@ -356,10 +371,8 @@ class Connection:
     def _salvage(self):
         """After a failed send: reads what the daemon sent before it closed, without waiting
         long, so that its error notification becomes the reported error."""
-        with self._state:
-            if self._reading or self._dead is not None:
-                return
-            self._reading = True
+        if self._dead is not None or not self._read_lock.acquire(False):
+            return
         try:
             for _ in range(64):
                 if self._dead is not None:
@@ -372,17 +385,18 @@ class Connection:
         except Exception:
             pass
         finally:
+            self._release_reader()
+
+    def _release_reader(self):
+        self._read_lock.release()
+        if self._waiters:
             with self._state:
-                self._reading = False
                 self._state.notify_all()
 
     def _wait_writable(self):
         """The socket is full: wait until it drains, reading replies meanwhile when no
         other thread is (the daemon stops reading a client that leaves its replies unread)."""
-        take = False
-        with self._state:
-            if not self._reading and self._dead is None:
-                self._reading = take = True
+        take = self._dead is None and self._read_lock.acquire(False)
         try:
             p = select.poll()
             p.register(self._fd, select.POLLOUT | (select.POLLIN if take else 0))
@@ -393,79 +407,75 @@ class Connection:
                     raise self._dead
         finally:
             if take:
-                with self._state:
-                    self._reading = False
-                    self._state.notify_all()
+                self._release_reader()
 
     # -- receiving -------------------------------------------------------------------------
 
     def _pump(self, done, deadline):
         """Reads and dispatches replies until ``done()`` is true. False when the deadline
         (time.monotonic()) passed first."""
-        state = self._state
-        while True:
-            with state:
-                while True:
-                    if done():
-                        return True
-                    if self._dead is not None:
-                        return True  # every future has failed; done() is true for the caller's
-                    if not self._reading:
-                        self._reading = True
-                        break
-                    if deadline is None:
-                        state.wait()
-                    else:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            return False
-                        state.wait(left)
+        while not done():
+            if self._dead is not None:
+                return True  # every future has failed; done() is true for the caller's
+            if not self._read_lock.acquire(False):
+                if not self._wait_for_reader(done, deadline):
+                    return False
+                continue
             try:
                 if deadline is None:
                     self._read_once(None)
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        if not done():
-                            return False
-                    else:
-                        self._read_once(left)
+                        return done()
+                    self._read_once(left)
             finally:
-                with state:
-                    self._reading = False
-                    state.notify_all()
+                self._release_reader()
+        return True
+
+    def _wait_for_reader(self, done, deadline):
+        """Another thread reads: wait until it completes ``done`` or hands the role over.
+        False when the deadline passed."""
+        with self._state:
+            self._waiters += 1
+            try:
+                while not done() and self._dead is None:
+                    if self._read_lock.acquire(False):
+                        self._read_lock.release()  # free now: the caller takes it in _pump
+                        return True
+                    if deadline is None:
+                        self._state.wait()
+                    else:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return False
+                        self._state.wait(left)
+                return True
+            finally:
+                self._waiters -= 1
 
     def _read_once(self, timeout):
         """Reads what has arrived (waiting up to ``timeout`` seconds, None = forever, for
         the first byte) and dispatches every complete message. Caller holds the reader role."""
-        sock = self._sock
+        if self._backlog and self._send_lock.acquire(False):
+            try:
+                self._flush_nonblocking()
+            except OSError:
+                pass
+            finally:
+                self._send_lock.release()
+        # poll, then recv: a synchronous call's answer is rarely there yet, and a failed
+        # non-blocking recv costs a Python exception
+        ms = -1 if timeout is None else max(0, int(timeout * 1000 + 0.999))
         try:
-            n = sock.recv_into(self._rbuf)
+            if not self._poller.poll(ms):
+                return
+            n = self._sock.recv_into(self._rbuf)
         except (BlockingIOError, InterruptedError):
-            n = -1
+            return
         except OSError as e:
             self._lost(e)
             return
-        if n < 0:
-            if self._backlog and self._send_lock.acquire(False):
-                try:
-                    self._flush_nonblocking()
-                except OSError:
-                    pass
-                finally:
-                    self._send_lock.release()
-            p = select.poll()
-            p.register(self._fd, select.POLLIN)
-            ms = -1 if timeout is None else max(0, int(timeout * 1000 + 0.999))
-            try:
-                if not p.poll(ms):
-                    return
-                n = sock.recv_into(self._rbuf)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                self._lost(e)
-                return
         if n == 0:
             exc = self._server_error or Unavailable(
                 "kilnd at %s closed the connection (it may have stopped; reconnect with kiln.connect)" % self.url)
