@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "compiler/internal.h"
 
 /* ---- small shared helpers ---------------------------------------------------------- */
@@ -31,6 +32,14 @@ void kc_log(kc_job_t *job, const char *fmt, ...) {
   va_start(ap, fmt);
   buf_vprintf(&job->log, fmt, ap);
   va_end(ap);
+}
+
+void kc_mark(kc_job_t *job, const char *stage) {
+  if (!job->timing) return;
+  uint64_t now = kiln_now_ns();
+  size_t n = strlen(job->timing_text);
+  snprintf(job->timing_text + n, sizeof(job->timing_text) - n, " %s=%.2f", stage, (double)(now - job->mark_ns) / 1e6);
+  job->mark_ns = now;
 }
 
 kiln_status_t kc_check_diagnostics(kc_job_t *job, const char *stage) {
@@ -118,12 +127,14 @@ static void llvm_init(void) {
   LLVMInitializeAMDGPUTarget();
   LLVMInitializeAMDGPUTargetMC();
   LLVMInitializeAMDGPUAsmPrinter();
+  LLVMInitializeAMDGPUDisassembler();
   LLVMInitializeNVPTXTargetInfo();
   LLVMInitializeNVPTXTarget();
   LLVMInitializeNVPTXTargetMC();
   LLVMInitializeNVPTXAsmPrinter();
   LLVMInitializeNativeTarget();
   LLVMInitializeNativeAsmPrinter();
+  LLVMInitializeNativeDisassembler();
 }
 
 kiln_status_t kiln_compiler_create(const kiln_compiler_config_t *config, kiln_compiler_t **out_compiler) {
@@ -200,6 +211,7 @@ static kiln_status_t check_kind_fits_target(kiln_payload_kind_t kind, const kiln
 static kiln_status_t compile_llvm(kc_job_t *job, kiln_artifact_t *out) {
   KILN_RETURN_IF_ERROR(kc_parse(job));
   KILN_RETURN_IF_ERROR(kc_verify(job, "the IR as received"));
+  kc_mark(job, "parse");
   KILN_RETURN_IF_ERROR(kc_target_machine(job));
   KILN_RETURN_IF_ERROR(kc_prepare(job));
   switch (job->target.kind) {
@@ -251,12 +263,21 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_t *c, const kiln_compile_reque
   if (!job) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory starting a compile job");
   job->c = c;
   job->req = req;
+  job->values = malloc(KC_MAX_VALUES * sizeof(LLVMValueRef));
+  if (!job->values) {
+    free(job);
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory starting a compile job");
+  }
+  const char *timing = getenv("KILN_COMPILE_TIMING");
+  job->timing = timing && timing[0] == '1';
+  job->mark_ns = kiln_now_ns();
   kiln_buf_init(&job->log);
   kiln_buf_init(&job->errors);
   kiln_artifact_t art;
   kiln_artifact_init(&art);
 
   kiln_status_t s = run_job(job, &art);
+  if (!s && job->timing) kc_log(job, "timing (ms):%s", job->timing_text);
   if (!s && job->log.len) {
     kiln_status_t a = kiln_buf_append(&job->log, "", 1);
     if (!a) {
@@ -269,6 +290,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_t *c, const kiln_compile_reque
   if (job->ctx) LLVMContextDispose(job->ctx);
   kiln_buf_deinit(&job->log);
   kiln_buf_deinit(&job->errors);
+  free(job->values);
   free(job);
   if (s) {
     kiln_artifact_deinit(&art);

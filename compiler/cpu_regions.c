@@ -77,7 +77,7 @@ static void retarget_phis(LLVMBuilderRef b, LLVMBasicBlockRef succ, LLVMBasicBlo
 }
 
 static kiln_status_t split_barriers(cpu_item_t *it) {
-  static LLVMValueRef calls[CPU_MAX_BARRIERS + 1];
+  LLVMValueRef calls[CPU_MAX_BARRIERS + 1];
   size_t n = kc_collect_calls(it->job->mod, "__kiln_barrier", calls, CPU_MAX_BARRIERS + 1);
   size_t mine = 0;
   for (size_t i = 0; i < n; i++)

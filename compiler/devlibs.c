@@ -146,6 +146,7 @@ kiln_status_t kc_devlibs_link(kc_job_t *job) {
   };
   for (size_t i = 0; i < sizeof(control) / sizeof(control[0]); i++)
     KILN_RETURN_IF_ERROR(link_lib(job, control[i]));
+  kc_mark(job, "devlibs");
   kc_log(job, "note: linked device libraries%s%s with %s", ocml ? " ocml" : "", ockl ? " ockl" : "", isa);
   return KILN_OK;
 }

@@ -132,6 +132,33 @@ bool kc_elf_symbol(const kc_elf_t *e, const char *name, const uint8_t **out_byte
   return lookup(e, SHT_DYNSYM, name, out_bytes, out_size) || lookup(e, SHT_SYMTAB, name, out_bytes, out_size);
 }
 
+void kc_elf_sections(const kc_elf_t *e, bool (*cb)(void *ud, const kc_elf_section_t *s), void *ud) {
+  uint16_t shstrndx = rd16(e->data + 62);
+  const uint8_t *strsec = section(e, shstrndx);
+  uint64_t soff = strsec ? rd64(strsec + 24) : 0, ssize = strsec ? rd64(strsec + 32) : 0;
+  if (strsec && !in_file(e, soff, ssize)) strsec = NULL;
+  for (uint32_t i = 1; i < e->shnum; i++) {
+    const uint8_t *sh = section(e, i);
+    kc_elf_section_t s = {.index = i, .type = rd32(sh + 4), .flags = rd64(sh + 8), .addr = rd64(sh + 16),
+                          .offset = rd64(sh + 24), .size = rd64(sh + 32)};
+    s.name = strsec ? sym_name((const char *)e->data + soff, ssize, rd32(sh)) : "";
+    if (s.type != SHT_NOBITS && !in_file(e, s.offset, s.size)) continue;
+    if (cb(ud, &s)) return;
+  }
+}
+
+void kc_elf_symbols(const kc_elf_t *e,
+                    bool (*cb)(void *ud, const char *name, uint8_t info, uint16_t shndx, uint64_t value), void *ud) {
+  const uint8_t *syms;
+  const char *strs;
+  uint64_t n, slen;
+  if (!symtab(e, SHT_SYMTAB, &syms, &n, &strs, &slen)) return;
+  for (uint64_t i = 1; i < n; i++) {
+    const uint8_t *s = syms + i * 24;
+    if (cb(ud, sym_name(strs, slen, rd32(s)), s[4], rd16(s + 6), rd64(s + 8))) return;
+  }
+}
+
 void kc_elf_dynsyms(const kc_elf_t *e, bool (*cb)(void *ud, const char *name, uint8_t info), void *ud) {
   const uint8_t *syms;
   const char *strs;

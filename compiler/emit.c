@@ -59,12 +59,16 @@ kiln_status_t kc_target_machine(kc_job_t *job) {
 /* Verify, optimise (address spaces inferred first on GPUs), and keep the final IR text. */
 kiln_status_t kc_optimize(kc_job_t *job, const char *stage, char **out_ir) {
   KILN_RETURN_IF_ERROR(kc_verify(job, stage));
+  kc_mark(job, "lower");
   char pipeline[128];
   bool gpu = job->target.kind != KILN_TARGET_CPU;
   snprintf(pipeline, sizeof(pipeline), "%s%s%s", gpu ? "function(infer-address-spaces)," : "",
            kc_default_pipeline(job), job->req->options.opt_level == 0 ? ",globaldce" : "");
   KILN_RETURN_IF_ERROR(kc_run_passes(job, pipeline));
-  return kc_print_module(job, out_ir);
+  kc_mark(job, "optimize");
+  KILN_RETURN_IF_ERROR(kc_print_module(job, out_ir));
+  kc_mark(job, "print");
+  return KILN_OK;
 }
 
 const char *kc_default_pipeline(kc_job_t *job) {
@@ -122,27 +126,19 @@ kiln_status_t kc_print_module(kc_job_t *job, char **out_text) {
   return KILN_OK;
 }
 
-/* Code generation rewrites the module (AMDGPU LDS lowering, ...), so the assembly listing
- * comes from a copy and both outputs start from the same IR. */
+/* The assembly listing is the object disassembled (disasm.c): a second code generation
+ * with LLVMAssemblyFile would cost as much as the first. */
 kiln_status_t kc_emit_object_and_assembly(kc_job_t *job, uint8_t **out_obj, size_t *out_len, char **out_asm) {
-  LLVMModuleRef copy = LLVMCloneModule(job->mod);
-  uint8_t *obj = NULL, *text = NULL;
-  size_t obj_len = 0, text_len = 0;
-  kiln_status_t s = kc_emit(job, LLVMObjectFile, &obj, &obj_len);
-  if (!s) {
-    LLVMModuleRef orig = job->mod;
-    job->mod = copy;
-    s = kc_emit(job, LLVMAssemblyFile, &text, &text_len);
-    job->mod = orig;
-  }
-  LLVMDisposeModule(copy);
+  uint8_t *obj = NULL;
+  size_t obj_len = 0;
+  KILN_RETURN_IF_ERROR(kc_emit(job, LLVMObjectFile, &obj, &obj_len));
+  kc_mark(job, "codegen");
+  kiln_status_t s = kc_disassemble(job, obj, obj_len, out_asm);
   if (s) {
     free(obj);
-    free(text);
     return s;
   }
   *out_obj = obj;
   *out_len = obj_len;
-  *out_asm = (char *)text;
   return KILN_OK;
 }

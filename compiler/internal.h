@@ -13,6 +13,7 @@
 #define KC_KERNEL_SECTION "kiln.kernel"
 #define KC_MAX_KERNELS 256
 #define KC_MAX_PARAMS 128
+#define KC_MAX_VALUES 65536 /* calls of one builtin, users of one global */
 
 /* One device library, read once per process, parsed lazily per job. */
 typedef struct kc_devlib {
@@ -66,12 +67,19 @@ typedef struct kc_job {
   kiln_buf_t errors;       /* error diagnostics reported through the handler */
   uint32_t num_kernels;
   kc_kernel_t kernels[KC_MAX_KERNELS];
+  LLVMValueRef *values; /* KC_MAX_VALUES entries of scratch for call and user lists */
+  /* KILN_COMPILE_TIMING=1: per-stage milliseconds go into the log. */
+  bool timing;
+  uint64_t mark_ns;
+  char timing_text[512];
 } kc_job_t;
 
 #define KC_COMPILE_ERROR(...) KILN_STATUS(KILN_E_COMPILE, __VA_ARGS__)
 
 /* compiler.c */
 void kc_log(kc_job_t *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Ends a stage for the timing line (a no-op unless job->timing). */
+void kc_mark(kc_job_t *job, const char *stage);
 /* E_COMPILE with the diagnostics collected so far, if any error was reported; else OK. */
 kiln_status_t kc_check_diagnostics(kc_job_t *job, const char *stage);
 char *kc_strdup_or_null(const char *s);
@@ -88,6 +96,9 @@ kiln_status_t kc_emit(kc_job_t *job, LLVMCodeGenFileType type, uint8_t **out, si
 kiln_status_t kc_print_module(kc_job_t *job, char **out_text);
 kiln_status_t kc_optimize(kc_job_t *job, const char *stage, char **out_ir);
 kiln_status_t kc_emit_object_and_assembly(kc_job_t *job, uint8_t **out_obj, size_t *out_len, char **out_asm);
+
+/* disasm.c: a listing of the executable sections of an emitted object. */
+kiln_status_t kc_disassemble(kc_job_t *job, const uint8_t *obj, size_t len, char **out_text);
 
 /* parse.c */
 kiln_status_t kc_parse(kc_job_t *job);
@@ -158,6 +169,16 @@ void kc_elf_notes(const kc_elf_t *e,
 /* Finds a defined symbol in .dynsym (then .symtab); returns its bytes in the file if it lies
  * in a PROGBITS section. */
 bool kc_elf_symbol(const kc_elf_t *e, const char *name, const uint8_t **out_bytes, uint64_t *out_size);
+typedef struct kc_elf_section {
+  uint32_t index, type;
+  uint64_t flags, addr, offset, size;
+  const char *name;
+} kc_elf_section_t;
+/* Sections whose bytes lie inside the file (or are NOBITS); cb returns true to stop. */
+void kc_elf_sections(const kc_elf_t *e, bool (*cb)(void *ud, const kc_elf_section_t *s), void *ud);
+/* Symbols of .symtab with their section index and value; cb returns true to stop. */
+void kc_elf_symbols(const kc_elf_t *e,
+                    bool (*cb)(void *ud, const char *name, uint8_t info, uint16_t shndx, uint64_t value), void *ud);
 /* Iterates defined global function symbols of .dynsym. */
 void kc_elf_dynsyms(const kc_elf_t *e, bool (*cb)(void *ud, const char *name, uint8_t info), void *ud);
 

@@ -84,5 +84,6 @@ kiln_status_t kc_link_shared(kc_job_t *job, const uint8_t *obj, size_t obj_len,
   }
   kiln_status_t s = read_all(outp, out, out_len);
   unlink(outp);
+  kc_mark(job, "link");
   return s;
 }

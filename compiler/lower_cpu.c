@@ -6,6 +6,7 @@
  * Barriers split the work-item function into regions (cpu_regions.c). Finally
  * __kiln_wg_K(ctx, args) runs each region as a z/y/x loop over the work-group's items,
  * which the optimiser inlines and vectorises. */
+#include <llvm-c/DebugInfo.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,12 +105,12 @@ static void lower_builtins(cpu_item_t *it, LLVMValueRef dyn_shared) {
       {"__kiln_group_size", true, offsetof(kiln_cpu_wg_ctx_t, group_size)},
       {"__kiln_num_groups", true, offsetof(kiln_cpu_wg_ctx_t, num_groups)},
   };
-  static LLVMValueRef calls[65536];
+  LLVMValueRef *calls = it->job->values;
   for (size_t q = 0; q < sizeof(queries) / sizeof(queries[0]); q++) {
     LLVMValueRef vals[4];
     bool loaded = false;
     size_t n;
-    while ((n = kc_collect_calls(it->job->mod, queries[q].name, calls, sizeof(calls) / sizeof(calls[0])))) {
+    while ((n = kc_collect_calls(it->job->mod, queries[q].name, calls, KC_MAX_VALUES))) {
       size_t done = 0;
       for (size_t i = 0; i < n; i++) {
         if (!in_item(it, calls[i])) continue;
@@ -139,7 +140,7 @@ static void lower_builtins(cpu_item_t *it, LLVMValueRef dyn_shared) {
       if (!done) break; /* the rest belong to other kernels */
     }
   }
-  size_t n = kc_collect_calls(it->job->mod, "__kiln_dynamic_shared", calls, sizeof(calls) / sizeof(calls[0]));
+  size_t n = kc_collect_calls(it->job->mod, "__kiln_dynamic_shared", calls, KC_MAX_VALUES);
   for (size_t i = 0; i < n; i++) {
     if (!in_item(it, calls[i])) continue;
     LLVMValueRef v = dyn_shared;
@@ -224,7 +225,7 @@ static bool used_in_item(cpu_item_t *it, LLVMValueRef v, int depth) {
 
 static kiln_status_t lower_shared(cpu_item_t *it, LLVMValueRef *out_dyn) {
   shared_map_t sm = {0};
-  static LLVMValueRef users[65536];
+  LLVMValueRef *users = it->job->values;
   uint32_t offset = 0;
   cpu_at_prologue(it);
   for (LLVMValueRef g = LLVMGetFirstGlobal(it->job->mod); g; g = LLVMGetNextGlobal(g)) {
@@ -251,7 +252,7 @@ static kiln_status_t lower_shared(cpu_item_t *it, LLVMValueRef *out_dyn) {
 
   for (size_t gi = 0; gi < sm.n; gi++) {
     size_t n = 0;
-    KILN_RETURN_IF_ERROR(collect_users(it, sm.globals[gi], users, sizeof(users) / sizeof(users[0]), &n, 0));
+    KILN_RETURN_IF_ERROR(collect_users(it, sm.globals[gi], users, KC_MAX_VALUES, &n, 0));
     for (size_t i = 0; i < n; i++) {
       int nops = LLVMGetNumOperands(users[i]);
       for (int k = 0; k < nops; k++) {
@@ -269,6 +270,20 @@ static kiln_status_t lower_shared(cpu_item_t *it, LLVMValueRef *out_dyn) {
 }
 
 /* ---- the work-group function ------------------------------------------------------- */
+
+/* `!llvm.loop !{self, !{"llvm.loop.unroll.disable"}}` on a latch branch. The vectoriser
+ * still widens the work-item loop; unrolling it (and its scalar remainder) on top doubles
+ * compile time for little. Loops inside the kernel keep their unrolling. */
+static void no_unroll(cpu_item_t *it, LLVMValueRef latch_branch) {
+  LLVMContextRef c = it->job->ctx;
+  LLVMMetadataRef tmp = LLVMTemporaryMDNode(c, NULL, 0);
+  LLVMMetadataRef opt = LLVMMDStringInContext2(c, "llvm.loop.unroll.disable", 24);
+  LLVMMetadataRef disable = LLVMMDNodeInContext2(c, &opt, 1);
+  LLVMMetadataRef ops[2] = {tmp, disable};
+  LLVMMetadataRef id = LLVMMDNodeInContext2(c, ops, 2);
+  LLVMMetadataReplaceAllUsesWith(tmp, id); /* makes the node refer to itself, as loop ids do */
+  LLVMSetMetadata(latch_branch, LLVMGetMDKindIDInContext(c, "llvm.loop", 9), LLVMMetadataAsValue(c, id));
+}
 
 /* for z, y, x over the group (bottom-tested: every size is at least 1) call `region`;
  * returns the region's result for the last work-item, in the block the builder ends in. */
@@ -306,13 +321,13 @@ static LLVMValueRef build_item_loops(cpu_item_t *it, LLVMValueRef wg, LLVMValueR
   call_args[it->np + XP_NWI] = nwi;
   LLVMValueRef next = LLVMBuildCall2(b, it->fn_type, region, call_args, it->np + XP_COUNT, "next");
   LLVMValueRef x1 = LLVMBuildNUWAdd(b, x, one, "");
-  LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, x1, size[0], ""), xb, xe);
+  no_unroll(it, LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, x1, size[0], ""), xb, xe));
   LLVMPositionBuilderAtEnd(b, xe);
   LLVMValueRef y1 = LLVMBuildNUWAdd(b, y, one, "");
-  LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, y1, size[1], ""), yb, ye);
+  no_unroll(it, LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, y1, size[1], ""), yb, ye));
   LLVMPositionBuilderAtEnd(b, ye);
   LLVMValueRef z1 = LLVMBuildNUWAdd(b, z, one, "");
-  LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, z1, size[2], ""), zb, ze);
+  no_unroll(it, LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, z1, size[2], ""), zb, ze));
 
   LLVMValueRef vz[2] = {zero, z1}, vy[2] = {zero, y1}, vx[2] = {zero, x1};
   LLVMBasicBlockRef bz[2] = {pre, ye}, by[2] = {zb, xe}, bx[2] = {yb, xb};

@@ -69,9 +69,10 @@ static kiln_status_t query_dim(kc_job_t *job, LLVMBuilderRef b, query_t q, unsig
 }
 
 static kiln_status_t lower_queries(kc_job_t *job, LLVMBuilderRef b) {
-  static LLVMValueRef calls[65536];
+  LLVMValueRef *calls = job->values;
   for (query_t q = Q_GROUP_ID; q <= Q_NUM_GROUPS; q++) {
-    size_t n = kc_collect_calls(job->mod, query_builtin[q], calls, sizeof(calls) / sizeof(calls[0]));
+    /* Collected in batches of at most KC_MAX_VALUES; each batch is rewritten away. */
+    for (size_t n; (n = kc_collect_calls(job->mod, query_builtin[q], calls, KC_MAX_VALUES));)
     for (size_t i = 0; i < n; i++) {
       LLVMValueRef call = calls[i];
       LLVMPositionBuilderBefore(b, call);
@@ -96,8 +97,8 @@ static kiln_status_t lower_queries(kc_job_t *job, LLVMBuilderRef b) {
 }
 
 static kiln_status_t lower_barrier(kc_job_t *job, LLVMBuilderRef b) {
-  static LLVMValueRef calls[65536];
-  size_t n = kc_collect_calls(job->mod, "__kiln_barrier", calls, sizeof(calls) / sizeof(calls[0]));
+  LLVMValueRef *calls = job->values;
+  size_t n = kc_collect_calls(job->mod, "__kiln_barrier", calls, KC_MAX_VALUES);
   if (!n) return KILN_OK;
   LLVMValueRef fn;
   LLVMValueRef arg = LLVMConstInt(LLVMInt32TypeInContext(job->ctx), 0, 0);
@@ -129,8 +130,8 @@ static kiln_status_t lower_barrier(kc_job_t *job, LLVMBuilderRef b) {
 /* An external zero-length array in the local address space is the launch's dynamic shared
  * memory on both GPU targets (HIP's and CUDA's extern __shared__). */
 static kiln_status_t lower_dynamic_shared(kc_job_t *job, LLVMBuilderRef b) {
-  static LLVMValueRef calls[65536];
-  size_t n = kc_collect_calls(job->mod, "__kiln_dynamic_shared", calls, sizeof(calls) / sizeof(calls[0]));
+  LLVMValueRef *calls = job->values;
+  size_t n = kc_collect_calls(job->mod, "__kiln_dynamic_shared", calls, KC_MAX_VALUES);
   if (!n) return KILN_OK;
   LLVMTypeRef arr = LLVMArrayType2(LLVMInt8TypeInContext(job->ctx), 0);
   LLVMValueRef g = LLVMAddGlobalInAddressSpace(job->mod, arr, DYN_SHARED_NAME, AS_LOCAL);
@@ -216,6 +217,16 @@ static void allocas_to_private(kc_job_t *job, LLVMBuilderRef b) {
   }
 }
 
+#if LLVM_VERSION_MAJOR < 20
+/* LLVM 19 reads NVPTX kernels and launch bounds from !nvvm.annotations. */
+static void nvvm_annotate(kc_job_t *job, LLVMValueRef f, const char *key, uint32_t value) {
+  LLVMMetadataRef ops[3] = {LLVMValueAsMetadata(f), LLVMMDStringInContext2(job->ctx, key, strlen(key)),
+                            LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(job->ctx), value, 0))};
+  LLVMAddNamedMetadataOperand(job->mod, "nvvm.annotations",
+                              LLVMMetadataAsValue(job->ctx, LLVMMDNodeInContext2(job->ctx, ops, 3)));
+}
+#endif
+
 static void set_kernel_abi(kc_job_t *job) {
   char bound[32];
   uint32_t max_block = job->req->options.max_block;
@@ -226,6 +237,13 @@ static void set_kernel_abi(kc_job_t *job) {
     bool amd = job->target.kind == KILN_TARGET_AMDGPU;
     LLVMSetFunctionCallConv(f, amd ? LLVMAMDGPUKERNELCallConv : LLVMPTXKernelCallConv);
     if (!amd) LLVMSetVisibility(f, LLVMDefaultVisibility);
+#if LLVM_VERSION_MAJOR < 20
+    if (!amd) {
+      nvvm_annotate(job, f, "kernel", 1);
+      if (max_block) nvvm_annotate(job, f, "maxntidx", max_block);
+      continue;
+    }
+#endif
     if (!max_block) continue;
     /* The launch bound: AMDGPU takes a "min,max" range, NVPTX the maximum. */
     const char *attr = amd ? "amdgpu-flat-work-group-size" : "nvvm.maxntid";
