@@ -45,6 +45,29 @@ def round_trips(fn, n, warm=200):
     return pct(ts, 50) * 1e6, pct(ts, 99) * 1e6
 
 
+def raw_client(url):
+    """The cheapest possible synchronous client, for a baseline: what kiln adds is the rest."""
+    import socket
+    kind, _, rest = url.partition(":")
+    if kind == "unix":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(rest)
+    else:
+        host, _, port = rest.rpartition(":")
+        sock = socket.create_connection((host, int(port)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    up = msgpack.Unpacker(raw=False)
+
+    def call(method, params):
+        sock.sendall(msgpack.packb([0, 1, method, [params]]))
+        while True:
+            try:
+                return up.unpack()
+            except msgpack.OutOfData:
+                up.feed(sock.recv(1 << 16))
+    return call
+
+
 def machine():
     model = "?"
     try:
@@ -83,8 +106,11 @@ def main():
         s = kiln.connect(url)
         dev = s.cpu(0)
         say("- server: %s at %s" % (s.server, url.split(":", 1)[0]))
+        raw = raw_client(url)
         p50, p99 = round_trips(s.ping, args.n)
         say("- `ping` round trip: p50 %.1f us, p99 %.1f us (%d sequential calls)" % (p50, p99, args.n))
+        r50, r99 = round_trips(lambda: raw("ping", {}), args.n)
+        say("  - baseline, a bare msgpack + blocking socket loop: p50 %.1f us, p99 %.1f us" % (r50, r99))
 
         vadd = open(os.path.join(ROOT, "clients", "python", "examples", "vadd.ll")).read()
         try:
@@ -98,6 +124,10 @@ def main():
             p50, p99 = round_trips(lambda: f(a, b, c, n, grid=1, block=64), args.n // 2)
             say("- cached `launch` round trip (vector add, 64 floats, cpu:0): p50 %.1f us, p99 %.1f us "
                 "(target p50 <= 150 us)" % (p50, p99))
+            params = f._params((a, b, c, n), 1, 64)
+            r50, r99 = round_trips(lambda: raw("launch", params), args.n // 2)
+            say("  - baseline, the same launch from a bare msgpack + blocking socket loop: p50 %.1f us, p99 %.1f us"
+                % (r50, r99))
         except kiln.NoMethod as e:
             say("- cached `launch` round trip: not measured, the daemon lacks a method (%s)" % e.message)
 
