@@ -47,6 +47,7 @@ kiln_status_t kc_check_diagnostics(kc_job_t *job, const char *stage) {
   /* Drop the trailing newline; the message is one block of text. */
   size_t n = job->errors.len;
   while (n && job->errors.data[n - 1] == '\n') n--;
+  if (n > 8000) n = 8000;
   return KC_COMPILE_ERROR("%s failed for %s: %.*s", stage, job->target.id, (int)n,
                           (const char *)job->errors.data);
 }

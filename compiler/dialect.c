@@ -189,6 +189,35 @@ static void drop_used_lists(LLVMModuleRef m) {
   }
 }
 
+/* Another architecture's intrinsics would reach instruction selection and end the worker
+ * with "Cannot select"; refuse them here with a message instead. */
+static kiln_status_t check_foreign_intrinsics(kc_job_t *job) {
+  static const char *const archs[] = {"x86", "aarch64", "arm", "amdgcn", "r600", "nvvm", "ppc", "riscv",
+                                      "wasm", "hexagon", "mips", "s390", "loongarch", "spv", "dx", "bpf", "ve"};
+  const char *own = job->target.kind == KILN_TARGET_AMDGPU ? "amdgcn"
+                    : job->target.kind == KILN_TARGET_NVPTX ? "nvvm"
+                                                            : NULL;
+  char host[32] = "";
+  if (!own) { /* the host architecture is the triple's first component */
+    size_t n = strcspn(job->target.triple, "-");
+    snprintf(host, sizeof(host), "%.*s", (int)n, job->target.triple);
+    own = strcmp(host, "x86_64") == 0 ? "x86" : host;
+  }
+  for (LLVMValueRef f = LLVMGetFirstFunction(job->mod); f; f = LLVMGetNextFunction(f)) {
+    size_t len;
+    const char *name = LLVMGetValueName2(f, &len);
+    if (strncmp(name, "llvm.", 5) != 0 || !LLVMGetFirstUse(f)) continue;
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
+      size_t an = strlen(archs[i]);
+      if (strncmp(name + 5, archs[i], an) == 0 && name[5 + an] == '.' && strcmp(archs[i], own) != 0)
+        return KC_COMPILE_ERROR("the IR calls %s, an intrinsic of another architecture than %s: use target IR "
+                                "for that target, or portable operations in the dialect",
+                                name, job->target.id);
+    }
+  }
+  return KILN_OK;
+}
+
 kiln_status_t kc_prepare(kc_job_t *job) {
   LLVMStripModuleDebugInfo(job->mod);
   KILN_RETURN_IF_ERROR(find_kernels(job));
@@ -200,5 +229,5 @@ kiln_status_t kc_prepare(kc_job_t *job) {
   LLVMDisposeTargetData(td);
   kc_strip_target_attributes(job->mod);
   if (job->req->options.fast_math) kc_set_fast_math(job->mod);
-  return KILN_OK;
+  return check_foreign_intrinsics(job);
 }

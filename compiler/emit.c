@@ -56,6 +56,20 @@ kiln_status_t kc_target_machine(kc_job_t *job) {
   return KILN_OK;
 }
 
+/* GPU code objects link against nothing: a call to a function nobody defines (printf, a
+ * libm name kiln does not map) is an error here rather than a linker or loader message. */
+static kiln_status_t check_undefined(kc_job_t *job) {
+  for (LLVMValueRef f = LLVMGetFirstFunction(job->mod); f; f = LLVMGetNextFunction(f)) {
+    if (!LLVMIsDeclaration(f) || LLVMGetIntrinsicID(f) || !LLVMGetFirstUse(f)) continue;
+    size_t len;
+    return KC_COMPILE_ERROR("the kernel calls '%s', which is not defined and has no %s implementation: GPU "
+                            "kernels can call only their own functions, kiln builtins and the math functions "
+                            "of docs/kernels.md",
+                            LLVMGetValueName2(f, &len), job->target.id);
+  }
+  return KILN_OK;
+}
+
 /* Verify, optimise (address spaces inferred first on GPUs), and keep the final IR text. */
 kiln_status_t kc_optimize(kc_job_t *job, const char *stage, char **out_ir) {
   KILN_RETURN_IF_ERROR(kc_verify(job, stage));
@@ -66,6 +80,7 @@ kiln_status_t kc_optimize(kc_job_t *job, const char *stage, char **out_ir) {
            kc_default_pipeline(job), job->req->options.opt_level == 0 ? ",globaldce" : "");
   KILN_RETURN_IF_ERROR(kc_run_passes(job, pipeline));
   kc_mark(job, "optimize");
+  if (gpu) KILN_RETURN_IF_ERROR(check_undefined(job));
   KILN_RETURN_IF_ERROR(kc_print_module(job, out_ir));
   kc_mark(job, "print");
   return KILN_OK;

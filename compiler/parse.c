@@ -94,6 +94,8 @@ kiln_status_t kc_verify(kc_job_t *job, const char *stage) {
   if (LLVMVerifyModule(job->mod, LLVMReturnStatusAction, &msg)) {
     size_t n = msg ? strlen(msg) : 0;
     while (n && msg[n - 1] == '\n') n--;
+    /* The verifier prints whole functions at times; the first lines say what is wrong. */
+    if (n > 4000) n = 4000;
     kiln_status_t s = KC_COMPILE_ERROR("%s does not pass the LLVM verifier: %.*s", stage, (int)n,
                                        msg ? msg : "");
     LLVMDisposeMessage(msg);

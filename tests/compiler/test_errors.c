@@ -151,3 +151,21 @@ Test(errors, many_failures_then_success) {
   }
   kiln_compiler_destroy(c);
 }
+
+Test(errors, foreign_intrinsics_and_undefined_functions) {
+  static const char x86[] = "declare void @llvm.x86.sse2.pause()\n"
+                            "define void @k() section \"kiln.kernel\" { call void @llvm.x86.sse2.pause()\n ret void }\n";
+  expect(x86, strlen(x86), KILN_PAYLOAD_AUTO, "gfx942", KILN_E_COMPILE, "intrinsic of another architecture");
+  expect(x86, strlen(x86), KILN_PAYLOAD_AUTO, "sm_90", KILN_E_COMPILE, "llvm.x86.sse2.pause");
+  static const char amd[] = "declare i32 @llvm.amdgcn.workitem.id.x()\n"
+                            "define void @k(ptr %p) section \"kiln.kernel\" {\n"
+                            "  %i = call i32 @llvm.amdgcn.workitem.id.x()\n  store i32 %i, ptr %p\n  ret void\n}\n";
+  expect(amd, strlen(amd), KILN_PAYLOAD_AUTO, "cpu", KILN_E_COMPILE, "intrinsic of another architecture");
+  static const char ext[] = "declare void @printf(ptr, ...)\n"
+                            "define void @k(ptr %p) section \"kiln.kernel\" { call void (ptr, ...) @printf(ptr %p)\n ret void }\n";
+  expect(ext, strlen(ext), KILN_PAYLOAD_AUTO, "gfx942", KILN_E_COMPILE, "printf");
+  expect(ext, strlen(ext), KILN_PAYLOAD_AUTO, "sm_90", KILN_E_COMPILE, "calls 'printf'");
+  static const char undef[] = "declare void @nowhere()\n"
+                              "define void @k() section \"kiln.kernel\" { call void @nowhere()\n ret void }\n";
+  expect(undef, strlen(undef), KILN_PAYLOAD_AUTO, "cpu", KILN_E_COMPILE, "nowhere");
+}
