@@ -111,9 +111,56 @@ static void map_intrinsics(kc_job_t *job) {
   }
 }
 
+/* Vector forms (llvm.sin.v2f64, from a host vectoriser) become one scalar call per lane,
+ * which map_intrinsics then sends where the scalar form goes. */
+static void scalarize_vector_calls(kc_job_t *job) {
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(job->ctx);
+  LLVMTypeRef i32 = LLVMInt32TypeInContext(job->ctx);
+  LLVMValueRef next_fn;
+  for (LLVMValueRef f = LLVMGetFirstFunction(job->mod); f; f = next_fn) {
+    next_fn = LLVMGetNextFunction(f);
+    size_t len;
+    const char *name = LLVMGetValueName2(f, &len);
+    LLVMTypeRef fty = LLVMGlobalGetValueType(f);
+    LLVMTypeRef vty = LLVMGetReturnType(fty);
+    if (strncmp(name, "llvm.", 5) != 0 || LLVMGetTypeKind(vty) != LLVMVectorTypeKind) continue;
+    LLVMTypeRef ety = LLVMGetElementType(vty);
+    bool f64 = LLVMGetTypeKind(ety) == LLVMDoubleTypeKind;
+    if (!f64 && LLVMGetTypeKind(ety) != LLVMFloatTypeKind) continue;
+    size_t k = 0, nlib = sizeof(lib_intrinsics) / sizeof(lib_intrinsics[0]);
+    char scalar[48];
+    for (; k < nlib; k++) {
+      size_t bl = strlen(lib_intrinsics[k].base);
+      if (strncmp(name + 5, lib_intrinsics[k].base, bl) == 0 && name[5 + bl] == '.') break;
+    }
+    if (k == nlib) continue;
+    snprintf(scalar, sizeof(scalar), "llvm.%s.%s", lib_intrinsics[k].base, f64 ? "f64" : "f32");
+    unsigned id = LLVMLookupIntrinsicID(scalar, strlen(scalar));
+    LLVMValueRef sf = LLVMGetIntrinsicDeclaration(job->mod, id, &ety, 1);
+    unsigned lanes = LLVMGetVectorSize(vty), nargs = LLVMCountParamTypes(fty);
+    for (LLVMUseRef u; (u = LLVMGetFirstUse(f));) {
+      LLVMValueRef call = LLVMGetUser(u);
+      if (!LLVMIsACallInst(call) || nargs > 2) break;
+      LLVMPositionBuilderBefore(b, call);
+      LLVMValueRef v = LLVMGetPoison(vty);
+      for (unsigned lane = 0; lane < lanes; lane++) {
+        LLVMValueRef idx = LLVMConstInt(i32, lane, 0), args[2];
+        for (unsigned a = 0; a < nargs; a++) args[a] = LLVMBuildExtractElement(b, LLVMGetOperand(call, a), idx, "");
+        LLVMValueRef r = LLVMBuildCall2(b, LLVMGlobalGetValueType(sf), sf, args, nargs, "");
+        v = LLVMBuildInsertElement(b, v, r, idx, "");
+      }
+      LLVMReplaceAllUsesWith(call, v);
+      LLVMInstructionEraseFromParent(call);
+    }
+    if (!LLVMGetFirstUse(f)) LLVMDeleteFunction(f);
+  }
+  LLVMDisposeBuilder(b);
+}
+
 kiln_status_t kc_map_math(kc_job_t *job) {
   if (job->target.kind == KILN_TARGET_CPU) return KILN_OK;
   KILN_RETURN_IF_ERROR(map_c_names(job));
+  scalarize_vector_calls(job);
   map_intrinsics(job);
   return KILN_OK;
 }

@@ -89,3 +89,25 @@ Test(nvptx, launch_bound_sets_maxntid) {
   cr_assert(strstr((const char *)a.code, ".maxntid 128"));
   kiln_artifact_deinit(&a);
 }
+
+/* A host vectoriser's llvm.exp.v4f32 / llvm.sin.v2f64 must not reach instruction selection:
+ * NVPTX and AMDGPU cannot select them (LLVM would end the process). */
+Test(nvptx, vector_math_intrinsics) {
+  static const char ir[] = "declare <4 x float> @llvm.exp.v4f32(<4 x float>)\n"
+                           "declare <2 x double> @llvm.sin.v2f64(<2 x double>)\n"
+                           "define void @k(ptr %p, ptr %q) section \"kiln.kernel\" {\n"
+                           "  %v = load <4 x float>, ptr %p\n"
+                           "  %e = call <4 x float> @llvm.exp.v4f32(<4 x float> %v)\n"
+                           "  store <4 x float> %e, ptr %p\n"
+                           "  %w = load <2 x double>, ptr %q\n"
+                           "  %s = call <2 x double> @llvm.sin.v2f64(<2 x double> %w)\n"
+                           "  store <2 x double> %s, ptr %q\n"
+                           "  ret void\n"
+                           "}\n";
+  kiln_artifact_t a;
+  th_compile((const uint8_t *)ir, sizeof(ir) - 1, "gfx942", NULL, &a);
+  kiln_artifact_deinit(&a);
+  th_compile((const uint8_t *)ir, sizeof(ir) - 1, "sm_90", NULL, &a);
+  ptxas(&a, "sm_90");
+  kiln_artifact_deinit(&a);
+}
