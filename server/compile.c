@@ -35,6 +35,7 @@ typedef struct waiter {
   kiln_req_t *req; /* a `compile` request, or NULL for a batch item */
   batch_t *batch;
   uint32_t index;
+  kiln_tenant_t *tenant;
   bool on_stack; /* a batch item answered without an allocation (out of memory) */
 } waiter_t;
 
@@ -272,13 +273,16 @@ static bool parse_hex_key(const char *hex, uint32_t len, uint8_t out[KILN_HASH_B
   return true;
 }
 
-kiln_status_t kiln_module_find(kiln_server_t *s, const char *hex, uint32_t len,
-                               kiln_module_t **out) {
+kiln_status_t kiln_module_find(kiln_server_t *s, const kiln_tenant_t *tenant, const char *hex,
+                               uint32_t len, kiln_module_t **out) {
   uint8_t key[KILN_HASH_BYTES];
   if (!parse_hex_key(hex, len, key))
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                        "module must be the 64-hex-digit id that `compile` returned");
-  kiln_module_t *m = module_lookup(state(s), key);
+  /* A module id is a content hash anyone could compute: only tenants that compiled it
+   * (or got it from the cache through their own compile) may use it. */
+  kiln_module_t *m = NULL;
+  if (!tenant || kiln_map_get(&tenant->modules, key64(key))) m = module_lookup(state(s), key);
   if (!m)
     return KILN_STATUS(KILN_E_NOT_FOUND,
                        "no module %.16s…: compile it again (it may have been evicted from the "
@@ -352,6 +356,10 @@ static void batch_item_done(batch_t *b, uint32_t index, kiln_buf_t *item) {
 /* Answers one waiter with a module (st == NULL) or an error (takes st). */
 static void waiter_finish(kiln_compile_state_t *cs, waiter_t *w, const kiln_module_t *m,
                           bool cached, double ms, kiln_status_t st) {
+  if (w->tenant) {
+    w->tenant->compiles--;
+    if (!st && m) kiln_map_put(&w->tenant->modules, key64(m->key), (void *)1);
+  }
   kiln_buf_t out;
   kiln_buf_init(&out);
   kiln_packer_t pk;
@@ -602,6 +610,9 @@ static void build_key(const kiln_compile_state_t *cs, const build_t *b, uint8_t 
 
 /* Starts (or joins, or answers from the cache) one build for waiter `w`. */
 static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio, waiter_t *w) {
+  kiln_tenant_t *t = w->tenant;
+  KILN_RETURN_IF_ERROR(kiln_quota_check(t, "compiles", t->compiles, 1, t->quotas.compiles));
+  t->compiles++; /* from here on waiter_finish gives it back */
   uint8_t key[KILN_HASH_BYTES];
   build_key(cs, b, key);
   kiln_module_t *m = module_lookup(cs, key);
@@ -619,7 +630,10 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
     return KILN_OK;
   }
   j = calloc(1, sizeof(*j));
-  if (!j) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (!j) {
+    t->compiles--;
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
   j->fd = -1;
   memcpy(j->key, key, KILN_HASH_BYTES);
   kiln_hex(key, KILN_HASH_BYTES, j->hex);
@@ -629,6 +643,7 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   kiln_status_t st = kiln_shm_create("kiln-payload", b->size, &j->fd, &map);
   if (st) {
     free(j);
+    t->compiles--;
     return st;
   }
   memcpy(map, b->payload, b->size);
@@ -650,6 +665,7 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   if (!st) st = kiln_map_put(&cs->inflight, j->key64, j);
   if (st) {
     job_free(j);
+    t->compiles--;
     return st;
   }
   w->next = NULL;
@@ -666,6 +682,7 @@ kiln_status_t kiln_method_compile(kiln_call_t *call) {
   waiter_t *w = calloc(1, sizeof(*w));
   if (!w) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   w->req = call->req;
+  w->tenant = call->conn->tenant;
   call->async = true; /* the waiter answers, now (cache hit) or later */
   kiln_status_t st = submit(cs, &b, PRIO_INTERACTIVE, w);
   if (st) {
@@ -713,6 +730,7 @@ kiln_status_t kiln_method_compile_batch(kiln_call_t *call) {
     }
     w->batch = bt;
     w->index = i;
+    w->tenant = w->on_stack ? NULL : call->conn->tenant;
     build_t b;
     char what[32];
     snprintf(what, sizeof(what), "items[%u]", i);
@@ -721,7 +739,10 @@ kiln_status_t kiln_method_compile_batch(kiln_call_t *call) {
                            : KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be a map", what);
     if (!st && w == &stack_w) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
     if (!st) st = submit(cs, &b, PRIO_BATCH, w);
-    if (st) waiter_finish(cs, w, NULL, false, 0, st);
+    if (st) {
+      w->tenant = NULL; /* submit took no quota when it failed */
+      waiter_finish(cs, w, NULL, false, 0, st);
+    }
   }
   /* Drop the extra count: answers now if every item is done. */
   if (--bt->remaining == 0) batch_send(bt);
@@ -736,7 +757,7 @@ kiln_status_t kiln_method_source(kiln_call_t *call) {
   KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "module", true, &hex, &hlen));
   KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "kind", false, &kind, &klen));
   kiln_module_t *m;
-  KILN_RETURN_IF_ERROR(kiln_module_find(call->server, hex, hlen, &m));
+  KILN_RETURN_IF_ERROR(kiln_module_find(call->server, call->conn->tenant, hex, hlen, &m));
   const char *text = NULL;
   if (klen == 4 && memcmp(kind, "llvm", 4) == 0) text = m->art.llvm_ir;
   else if (klen == 3 && memcmp(kind, "asm", 3) == 0) text = m->art.assembly;

@@ -22,9 +22,9 @@ kiln_status_t kiln_compile_init(kiln_server_t *s);
 void kiln_compile_shutdown(kiln_server_t *s);
 
 /* The module with id `hex` (a compile's `module`), from memory or the artifact cache;
- * E_NOT_FOUND otherwise. Borrowed: valid until the next return to the loop. */
-kiln_status_t kiln_module_find(kiln_server_t *s, const char *hex, uint32_t len,
-                               kiln_module_t **out);
+ * E_NOT_FOUND otherwise, and for a tenant (when not NULL) that never compiled it. Borrowed: valid until the next return to the loop. */
+kiln_status_t kiln_module_find(kiln_server_t *s, const kiln_tenant_t *tenant, const char *hex,
+                               uint32_t len, kiln_module_t **out);
 
 void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk); /* "compile", "cache" */
 uint32_t kiln_compile_stats_fields(void);

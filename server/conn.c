@@ -41,6 +41,8 @@ static void on_close(uv_handle_t *h) {
   kiln_server_t *s = c->server;
   list_remove(s, c);
   s->num_conns--;
+  if (c->tenant) c->tenant->connections--;
+  kiln_leases_conn_closed(s, c);
   KILN_LOG_DEBUG("conn_close", "conn=%llu inflight=%u", (unsigned long long)c->id, c->inflight);
   kiln_conn_release(c);
   kiln_server_maybe_finish_drain(s);
@@ -275,7 +277,8 @@ void kiln_conn_accept(kiln_listener_t *l) {
   c->server = s;
   c->refs = 1;
   c->id = ++s->next_conn_id;
-  snprintf(c->tenant, sizeof(c->tenant), "default");
+  c->tenant = kiln_tenants_default(&s->tenants);
+  if (c->tenant) c->tenant->connections++;
   kiln_reader_init(&c->reader, &s->cfg.limits, 64 * 1024);
   kiln_buf_init(&c->out);
   if (l->is_tcp) uv_tcp_init(s->loop, &c->h.tcp);

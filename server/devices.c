@@ -98,7 +98,6 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
       continue;
     const msgpack_object *arch = kiln_params_find(d, "arch");
     if (arch && kiln_obj_cstr(arch, "arch", e->arch, sizeof(e->arch))) continue;
-    kiln_map_init(&e->loaded);
     const char *colon = strchr(e->id, ':');
     e->index = colon ? (uint32_t)strtoul(colon + 1, NULL, 10) : 0;
     if (!wanted(s->cfg.devices, e->id, e->kind)) continue;
@@ -135,10 +134,44 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
   if (!st && (s->num_devices == 0 || strcmp(s->devices[0].id, "cpu:0") != 0))
     st = KILN_STATUS(KILN_E_INTERNAL, "the device probe did not report cpu:0 first");
   for (uint32_t i = 0; !st && i < s->num_devices; i++) {
-    const char *tail[] = {"--device", s->devices[i].id, NULL};
-    st = kiln_worker_create(s, KILN_WORKER_DEVICE, s->devices[i].id, tail, &s->devices[i].worker);
+    kiln_map_init(&s->devices[i].slots);
+    uv_timer_init(s->loop, &s->devices[i].lease_timer);
+    s->devices[i].lease_timer.data = &s->devices[i];
   }
   return st;
+}
+
+kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+                               kiln_dslot_t **out) {
+  kiln_dslot_t *sl = kiln_map_get(&d->slots, t->index);
+  if (sl) {
+    *out = sl;
+    return KILN_OK;
+  }
+  sl = calloc(1, sizeof(*sl));
+  if (!sl) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  sl->device = d;
+  sl->tenant = t;
+  kiln_map_init(&sl->loaded);
+  char label[128];
+  snprintf(label, sizeof(label), "%s/%s", d->id, t->name);
+  const char *tail[] = {"--device", d->id, NULL};
+  kiln_status_t st = kiln_worker_create(s, KILN_WORKER_DEVICE, label, tail, &sl->worker);
+  if (!st) st = kiln_map_put(&d->slots, t->index, sl);
+  if (st) {
+    if (sl->worker) kiln_worker_destroy(sl->worker);
+    kiln_map_deinit(&sl->loaded);
+    free(sl);
+    return st;
+  }
+  *out = sl;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_device_permit(const kiln_device_entry_t *d, const kiln_tenant_t *t) {
+  if (kiln_tenant_may_use(t, d->id, d->kind)) return KILN_OK;
+  return KILN_STATUS(KILN_E_PERMISSION, "tenant '%s' may not use device %s (tokens file)", t->name,
+                     d->id);
 }
 
 kiln_device_entry_t *kiln_device_find(kiln_server_t *s, const char *id, uint32_t len) {

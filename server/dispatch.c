@@ -20,6 +20,7 @@ static const method_t methods[] = {
     {"compile", kiln_method_compile},   {"compile_batch", kiln_method_compile_batch},
     {"source", kiln_method_source},     {"cancel", kiln_method_cancel},
     {"launch", kiln_method_launch},     {"time", kiln_method_time},
+    {"lease", kiln_method_lease},       {"release", kiln_method_release},
 };
 
 int kiln_method_count(void) { return (int)KILN_ARRAY_SIZE(methods); }
@@ -73,6 +74,7 @@ void kiln_req_fail(kiln_req_t *r, kiln_status_t st) {
   kiln_code_t code = kiln_status_code(st);
   kiln_rpc_pack_error(&p.pk, r->msgid, code, kiln_status_message(st));
   r->conn->server->errors_by_code[code]++;
+  if (r->conn->tenant) r->conn->tenant->errors++;
   if (code == KILN_E_INTERNAL || code == KILN_E_DEVICE_FAULT || code == KILN_E_COMPILER_CRASHED) {
     char q[300];
     KILN_LOG_WARN("request_failed", "method=%s code=%s where=%s message=%s",
@@ -115,6 +117,14 @@ void kiln_dispatch(kiln_conn_t *c, const uint8_t *bytes, size_t len) {
     kiln_rpc_msg_deinit(&m);
     return;
   }
+  if (!c->tenant && method != 0 && method != 1) { /* hello, ping */
+    kiln_req_fail(r, KILN_STATUS(KILN_E_UNAUTHENTICATED,
+                                 "this server requires a token: call hello with {\"token\": ...} "
+                                 "first"));
+    kiln_rpc_msg_deinit(&m);
+    return;
+  }
+  if (c->tenant) c->tenant->requests++;
   if (s->draining) {
     kiln_req_fail(r, KILN_STATUS(KILN_E_UNAVAILABLE, "the server is shutting down"));
     kiln_rpc_msg_deinit(&m);

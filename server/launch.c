@@ -10,10 +10,22 @@
 
 typedef struct launch_op {
   kiln_req_t *req;
+  kiln_dslot_t *slot;
+  uint8_t key[KILN_HASH_BYTES];
+  const char *method;
+  kiln_buf_t params;
 } launch_op_t;
+
+static void op_free(launch_op_t *op) {
+  kiln_buf_deinit(&op->params);
+  free(op);
+}
 
 static void on_reply(void *ctx, kiln_status_t st, const msgpack_object *result) {
   launch_op_t *op = ctx;
+  kiln_server_t *s = op->req->conn->server;
+  op->slot->tenant->launches--;
+  kiln_device_run_done(s, op->slot->device);
   if (st) {
     kiln_req_fail(op->req, st);
   } else {
@@ -25,11 +37,11 @@ static void on_reply(void *ctx, kiln_status_t st, const msgpack_object *result) 
     msgpack_pack_object(&pk.pk, *result);
     kiln_req_reply(op->req, &b, NULL, 0, NULL, NULL);
   }
-  free(op);
+  op_free(op);
 }
 
 typedef struct load_op {
-  kiln_device_entry_t *device;
+  kiln_dslot_t *device;
   uint64_t key64;
 } load_op_t;
 
@@ -52,7 +64,7 @@ static const char *format_kind(kiln_artifact_format_t f) {
   return "?";
 }
 
-static kiln_status_t ensure_loaded(kiln_device_entry_t *d, kiln_module_t *m) {
+static kiln_status_t ensure_loaded(kiln_dslot_t *d, kiln_module_t *m) {
   uint64_t k;
   memcpy(&k, m->key, sizeof(k));
   k = (k & 0x7fffffffffffffffULL) | 1;
@@ -91,6 +103,26 @@ static kiln_status_t ensure_loaded(kiln_device_entry_t *d, kiln_module_t *m) {
   return kiln_map_put(&d->loaded, k, (void *)((uintptr_t)kiln_worker_generation(d->worker) + 1));
 }
 
+/* Runs a launch that the device gate let through (now, or after a lease ended). */
+static void launch_go(void *ctx, kiln_status_t st) {
+  launch_op_t *op = ctx;
+  kiln_server_t *s = op->req->conn->server;
+  kiln_module_t *m = NULL;
+  if (!st) {
+    char hex[2 * KILN_HASH_BYTES + 1];
+    kiln_hex(op->key, KILN_HASH_BYTES, hex);
+    st = kiln_module_find(s, NULL, hex, 2 * KILN_HASH_BYTES, &m);
+  }
+  if (!st) st = ensure_loaded(op->slot, m);
+  if (!st) st = kiln_worker_call(op->slot->worker, op->method, &op->params, NULL, 0, on_reply, op);
+  if (st) {
+    op->slot->tenant->launches--;
+    kiln_device_run_done(s, op->slot->device);
+    kiln_req_fail(op->req, st);
+    op_free(op);
+  }
+}
+
 static kiln_status_t check_dims(const msgpack_object *params, const char *name) {
   const msgpack_object_array *a = NULL;
   KILN_RETURN_IF_ERROR(kiln_params_array(params, name, true, &a));
@@ -107,10 +139,10 @@ static kiln_status_t check_dims(const msgpack_object *params, const char *name) 
 
 static kiln_status_t start(kiln_call_t *call, bool timed) {
   static const char *const lfields[] = {"module", "kernel", "device", "grid", "block", "args",
-                                        "shared", NULL};
+                                        "shared", "wait", NULL};
   static const char *const tfields[] = {"module", "kernel", "device", "grid", "block", "args",
-                                        "shared", "number", "repeat", "min_repeat_ms", "warmup",
-                                        "flush", NULL};
+                                        "shared", "wait", "number", "repeat", "min_repeat_ms",
+                                        "warmup", "flush", NULL};
   const char *method = timed ? "time" : "launch";
   KILN_RETURN_IF_ERROR(kiln_params_check(call->params, method, timed ? tfields : lfields));
   const char *hex, *kname, *dev = NULL;
@@ -137,8 +169,12 @@ static kiln_status_t start(kiln_call_t *call, bool timed) {
   if (!d)
     return KILN_STATUS(KILN_E_NOT_FOUND, "no device '%.*s' on this server; `devices` lists them",
                        (int)(dlen < 32 ? dlen : 32), dev);
+  kiln_tenant_t *tenant = call->conn->tenant;
+  KILN_RETURN_IF_ERROR(kiln_device_permit(d, tenant));
+  bool wait = true;
+  KILN_RETURN_IF_ERROR(kiln_params_bool(call->params, "wait", false, &wait));
   kiln_module_t *m;
-  KILN_RETURN_IF_ERROR(kiln_module_find(call->server, hex, hlen, &m));
+  KILN_RETURN_IF_ERROR(kiln_module_find(call->server, tenant, hex, hlen, &m));
   if (strcmp(format_kind(m->art.format), d->kind) != 0)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                        "module %.16s was compiled for %s; device %s runs %s code: compile for "
@@ -179,39 +215,54 @@ static kiln_status_t start(kiln_call_t *call, bool timed) {
                          k->args[i].name);
     }
   }
-  KILN_RETURN_IF_ERROR(ensure_loaded(d, m));
+  KILN_RETURN_IF_ERROR(kiln_quota_check(tenant, "launches", tenant->launches, 1,
+                                        tenant->quotas.launches));
+  kiln_dslot_t *slot;
+  KILN_RETURN_IF_ERROR(kiln_device_slot(call->server, d, tenant, &slot));
   /* The worker gets the params as sent (tensor ids are its buffer handles) with the module
-   * id and device normalised. */
-  kiln_buf_t params;
-  kiln_buf_init(&params);
+   * id normalised and the fields only kilnd reads left out. */
+  launch_op_t *op = calloc(1, sizeof(*op));
+  if (!op) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  kiln_buf_init(&op->params);
   kiln_packer_t pk;
-  kiln_packer_init(&pk, &params);
+  kiln_packer_init(&pk, &op->params);
   msgpack_pack_array(&pk.pk, 1);
   const msgpack_object *p = call->params;
+  static const char *const local[] = {"device", "module", "wait"};
   uint32_t n = 0;
-  for (uint32_t i = 0; i < p->via.map.size; i++)
-    n += !kiln_obj_str_eq(&p->via.map.ptr[i].key, "device") &&
-         !kiln_obj_str_eq(&p->via.map.ptr[i].key, "module");
+  for (uint32_t i = 0; i < p->via.map.size; i++) {
+    bool skip = false;
+    for (size_t j = 0; j < KILN_ARRAY_SIZE(local); j++) skip |= kiln_obj_str_eq(&p->via.map.ptr[i].key, local[j]);
+    n += !skip;
+  }
   msgpack_pack_map(&pk.pk, n + 1);
   kiln_pack_kv_str(&pk.pk, "module", m->hex);
   for (uint32_t i = 0; i < p->via.map.size; i++) {
     const msgpack_object_kv *kv = &p->via.map.ptr[i];
-    if (kiln_obj_str_eq(&kv->key, "device") || kiln_obj_str_eq(&kv->key, "module")) continue;
+    bool skip = false;
+    for (size_t j = 0; j < KILN_ARRAY_SIZE(local); j++) skip |= kiln_obj_str_eq(&kv->key, local[j]);
+    if (skip) continue;
     msgpack_pack_object(&pk.pk, kv->key);
     msgpack_pack_object(&pk.pk, kv->val);
   }
-  launch_op_t *op = malloc(sizeof(*op));
-  kiln_status_t st = op ? kiln_packer_status(&pk) : KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  if (!st) {
-    op->req = call->req;
-    st = kiln_worker_call(d->worker, method, &params, NULL, 0, on_reply, op);
-  }
-  kiln_buf_deinit(&params);
+  kiln_status_t st = kiln_packer_status(&pk);
   if (st) {
-    free(op);
+    op_free(op);
     return st;
   }
+  op->req = call->req;
+  op->slot = slot;
+  op->method = method;
+  memcpy(op->key, m->key, KILN_HASH_BYTES);
+  bool now;
+  st = kiln_device_gate(call->server, d, tenant, wait, launch_go, op, &now);
+  if (st) {
+    op_free(op);
+    return st;
+  }
+  tenant->launches++;
   call->async = true;
+  if (now) launch_go(op, KILN_OK);
   return KILN_OK;
 }
 

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <netinet/in.h>
 
 #include "base/log.h"
 #include "server/server.h"
@@ -40,6 +41,15 @@ static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char 
                      (struct sockaddr_in *)&ss);
   }
   if (rc) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "bad address 'tcp:%s' (use an IP address)", spec);
+  bool loopback = ss.ss_family == AF_INET
+                      ? (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127
+                      : IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+  if (!loopback && !s->tenants.auth_required)
+    return KILN_STATUS(KILN_E_PERMISSION,
+                       "refusing to listen on tcp:%s without a tokens file: anyone who can reach "
+                       "it could run code here. Pass --tokens FILE (docs/operations.md) or listen "
+                       "on 127.0.0.1",
+                       spec);
   uv_tcp_init(s->loop, &l->h.tcp);
   l->is_tcp = true;
   l->h.handle.data = l;

@@ -33,6 +33,8 @@ static void usage(FILE *f) {
           "  --partial-timeout S   close connections stuck mid-message this long (default 30)\n"
           "  --grace S             drain period on SIGTERM/SIGINT (default 10)\n"
           "  --worker-dir DIR      where the worker binaries are (default: next to kilnd)\n"
+          "  --tokens FILE         tokens -> tenants, devices, quotas (docs/operations.md);\n"
+          "                        reloaded on SIGHUP. Required to listen beyond loopback\n"
           "  --compile-workers N   compile worker processes (default: number of cores)\n"
           "  --compile-timeout S   time limit of one compile (default 60)\n"
           "  --compile-max-memory BYTES  address-space limit of a compile worker (default 8 GiB)\n"
@@ -75,7 +77,7 @@ static bool parse_u64(const char *s, uint64_t *out) {
 static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
          O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_CMEM,
-         O_CACHEMAX };
+         O_CACHEMAX, O_TOKENS };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -94,6 +96,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"compile-timeout", required_argument, 0, O_CTIMEOUT},
       {"compile-max-memory", required_argument, 0, O_CMEM},
       {"cache-max-bytes", required_argument, 0, O_CACHEMAX},
+      {"tokens", required_argument, 0, O_TOKENS},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -143,6 +146,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         if (!parse_u64(optarg, &u)) goto bad;
         cfg->cache_max_bytes = u;
         break;
+      case O_TOKENS: snprintf(cfg->tokens, sizeof(cfg->tokens), "%s", optarg); break;
       case O_VERSION: printf("kilnd %s\n", KILN_VERSION); exit(0);
       case O_HELP: usage(stdout); exit(0);
       default: usage(stderr); return 2;
@@ -185,17 +189,41 @@ void kiln_server_maybe_finish_drain(kiln_server_t *s) {
     c = n;
   }
   kiln_compile_shutdown(s);
-  for (uint32_t i = 0; i < s->num_devices; i++)
-    if (s->devices[i].worker) {
-      kiln_worker_destroy(s->devices[i].worker);
-      s->devices[i].worker = NULL;
+  for (uint32_t i = 0; i < s->num_devices; i++) {
+    size_t it = 0;
+    void *v;
+    while (kiln_map_next(&s->devices[i].slots, &it, NULL, &v)) {
+      kiln_dslot_t *sl = v;
+      if (sl->worker) kiln_worker_destroy(sl->worker);
+      sl->worker = NULL;
     }
+  }
+  /* Closing every handle closes the signal watchers too: a second SIGTERM in that window
+   * must not kill us by default action instead of the exit 0 we are heading for. */
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
   uv_walk(s->loop, close_walk_cb, NULL);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
   kiln_server_t *s = h->data;
   if (signum == SIGPIPE) return;
+  if (signum == SIGHUP) {
+    kiln_status_t st = kiln_tenants_reload(&s->tenants);
+    if (st) {
+      KILN_LOG_ERROR("tokens_reload_failed", "message=\"%s\" action=kept_old_tokens",
+                     kiln_status_message(st));
+      kiln_status_free(st);
+      return;
+    }
+    /* Connections of tenants that left the file end now. */
+    for (kiln_conn_t *c = s->conns; c;) {
+      kiln_conn_t *n = c->next;
+      if (c->tenant && c->tenant->disabled) kiln_conn_close(c);
+      c = n;
+    }
+    return;
+  }
   if (s->draining) {
     KILN_LOG_WARN("signal_again", "signal=%d action=exit_now", signum);
     on_drain_timeout(&s->drain_timer);
@@ -252,7 +280,8 @@ int main(int argc, char **argv) {
   kiln_map_init(&s->tensors);
   s->requests_by_method = calloc((size_t)kiln_method_count(), sizeof(uint64_t));
 
-  st = kiln_devices_probe(s);
+  st = kiln_tenants_init(&s->tenants, cfg->tokens);
+  if (!st) st = kiln_devices_probe(s);
   if (!st) st = kiln_compile_init(s);
   if (!st) st = kiln_listeners_start(s);
   if (st) {
@@ -271,7 +300,9 @@ int main(int argc, char **argv) {
   uv_signal_init(s->loop, &s->sig_term);
   uv_signal_init(s->loop, &s->sig_int);
   uv_signal_init(s->loop, &s->sig_pipe);
-  s->sig_term.data = s->sig_int.data = s->sig_pipe.data = s;
+  uv_signal_init(s->loop, &s->sig_hup);
+  s->sig_term.data = s->sig_int.data = s->sig_pipe.data = s->sig_hup.data = s;
+  uv_signal_start(&s->sig_hup, on_signal, SIGHUP);
   uv_signal_start(&s->sig_term, on_signal, SIGTERM);
   uv_signal_start(&s->sig_int, on_signal, SIGINT);
   uv_signal_start(&s->sig_pipe, on_signal, SIGPIPE);

@@ -1,6 +1,8 @@
 /* hello, ping, devices, stats. */
 #include <string.h>
 
+#include "base/log.h"
+
 #include "base/util.h"
 #include "server/compile.h"
 
@@ -19,17 +21,38 @@ kiln_status_t kiln_method_hello(kiln_call_t *call) {
   KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "token", false, &token, &token_len));
   if (client_len > 128)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "client name is longer than 128 bytes");
-  /* Without a tokens file every connection is the "default" tenant; a token is accepted
-   * and ignored (docs/protocol.md, hello). */
-  const kiln_config_t *cfg = &call->server->cfg;
+  kiln_server_t *s = call->server;
+  kiln_conn_t *c = call->conn;
+  /* Without a tokens file every connection is the "default" tenant and a token is
+   * accepted and ignored (docs/protocol.md, hello). */
+  if (s->tenants.auth_required) {
+    kiln_tenant_t *t = token ? kiln_tenants_authenticate(&s->tenants, token, token_len) : NULL;
+    if (!t) {
+      KILN_LOG_INFO("auth_failed", "conn=%llu peer=%s", (unsigned long long)c->id, c->peer);
+      return KILN_STATUS(KILN_E_UNAUTHENTICATED,
+                         token ? "the token is not valid" : "this server requires a token");
+    }
+    if (t != c->tenant) {
+      KILN_RETURN_IF_ERROR(kiln_quota_check(t, "connections", t->connections, 1,
+                                            t->quotas.connections));
+      if (c->tenant) c->tenant->connections--;
+      c->tenant = t;
+      t->connections++;
+      KILN_LOG_INFO("auth", "conn=%llu tenant=%s", (unsigned long long)c->id, t->name);
+    }
+  }
+  /* The tenant's message quota tightens this connection's framing limit. */
+  if (c->tenant->quotas.message < c->reader.limits.max_message)
+    c->reader.limits.max_message = c->tenant->quotas.message;
+  const kiln_config_t *cfg = &s->cfg;
   msgpack_packer *pk = call->pk;
   msgpack_pack_map(pk, 4);
   kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
   kiln_pack_kv_u64(pk, "version", 1);
-  kiln_pack_kv_str(pk, "tenant", call->conn->tenant);
+  kiln_pack_kv_str(pk, "tenant", c->tenant->name);
   kiln_pack_cstr(pk, "limits");
   msgpack_pack_map(pk, 5);
-  kiln_pack_kv_u64(pk, "max_message", cfg->limits.max_message);
+  kiln_pack_kv_u64(pk, "max_message", c->reader.limits.max_message);
   kiln_pack_kv_u64(pk, "max_depth", cfg->limits.max_depth);
   kiln_pack_kv_u64(pk, "max_items", cfg->limits.max_items);
   kiln_pack_kv_u64(pk, "max_str", cfg->limits.max_str);
@@ -51,9 +74,14 @@ kiln_status_t kiln_method_devices(kiln_call_t *call) {
   KILN_RETURN_IF_ERROR(kiln_params_bool(call->params, "absent", false, &absent));
   kiln_server_t *s = call->server;
   msgpack_packer *pk = call->pk;
-  msgpack_pack_array(pk, s->num_devices + (absent ? s->num_absent : 0));
+  uint32_t n = 0;
   for (uint32_t i = 0; i < s->num_devices; i++)
-    msgpack_pack_str_body(pk, s->devices[i].info.data, s->devices[i].info.len);
+    n += kiln_tenant_may_use(call->conn->tenant, s->devices[i].id, s->devices[i].kind);
+  msgpack_pack_array(pk, n + (absent ? s->num_absent : 0));
+  /* The probe's map, packed once at start, goes out as is (str_body appends raw bytes). */
+  for (uint32_t i = 0; i < s->num_devices; i++)
+    if (kiln_tenant_may_use(call->conn->tenant, s->devices[i].id, s->devices[i].kind))
+      msgpack_pack_str_body(pk, s->devices[i].info.data, s->devices[i].info.len);
   for (uint32_t i = 0; absent && i < s->num_absent; i++) {
     msgpack_pack_map(pk, 4);
     kiln_pack_kv_str(pk, "id", s->absent[i].kind);
@@ -69,7 +97,7 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
   KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "stats", fields));
   kiln_server_t *s = call->server;
   msgpack_packer *pk = call->pk;
-  msgpack_pack_map(pk, 8 + kiln_compile_stats_fields());
+  msgpack_pack_map(pk, 9 + kiln_compile_stats_fields());
   kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
   kiln_compile_pack_stats(s, pk);
   kiln_pack_kv_f64(pk, "uptime_s", (double)(kiln_now_ns() - s->start_ns) / 1e9);
@@ -89,15 +117,40 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
   kiln_pack_kv_u64(pk, "tensors", s->tensors.count);
   kiln_pack_kv_u64(pk, "tensor_bytes", s->tensor_bytes);
   kiln_pack_cstr(pk, "workers");
-  msgpack_pack_array(pk, s->num_devices);
+  uint32_t nw = 0;
+  for (uint32_t i = 0; i < s->num_devices; i++) nw += (uint32_t)s->devices[i].slots.count;
+  msgpack_pack_array(pk, nw);
   for (uint32_t i = 0; i < s->num_devices; i++) {
-    kiln_worker_t *w = s->devices[i].worker;
-    msgpack_pack_map(pk, 5);
-    kiln_pack_kv_str(pk, "kind", "device");
-    kiln_pack_kv_str(pk, "device", s->devices[i].id);
-    kiln_pack_kv_u64(pk, "pid", w ? (uint64_t)kiln_worker_pid(w) : 0);
-    kiln_pack_kv_u64(pk, "restarts", w ? kiln_worker_restarts(w) : 0);
-    kiln_pack_kv_u64(pk, "inflight", w ? kiln_worker_inflight(w) : 0);
+    size_t it = 0;
+    void *v;
+    while (kiln_map_next(&s->devices[i].slots, &it, NULL, &v)) {
+      kiln_dslot_t *sl = v;
+      msgpack_pack_map(pk, 6);
+      kiln_pack_kv_str(pk, "kind", "device");
+      kiln_pack_kv_str(pk, "device", s->devices[i].id);
+      kiln_pack_kv_str(pk, "tenant", sl->tenant->name);
+      kiln_pack_kv_u64(pk, "pid", (uint64_t)kiln_worker_pid(sl->worker));
+      kiln_pack_kv_u64(pk, "restarts", kiln_worker_restarts(sl->worker));
+      kiln_pack_kv_u64(pk, "inflight", kiln_worker_inflight(sl->worker));
+    }
+  }
+  kiln_pack_cstr(pk, "tenants");
+  uint32_t nt = 0;
+  for (uint32_t i = 0; i < s->tenants.count; i++) nt += !s->tenants.all[i]->disabled;
+  msgpack_pack_array(pk, nt);
+  for (uint32_t i = 0; i < s->tenants.count; i++) {
+    kiln_tenant_t *t = s->tenants.all[i];
+    if (t->disabled) continue;
+    msgpack_pack_map(pk, 9);
+    kiln_pack_kv_str(pk, "name", t->name);
+    kiln_pack_kv_u64(pk, "connections", t->connections);
+    kiln_pack_kv_u64(pk, "tensors", t->tensors);
+    kiln_pack_kv_u64(pk, "memory", t->memory);
+    kiln_pack_kv_u64(pk, "launches", t->launches);
+    kiln_pack_kv_u64(pk, "compiles", t->compiles);
+    kiln_pack_kv_u64(pk, "modules", t->modules.count);
+    kiln_pack_kv_u64(pk, "requests", t->requests);
+    kiln_pack_kv_u64(pk, "errors", t->errors);
   }
   return KILN_OK;
 }

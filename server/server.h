@@ -17,6 +17,7 @@
 #include "protocol/frame.h"
 #include "protocol/rpc.h"
 #include "protocol/tensor.h"
+#include "server/tenants.h"
 
 /* libuv's negative ints never leave server/: converted here, once, with the call site. */
 #define KILN_UV_STATUS(rc, what) \
@@ -38,6 +39,7 @@ typedef struct kiln_config {
   char cache_dir[512];
   char devices[256]; /* "" = all found; else comma-separated ids or kinds */
   char worker_dir[512];
+  char tokens[512]; /* --tokens FILE; "" = no authentication */
   uint32_t max_connections;
   double idle_timeout_s;
   double partial_timeout_s;
@@ -91,7 +93,7 @@ struct kiln_conn {
   uint64_t last_activity_ns;
   uint64_t partial_since_ns; /* 0 unless part of a message is buffered */
   uint64_t id;
-  char tenant[64];
+  kiln_tenant_t *tenant; /* NULL until `hello` authenticates (when a tokens file is set) */
   char peer[64];
 };
 
@@ -169,10 +171,42 @@ typedef struct kiln_device_entry {
   char kind[8];
   uint32_t index; /* within its backend */
   char arch[96];  /* compile target of the device */
-  kiln_map_t loaded; /* module key64 -> worker generation + 1 it was loaded in */
   kiln_buf_t info; /* the packed map answered by `devices` */
-  kiln_worker_t *worker; /* the device worker (one per device until tenants land) */
+  kiln_map_t slots; /* tenant index -> kiln_dslot_t*: one device worker per (device, tenant) */
+  uint32_t running; /* launches/timings in flight on this device, all tenants */
+  /* lease: exclusive use by one tenant (docs/protocol.md `lease`) */
+  kiln_tenant_t *lease_tenant;
+  kiln_conn_t *lease_conn;
+  uint64_t lease_id;
+  uv_timer_t lease_timer;
+  struct kiln_held *held_head, *held_tail; /* requests waiting for the lease to change */
 } kiln_device_entry_t;
+
+/* The device worker of one tenant on one device, and what it has loaded. */
+typedef struct kiln_dslot {
+  kiln_device_entry_t *device;
+  kiln_tenant_t *tenant;
+  kiln_worker_t *worker;
+  kiln_map_t loaded; /* module key64 -> worker generation + 1 it was loaded in */
+} kiln_dslot_t;
+
+/* The slot of (device, tenant), created (and its worker set up) on first use. */
+kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+                               kiln_dslot_t **out);
+/* Leases (lease.c). */
+void kiln_leases_conn_closed(kiln_server_t *s, kiln_conn_t *c);
+kiln_status_t kiln_method_lease(kiln_call_t *call);
+kiln_status_t kiln_method_release(kiln_call_t *call);
+/* Launch gate: runs `go(ctx)` now when the device is free for this tenant, holds it while
+ * another tenant's lease is pending or active (or fails with E_UNAVAILABLE when the client
+ * asked not to wait). */
+typedef void (*kiln_held_fn)(void *ctx, kiln_status_t st);
+kiln_status_t kiln_device_gate(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+                               bool wait, kiln_held_fn go, void *ctx, bool *out_now);
+void kiln_device_run_done(kiln_server_t *s, kiln_device_entry_t *d);
+
+/* E_PERMISSION unless the tenant may use the device. */
+kiln_status_t kiln_device_permit(const kiln_device_entry_t *d, const kiln_tenant_t *t);
 
 typedef struct kiln_absent_backend {
   char kind[8];
@@ -216,8 +250,9 @@ typedef struct kiln_tensor {
   uint64_t id;
   kiln_tensor_desc_t desc;
   kiln_device_entry_t *device;
+  kiln_dslot_t *slot;
   uint32_t generation; /* of the worker that holds it; stale = lost */
-  char tenant[64];
+  kiln_tenant_t *tenant;
   uint32_t pending; /* operations in flight on it */
   bool freed;       /* free requested; the entry goes when pending drops to 0 */
 } kiln_tensor_t;
@@ -248,6 +283,8 @@ struct kiln_server {
   uint32_t num_absent;
 
   kiln_map_t tensors; /* id -> kiln_tensor_t* */
+  kiln_tenants_t tenants;
+  uv_signal_t sig_hup;
   struct kiln_compile_state *compile;
   uint64_t tensor_bytes;
 

@@ -18,7 +18,7 @@
 typedef struct op {
   kiln_req_t *req;
   kiln_server_t *server;
-  kiln_device_entry_t *device;
+  kiln_dslot_t *slot;
   uint32_t generation;
   uint64_t id;
   kiln_tensor_desc_t desc;
@@ -35,7 +35,7 @@ static void unmap_release(void *ctx) {
   free(op);
 }
 
-static kiln_status_t device_param(kiln_call_t *call, kiln_device_entry_t **out) {
+static kiln_status_t device_param(kiln_call_t *call, kiln_dslot_t **out) {
   const char *id = NULL;
   uint32_t len = 0;
   KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "device", false, &id, &len));
@@ -43,8 +43,22 @@ static kiln_status_t device_param(kiln_call_t *call, kiln_device_entry_t **out) 
   if (!d)
     return KILN_STATUS(KILN_E_NOT_FOUND, "no device '%.*s' on this server; `devices` lists them",
                        (int)(len < 32 ? len : 32), id);
-  *out = d;
-  return KILN_OK;
+  KILN_RETURN_IF_ERROR(kiln_device_permit(d, call->conn->tenant));
+  return kiln_device_slot(call->server, d, call->conn->tenant, out);
+}
+
+static kiln_status_t check_new_tensor(kiln_call_t *call, uint64_t nbytes) {
+  kiln_tenant_t *t = call->conn->tenant;
+  KILN_RETURN_IF_ERROR(kiln_quota_check(t, "tensors", t->tensors, 1, t->quotas.tensors));
+  return kiln_quota_check(t, "memory", t->memory, nbytes, t->quotas.memory);
+}
+
+static void forget(kiln_server_t *s, kiln_tensor_t *t) {
+  kiln_map_remove(&s->tensors, t->id);
+  s->tensor_bytes -= t->desc.nbytes;
+  t->tenant->memory -= t->desc.nbytes;
+  t->tenant->tensors--;
+  free(t);
 }
 
 /* The tensor `id` of the calling tenant; a tensor whose worker died since it was made is
@@ -52,15 +66,13 @@ static kiln_status_t device_param(kiln_call_t *call, kiln_device_entry_t **out) 
 kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t **out) {
   kiln_server_t *s = call->server;
   kiln_tensor_t *t = kiln_map_get(&s->tensors, id);
-  if (!t || strcmp(t->tenant, call->conn->tenant) != 0)
+  if (!t || t->tenant != call->conn->tenant)
     return KILN_STATUS(KILN_E_NOT_FOUND, "no tensor %llu (freed, never made, or another tenant's)",
                        (unsigned long long)id);
-  if (t->generation != kiln_worker_generation(t->device->worker)) {
-    kiln_map_remove(&s->tensors, id);
-    s->tensor_bytes -= t->desc.nbytes;
+  if (t->generation != kiln_worker_generation(t->slot->worker)) {
     char dev[32];
     snprintf(dev, sizeof(dev), "%s", t->device->id);
-    free(t);
+    forget(s, t);
     return KILN_STATUS(KILN_E_NOT_FOUND,
                        "tensor %llu was lost when the device worker for %s died; upload it again",
                        (unsigned long long)id, dev);
@@ -101,10 +113,13 @@ static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *r
       }
       t->id = op->id;
       t->desc = op->desc;
-      t->device = op->device;
+      t->slot = op->slot;
+      t->device = op->slot->device;
       t->generation = op->generation;
-      snprintf(t->tenant, sizeof(t->tenant), "%s", op->req->conn->tenant);
+      t->tenant = op->slot->tenant;
       s->tensor_bytes += t->desc.nbytes;
+      t->tenant->memory += t->desc.nbytes;
+      t->tenant->tensors++;
       msgpack_pack_map(&pk.pk, 1);
       kiln_pack_kv_u64(&pk.pk, "id", op->id);
       kiln_req_reply(op->req, &b, NULL, 0, NULL, NULL);
@@ -151,8 +166,8 @@ static kiln_status_t send_op(kiln_call_t *call, op_t *op, const char *method, in
   }
   op->req = call->req;
   op->server = call->server;
-  op->generation = kiln_worker_generation(op->device->worker);
-  st = kiln_worker_call(op->device->worker, method, &params, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0,
+  op->generation = kiln_worker_generation(op->slot->worker);
+  st = kiln_worker_call(op->slot->worker, method, &params, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0,
                         on_worker_reply, op);
   kiln_buf_deinit(&params);
   if (st) return st;
@@ -180,7 +195,7 @@ static kiln_status_t stage(const uint8_t *data, uint64_t n, int *out_fd) {
 kiln_status_t kiln_method_alloc(kiln_call_t *call) {
   static const char *const fields[] = {"device", "dtype", "shape", NULL};
   KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "alloc", fields));
-  kiln_device_entry_t *dev;
+  kiln_dslot_t *dev;
   KILN_RETURN_IF_ERROR(device_param(call, &dev));
   kiln_tensor_desc_t desc;
   const msgpack_object *dtype = kiln_params_find(call->params, "dtype");
@@ -188,9 +203,10 @@ kiln_status_t kiln_method_alloc(kiln_call_t *call) {
   if (!dtype) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "missing required field 'dtype'");
   if (!shape) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "missing required field 'shape'");
   KILN_RETURN_IF_ERROR(kiln_tensor_desc_parse(dtype, shape, &desc));
+  KILN_RETURN_IF_ERROR(check_new_tensor(call, desc.nbytes));
   op_t *op = op_new(OP_ALLOC);
   if (!op) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  op->device = dev;
+  op->slot = dev;
   op->desc = desc;
   op->id = kiln_random_id();
   kiln_status_t st = send_op(call, op, "alloc", -1, desc.nbytes, 0, 0);
@@ -201,13 +217,14 @@ kiln_status_t kiln_method_alloc(kiln_call_t *call) {
 kiln_status_t kiln_method_upload(kiln_call_t *call) {
   static const char *const fields[] = {"device", "tensor", NULL};
   KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "upload", fields));
-  kiln_device_entry_t *dev;
+  kiln_dslot_t *dev;
   KILN_RETURN_IF_ERROR(device_param(call, &dev));
   const msgpack_object *tensor = kiln_params_find(call->params, "tensor");
   if (!tensor) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "missing required field 'tensor'");
   kiln_tensor_desc_t desc;
   const uint8_t *data;
   KILN_RETURN_IF_ERROR(kiln_tensor_parse(tensor, &desc, &data));
+  KILN_RETURN_IF_ERROR(check_new_tensor(call, desc.nbytes));
   int fd = -1;
   if (desc.nbytes) KILN_RETURN_IF_ERROR(stage(data, desc.nbytes, &fd));
   op_t *op = op_new(OP_UPLOAD);
@@ -215,7 +232,7 @@ kiln_status_t kiln_method_upload(kiln_call_t *call) {
     if (fd >= 0) close(fd);
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   }
-  op->device = dev;
+  op->slot = dev;
   op->desc = desc;
   op->id = kiln_random_id();
   kiln_status_t st = send_op(call, op, fd >= 0 ? "upload" : "alloc", fd, desc.nbytes, 0,
@@ -255,7 +272,7 @@ kiln_status_t kiln_method_write(kiln_call_t *call) {
     close(fd);
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   }
-  op->device = t->device;
+  op->slot = t->slot;
   op->id = t->id;
   kiln_status_t st = send_op(call, op, "write", fd, t->desc.nbytes, offset, len);
   if (st) free(op);
@@ -271,7 +288,7 @@ static kiln_status_t start_read(kiln_call_t *call, kiln_tensor_t *t, int kind, u
                        (unsigned long long)size);
   op_t *op = op_new(kind);
   if (!op) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  op->device = t->device;
+  op->slot = t->slot;
   op->id = t->id;
   op->desc = t->desc;
   if (size == 0) {
@@ -324,12 +341,10 @@ kiln_status_t kiln_method_free(kiln_call_t *call) {
   KILN_RETURN_IF_ERROR(id_param(call, &t));
   op_t *op = op_new(OP_FREE);
   if (!op) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  op->device = t->device;
+  op->slot = t->slot;
   op->id = t->id;
   /* Gone for the client at once; the worker frees it after the work queued before. */
-  kiln_map_remove(&call->server->tensors, t->id);
-  call->server->tensor_bytes -= t->desc.nbytes;
-  free(t);
+  forget(call->server, t);
   kiln_status_t st = send_op(call, op, "free", -1, 0, 0, 0);
   if (st) free(op);
   return st;

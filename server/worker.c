@@ -48,7 +48,7 @@ typedef struct incarnation {
 struct kiln_worker {
   kiln_server_t *server;
   kiln_worker_kind_t kind;
-  char device_id[32];
+  char device_id[128];
   char path[600];
   char *argv[16];
   int argc;
@@ -393,7 +393,7 @@ kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_
   kiln_buf_append(&b, params->data, params->len);
   m->bytes = kiln_buf_release(&b, &m->len);
   m->nfds = nfds;
-  memcpy(m->fds, fds, sizeof(int) * (size_t)nfds);
+  if (nfds) memcpy(m->fds, fds, sizeof(int) * (size_t)nfds);
   p->cb = cb;
   p->ctx = ctx;
   kiln_map_put(&inc->pending, (uint64_t)msgid + 1, p);
