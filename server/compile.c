@@ -153,6 +153,8 @@ kiln_status_t kiln_compile_init(kiln_server_t *s) {
     slot_t *sl = &cs->slots[i];
     sl->cs = cs;
     KILN_RETURN_IF_ERROR(kiln_worker_create(s, KILN_WORKER_COMPILER, "", tail, &sl->worker));
+    /* Started now: LLVM's first-use costs are paid before the first request arrives. */
+    KILN_RETURN_IF_ERROR(kiln_worker_start(sl->worker));
     uv_timer_init(s->loop, &sl->timer);
     sl->timer.data = sl;
   }

@@ -166,7 +166,11 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
 
 static void on_drain_timeout(uv_timer_t *t) {
   kiln_server_t *s = t->data;
-  KILN_LOG_WARN("drain_timeout", "grace_s=%.1f conns=%u", s->cfg.grace_s, s->num_conns);
+  KILN_LOG_WARN("drain_timeout", "grace_s=%.1f conns=%u inflight=%llu", s->cfg.grace_s,
+                s->num_conns, (unsigned long long)s->total_inflight);
+  /* Past the grace period nothing more is waited for: work still held by workers is
+   * cancelled when they are stopped. */
+  s->drain_forced = true;
   for (kiln_conn_t *c = s->conns; c;) {
     kiln_conn_t *n = c->next;
     kiln_conn_close(c);
@@ -181,7 +185,9 @@ static void close_walk_cb(uv_handle_t *h, void *arg) {
 
 void kiln_server_maybe_finish_drain(kiln_server_t *s) {
   if (!s->draining) return;
-  if (s->total_inflight > 0) return;
+  if (s->total_inflight > 0 && !s->drain_forced) return;
+  if (s->drain_finished) return;
+  s->drain_finished = true;
   /* Nothing in flight: close what is left; the loop ends when the last handle closes. */
   for (kiln_conn_t *c = s->conns; c;) {
     kiln_conn_t *n = c->next;

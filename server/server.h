@@ -226,6 +226,8 @@ typedef enum kiln_worker_kind { KILN_WORKER_DEVICE = 1, KILN_WORKER_COMPILER = 2
 kiln_status_t kiln_worker_create(kiln_server_t *s, kiln_worker_kind_t kind, const char *device_id,
                                  const char *const *argv_tail, kiln_worker_t **out);
 void kiln_worker_destroy(kiln_worker_t *w); /* kills the process */
+/* Starts the process now instead of at the first call (compile workers start warm). */
+kiln_status_t kiln_worker_start(kiln_worker_t *w);
 /* Kills the process now; the calls it held fail with `code` and `reason` instead of the
  * crash error (used for time limits). */
 void kiln_worker_kill(kiln_worker_t *w, kiln_code_t code, const char *reason);
@@ -275,6 +277,8 @@ struct kiln_server {
   uv_timer_t drain_timer;
   uv_signal_t sig_term, sig_int, sig_pipe;
   bool draining;
+  bool drain_forced;   /* the grace period ended */
+  bool drain_finished; /* handles are closing; the loop is about to end */
   uint64_t start_ns;
 
   kiln_device_entry_t devices[KILN_MAX_DEVICES];

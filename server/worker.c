@@ -406,6 +406,8 @@ kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_
 
 bool kiln_worker_idle(const kiln_worker_t *w) { return !w->cur; }
 
+kiln_status_t kiln_worker_start(kiln_worker_t *w) { return w->cur ? KILN_OK : spawn(w); }
+
 void kiln_worker_kill(kiln_worker_t *w, kiln_code_t code, const char *reason) {
   incarnation_t *inc = w->cur;
   if (!inc || inc->dead) return;

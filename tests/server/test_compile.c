@@ -94,9 +94,12 @@ static bool compile_ok(client_t *c, const char *ir, const char *target, char out
   return kiln_params_find(c->msg.result, "cached")->via.boolean;
 }
 
+static const char *upload_device = NULL; /* NULL: the default device */
+
 static uint64_t upload(client_t *c, const float *v, uint32_t n) {
   pbuild_t b;
-  pb_begin(&b, 1);
+  pb_begin(&b, upload_device ? 2 : 1);
+  if (upload_device) kiln_pack_kv_str(&b.p.pk, "device", upload_device);
   kiln_pack_cstr(&b.p.pk, "tensor");
   msgpack_pack_map(&b.p.pk, 3);
   kiln_pack_kv_str(&b.p.pk, "dtype", "float32");
@@ -190,6 +193,48 @@ Test(compile, cpu_vadd_compiles_caches_and_runs) {
   double mn = kiln_params_find(c.msg.result, "min")->via.f64;
   double md = kiln_params_find(c.msg.result, "median")->via.f64;
   cr_assert(mn > 0 && mn <= md);
+  free(ir);
+  client_close(&c);
+}
+
+/* The same path on whatever device KILN_TEST_DEVICE names (default cpu:0): compile for the
+ * device id, upload to it, launch, time, download. On a GPU host this is the end-to-end
+ * check of kilnd + device worker + that backend. */
+Test(compile, device_vadd_runs) {
+  const char *dev = getenv("KILN_TEST_DEVICE");
+  if (!dev || !dev[0]) dev = "cpu:0";
+  client_t c;
+  client_connect_tcp(&c, &d);
+  char *ir = vadd_ir(dev);
+  char mod[65], txt[512];
+  compile_ok(&c, ir, dev, mod);
+  enum { N = 100003 };
+  static float a[N], b[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (float)i;
+    b[i] = 2.0f - (float)i * 0.5f;
+  }
+  upload_device = dev;
+  uint64_t t[3] = {upload(&c, a, N), upload(&c, b, N), upload(&c, b, N)};
+  upload_device = NULL;
+  int64_t n = N;
+  send_launch(&c, 3, "launch", mod, "vadd", dev, (N + 255) / 256, 256, t, 3, &n, 1, 0);
+  cr_assert(client_recv(&c, 60000));
+  cr_assert_eq(code_of(&c), 0, "launch on %s failed: %s", dev, text_of(&c, txt, sizeof(txt)));
+  pbuild_t p;
+  pb_begin(&p, 1);
+  kiln_pack_kv_u64(&p.p.pk, "id", t[2]);
+  client_send(&c, 4, "download", &p.buf);
+  pb_end(&p);
+  cr_assert(client_recv(&c, 10000));
+  const float *out = (const float *)kiln_params_find(c.msg.result, "data")->via.bin.ptr;
+  for (int i = 0; i < N; i++) cr_assert_eq(out[i], a[i] + b[i], "c[%d] = %f on %s", i, out[i], dev);
+  send_launch(&c, 5, "time", mod, "vadd", dev, (N + 255) / 256, 256, t, 3, &n, 1, 2);
+  cr_assert(client_recv(&c, 30000));
+  cr_assert_eq(code_of(&c), 0, "time on %s failed: %s", dev, text_of(&c, txt, sizeof(txt)));
+  double mn = kiln_params_find(c.msg.result, "min")->via.f64;
+  cr_assert_gt(mn, 0.0);
+  cr_log_info("%s: vadd of %d floats, min %.2f us", dev, N, mn * 1e6);
   free(ir);
   client_close(&c);
 }
@@ -406,7 +451,13 @@ Test(compile, killed_compile_worker_fails_one_job) {
   client_close(&c);
 }
 
-Test(compile, cancel_drops_queued_items) {
+/* Two compile workers, so that two jobs are enough to occupy them on any machine. */
+static void start_two_workers(void) {
+  const char *extra[] = {"--compile-workers", "2", NULL};
+  daemon_start(&d, extra);
+}
+
+Test(compile, cancel_drops_queued_items, .init = start_two_workers) {
   client_t c;
   client_connect_tcp(&c, &d);
   char mod[65];
