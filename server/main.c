@@ -1,6 +1,7 @@
 /* kilnd: the kiln daemon. Parses options, probes devices, starts listeners, runs the loop,
  * drains on SIGTERM/SIGINT. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -266,6 +267,8 @@ int main(int argc, char **argv) {
   int rc = parse_args(argc, argv, cfg);
   if (rc) return rc;
   kiln_log_set_process("kilnd");
+  /* The readiness fd must not leak into worker processes: the reader waits for its EOF. */
+  if (cfg->ready_fd >= 0) fcntl(cfg->ready_fd, F_SETFD, FD_CLOEXEC);
 
   kiln_status_t st = kiln_crypto_init();
   if (st) {
