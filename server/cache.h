@@ -1,5 +1,5 @@
 /* The artifact cache of kilnd: a memory LRU in front of a content-addressed disk store
- * (DESIGN §5, docs/cache_store.md).
+ * (DESIGN §5, docs/cache.md).
  *
  * Key: a 32-byte BLAKE2b hash computed by the caller over everything that determines the
  * build; value: opaque bytes (an encoded artifact). The store never interprets the bytes

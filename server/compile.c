@@ -595,13 +595,29 @@ static kiln_status_t parse_build(kiln_server_t *s, const msgpack_object *p, cons
   return KILN_OK;
 }
 
+/* What "auto" resolves to, the way the compiler sniffs it, so that naming the format or
+ * leaving it out gives the same build the same key. */
+static const char *resolved_kind(const build_t *b) {
+  if (strcmp(b->kind, "auto") != 0) return b->kind;
+  const uint8_t *p = b->payload;
+  if (b->size >= 20 && p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
+    uint16_t machine = (uint16_t)(p[18] | p[19] << 8);
+    return machine == 224 ? "hsaco" : "cpu-so";
+  }
+  size_t n = b->size < 4096 ? b->size : 4096;
+  if (memmem(p, n, ".version", 8) && memmem(p, n, ".target", 7) && !memmem(p, n, "define ", 7))
+    return "ptx";
+  return "llvm";
+}
+
 static void build_key(const kiln_compile_state_t *cs, const build_t *b, uint8_t out[KILN_HASH_BYTES]) {
   kiln_hasher_t h;
   kiln_hasher_init(&h);
   static const char tag[] = "kiln-build-v1";
   kiln_hasher_field(&h, tag, sizeof(tag) - 1);
   kiln_hasher_field(&h, b->payload, b->size);
-  kiln_hasher_field(&h, b->kind, strlen(b->kind));
+  const char *kind = resolved_kind(b);
+  kiln_hasher_field(&h, kind, strlen(kind));
   kiln_hasher_field(&h, b->target, strlen(b->target));
   if (strcmp(b->target, "cpu") == 0) kiln_hasher_field(&h, cs->host, strlen(cs->host));
   uint64_t opts[3] = {b->opt_level, b->max_block, b->fast_math};
