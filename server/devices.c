@@ -155,7 +155,12 @@ kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_te
   kiln_map_init(&sl->loaded);
   char label[128];
   snprintf(label, sizeof(label), "%s/%s", d->id, t->name);
-  const char *tail[] = {"--device", d->id, NULL};
+  const char *cpus = NULL;
+  for (int i = 0; i < s->cfg.num_pins; i++) {
+    size_t n = strlen(d->id);
+    if (strncmp(s->cfg.pins[i], d->id, n) == 0 && s->cfg.pins[i][n] == '=') cpus = s->cfg.pins[i] + n + 1;
+  }
+  const char *tail[] = {"--device", d->id, cpus ? "--cpus" : NULL, cpus, NULL};
   kiln_status_t st = kiln_worker_create(s, KILN_WORKER_DEVICE, label, tail, &sl->worker);
   if (!st) st = kiln_map_put(&d->slots, t->index, sl);
   if (st) {

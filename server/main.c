@@ -34,6 +34,8 @@ static void usage(FILE *f) {
           "  --partial-timeout S   close connections stuck mid-message this long (default 30)\n"
           "  --grace S             drain period on SIGTERM/SIGINT (default 10)\n"
           "  --worker-dir DIR      where the worker binaries are (default: next to kilnd)\n"
+          "  --pin DEVICE=CPUS     run DEVICE's workers on these host cores (cpu:0=0-1);\n"
+          "                        repeatable\n"
           "  --tokens FILE         tokens -> tenants, devices, quotas (docs/operations.md);\n"
           "                        reloaded on SIGHUP. Required to listen beyond loopback\n"
           "  --compile-workers N   compile worker processes (default: number of cores)\n"
@@ -78,7 +80,7 @@ static bool parse_u64(const char *s, uint64_t *out) {
 static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
          O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_CMEM,
-         O_CACHEMAX, O_TOKENS };
+         O_CACHEMAX, O_TOKENS, O_PIN };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -98,6 +100,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"compile-max-memory", required_argument, 0, O_CMEM},
       {"cache-max-bytes", required_argument, 0, O_CACHEMAX},
       {"tokens", required_argument, 0, O_TOKENS},
+      {"pin", required_argument, 0, O_PIN},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -148,6 +151,15 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         cfg->cache_max_bytes = u;
         break;
       case O_TOKENS: snprintf(cfg->tokens, sizeof(cfg->tokens), "%s", optarg); break;
+      case O_PIN: {
+        /* DEVICE=CPULIST, e.g. cpu:0=0-1 or cuda:0=2; checked again by the worker. */
+        const char *eq = strchr(optarg, '=');
+        if (!eq || eq == optarg || !eq[1] || cfg->num_pins == KILN_MAX_LISTENERS ||
+            strspn(eq + 1, "0123456789,-") != strlen(eq + 1))
+          goto bad;
+        cfg->pins[cfg->num_pins++] = optarg;
+        break;
+      }
       case O_VERSION: printf("kilnd %s\n", KILN_VERSION); exit(0);
       case O_HELP: usage(stdout); exit(0);
       default: usage(stderr); return 2;

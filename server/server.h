@@ -40,6 +40,8 @@ typedef struct kiln_config {
   char devices[256]; /* "" = all found; else comma-separated ids or kinds */
   char worker_dir[512];
   char tokens[512]; /* --tokens FILE; "" = no authentication */
+  char *pins[KILN_MAX_LISTENERS]; /* --pin DEVICE=CPULIST */
+  int num_pins;
   uint32_t max_connections;
   double idle_timeout_s;
   double partial_timeout_s;

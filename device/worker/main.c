@@ -1,6 +1,7 @@
 /* kiln-device-worker: `--probe` prints what every backend finds (MessagePack on stdout);
  * `--channel-fd N --device ID` serves one device for kilnd until the channel closes. */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,12 +135,44 @@ static bool handle(kiln_dworker_t *w, const uint8_t *bytes, size_t len) {
   return true;
 }
 
-static int serve(int channel, const char *device_id) {
+/* "0,2-3" -> {0, 2, 3}; returns the count, or -1 if malformed. */
+static int parse_cpus(const char *s, int *out, int cap) {
+  int n = 0;
+  while (*s) {
+    char *end;
+    long a = strtol(s, &end, 10), b = a;
+    if (end == s || a < 0 || a > 4095) return -1;
+    if (*end == '-') {
+      s = end + 1;
+      b = strtol(s, &end, 10);
+      if (end == s || b < a || b > 4095) return -1;
+    }
+    for (long c = a; c <= b; c++) {
+      if (n == cap) return -1;
+      out[n++] = (int)c;
+    }
+    if (*end == ',') end++;
+    else if (*end) return -1;
+    s = end;
+  }
+  return n;
+}
+
+static int serve(int channel, const char *device_id, const int *cpus, int ncpus) {
   kiln_dworker_t w = {.channel = channel};
   snprintf(w.device_id, sizeof(w.device_id), "%s", device_id);
   uint32_t index;
   kiln_status_t st = kiln_device_id_parse(device_id, &w.backend, &index);
-  if (!st) st = w.backend->open(index, NULL, 0, &w.dev);
+  if (!st && ncpus > 0) {
+    /* The whole worker (the driver's threads included) stays on its cores; the cpu backend
+     * additionally pins one pool thread per core. */
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int i = 0; i < ncpus; i++) CPU_SET(cpus[i], &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0)
+      KILN_LOG_WARN("pin_failed", "device=%s cpus=%d", device_id, ncpus);
+  }
+  if (!st) st = w.backend->open(index, ncpus > 0 ? cpus : NULL, (size_t)ncpus, &w.dev);
   if (st) {
     KILN_LOG_ERROR("open_failed", "device=%s message=\"%s\"", device_id, kiln_status_message(st));
     kiln_status_free(st);
@@ -206,13 +239,22 @@ int main(int argc, char **argv) {
   int channel = -1;
   const char *device = "cpu:0";
   bool probe = false;
+  static int cpus[256];
+  int ncpus = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--probe") == 0) probe = true;
     else if (strcmp(argv[i], "--channel-fd") == 0 && i + 1 < argc) channel = atoi(argv[++i]);
     else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
+    else if (strcmp(argv[i], "--cpus") == 0 && i + 1 < argc) {
+      ncpus = parse_cpus(argv[++i], cpus, 256);
+      if (ncpus < 0) {
+        fprintf(stderr, "kiln-device-worker: bad --cpus list '%s'\n", argv[i]);
+        return 2;
+      }
+    }
     else {
       fprintf(stderr,
-              "usage: kiln-device-worker --probe | --channel-fd N --device ID\n"
+              "usage: kiln-device-worker --probe | --channel-fd N --device ID [--cpus LIST]\n"
               "(started by kilnd; not meant to be run by hand)\n");
       return 2;
     }
@@ -230,5 +272,5 @@ int main(int argc, char **argv) {
   /* kilnd handles SIGINT for the process group; the worker ends when its channel closes. */
   signal(SIGINT, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
-  return serve(channel, device);
+  return serve(channel, device, cpus, ncpus);
 }

@@ -427,3 +427,24 @@ Test(server_limits, connection_cap) {
   client_close(&b);
   daemon_stop(&d);
 }
+
+Test(server_limits, pinned_device_worker_runs_on_its_cores) {
+  const char *extra[] = {"--pin", "cpu:0=0", NULL};
+  daemon_start(&d, extra);
+  client_t c;
+  client_connect_tcp(&c, &d);
+  float v[4] = {1, 2, 3, 4};
+  upload_f32(&c, 1, v, 4); /* starts the device worker */
+  pid_t w = device_worker_pid();
+  cr_assert(w > 0);
+  char path[64], line[256], allowed[64] = "";
+  snprintf(path, sizeof(path), "/proc/%d/status", (int)w);
+  FILE *f = fopen(path, "r");
+  cr_assert(f);
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "Cpus_allowed_list: %63s", allowed) == 1) break;
+  fclose(f);
+  cr_assert_str_eq(allowed, "0");
+  client_close(&c);
+  daemon_stop(&d);
+}
