@@ -39,6 +39,16 @@ void daemon_start(daemon_t *d, const char *const *extra) {
   cr_assert(pid >= 0);
   if (pid == 0) {
     close(p[0]);
+    /* kilnd's output goes to a log in its directory, not to the test's stdout: a daemon that
+     * outlived a crashed test must not hold the test runner's pipes open. */
+    char logpath[128];
+    snprintf(logpath, sizeof(logpath), "%s/kilnd.log", d->dir);
+    int lf = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (lf >= 0) {
+      dup2(lf, 1);
+      dup2(lf, 2);
+      close(lf);
+    }
     execv(kilnd, (char *const *)argv);
     _exit(127);
   }
@@ -55,6 +65,11 @@ void daemon_start(daemon_t *d, const char *const *extra) {
   close(p[0]);
   buf[len] = 0;
   char *tcp = strstr(buf, "tcp:");
+  if (!tcp) {
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "tail -n 20 %s/kilnd.log >&2", d->dir);
+    if (system(cmd) != 0) {}
+  }
   cr_assert(tcp, "kilnd did not report readiness (got '%s')", buf);
   char *end = strchr(tcp, '\n');
   cr_assert(end);

@@ -460,6 +460,8 @@ Test(compile, killed_compile_worker_fails_one_job) {
 
 /* Two compile workers, so that two jobs are enough to occupy them on any machine. */
 static void start_two_workers(void) {
+  /* Criterion runs the suite's init before this one: replace its daemon. */
+  if (d.pid) daemon_stop(&d);
   const char *extra[] = {"--compile-workers", "2", NULL};
   daemon_start(&d, extra);
 }
