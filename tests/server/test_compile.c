@@ -181,7 +181,9 @@ Test(compile, cpu_vadd_compiles_caches_and_runs) {
   client_send(&c, 4, "download", &p.buf);
   pb_end(&p);
   cr_assert(client_recv(&c, 10000));
-  const float *out = (const float *)kiln_params_find(c.msg.result, "data")->via.bin.ptr;
+  /* The bin payload sits at any offset of the message: copy it out to read floats. */
+  static float out[N];
+  memcpy(out, kiln_params_find(c.msg.result, "data")->via.bin.ptr, sizeof(out));
   for (int i = 0; i < N; i++) cr_assert_eq(out[i], a[i] + b[i], "c[%d] = %f", i, out[i]);
 
   send_launch(&c, 5, "time", mod, "vadd", "cpu:0", (N + 63) / 64, 64, t, 3, &n, 1, 2);
@@ -227,7 +229,8 @@ Test(compile, device_vadd_runs) {
   client_send(&c, 4, "download", &p.buf);
   pb_end(&p);
   cr_assert(client_recv(&c, 10000));
-  const float *out = (const float *)kiln_params_find(c.msg.result, "data")->via.bin.ptr;
+  static float out[N];
+  memcpy(out, kiln_params_find(c.msg.result, "data")->via.bin.ptr, sizeof(out));
   for (int i = 0; i < N; i++) cr_assert_eq(out[i], a[i] + b[i], "c[%d] = %f on %s", i, out[i], dev);
   send_launch(&c, 5, "time", mod, "vadd", dev, (N + 255) / 256, 256, t, 3, &n, 1, 2);
   cr_assert(client_recv(&c, 30000));

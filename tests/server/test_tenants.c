@@ -180,7 +180,8 @@ Test(tenants, handles_are_invisible_to_other_tenants) {
   launch_inc(&b, mod, bid, true, 5); /* bravo never compiled it */
   launch_inc(&a, mod, id, true, 0);
   send_id(&a, "download", id);
-  const float *f = (const float *)kiln_params_find(a.msg.result, "data")->via.bin.ptr;
+  float f[4];
+  memcpy(f, kiln_params_find(a.msg.result, "data")->via.bin.ptr, sizeof(f));
   cr_assert(f[0] == 2 && f[3] == 5);
   /* A compile by bravo of the same payload is a cache hit that makes it bravo's too. */
   char mod_b[65];
