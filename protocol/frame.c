@@ -19,10 +19,63 @@ void kiln_reader_init(kiln_reader_t *r, const kiln_limits_t *limits, size_t init
   r->min_cap = initial_cap ? initial_cap : 64 * 1024;
 }
 
+/* Bytes read past the end of a large message into the allocator's buffer: enough to catch
+ * the start of the next message in the same read, little enough that stealing the buffer
+ * (which moves them) stays cheap. */
+#define HANDLE_READAHEAD (64 * 1024)
+
+static void give_back(kiln_reader_t *r, uint8_t *buf, void *handle) {
+  if (handle) r->alloc.free_cb(r->alloc.user, handle);
+  else free(buf);
+}
+
+static void drop_buf(kiln_reader_t *r) {
+  give_back(r, r->buf, r->handle);
+  r->buf = NULL;
+  r->handle = NULL;
+  r->cap = 0;
+}
+
 void kiln_reader_deinit(kiln_reader_t *r) {
-  free(r->buf);
+  drop_buf(r);
   kiln_status_free(r->error);
   memset(r, 0, sizeof(*r));
+}
+
+void kiln_reader_set_alloc(kiln_reader_t *r, const kiln_reader_alloc_t *alloc) {
+  r->alloc = *alloc;
+}
+
+/* Makes p (capacity cap, from the allocator when handle is set) the reader's buffer, with
+ * the pending bytes moved to its front. The old buffer is the caller's to give back. */
+static void move_pending(kiln_reader_t *r, uint8_t *p, size_t cap, void *handle) {
+  size_t pending = r->len - r->start;
+  if (pending) memcpy(p, r->buf + r->start, pending);
+  r->buf = p;
+  r->cap = cap;
+  r->handle = handle;
+  r->scan -= r->start;
+  r->len = pending;
+  r->start = 0;
+}
+
+static void rehome(kiln_reader_t *r, uint8_t *p, size_t cap, void *handle) {
+  uint8_t *old = r->buf;
+  void *old_handle = r->handle;
+  move_pending(r, p, cap, handle);
+  give_back(r, old, old_handle);
+}
+
+void *kiln_reader_steal(kiln_reader_t *r) {
+  if (!r->last_in_handle || !r->handle) return NULL;
+  size_t pending = r->len - r->start;
+  size_t cap = pending ? KILN_MAX(r->min_cap, pending) : 0;
+  uint8_t *p = NULL;
+  if (pending && !(p = malloc(cap))) return NULL;
+  void *h = r->handle;
+  move_pending(r, p, cap, NULL);
+  r->last_in_handle = false;
+  return h;
 }
 
 kiln_status_t kiln_reader_error(const kiln_reader_t *r) { return r->error; }
@@ -42,19 +95,46 @@ static kiln_frame_result_t fail(kiln_reader_t *r, kiln_status_t s) {
 void *kiln_reader_space(kiln_reader_t *r, size_t *out_len) {
   *out_len = 0;
   if (r->error) return NULL;
+  r->last_in_handle = false;
   size_t pending = r->len - r->start;
   /* A large message is done and nothing of the next one needs the big buffer: give the
    * memory back, so that one 256 MiB upload does not pin 256 MiB per connection. */
-  if (pending == 0 && r->cap > r->min_cap * 4) {
-    free(r->buf);
-    r->buf = NULL;
-    r->cap = r->len = r->start = r->scan = 0;
+  if (pending == 0 && (r->handle || r->cap > r->min_cap * 4)) {
+    drop_buf(r);
+    r->len = r->start = r->scan = 0;
   }
   /* Room for what the current message is known to need, so a large bin is received into one
    * allocation of its size; while its size is unknown, a small window to read ahead into
    * (asking for min_cap more than pending would double every buffer holding a partial
    * message, and grow a large one again over its last min_cap bytes). */
   size_t want = r->need > pending ? (size_t)r->need : pending + KILN_MIN(r->min_cap, 4096);
+  /* A message known to be large goes into one buffer of the allocator's; anything else
+   * (the allocator declined, the large message is done) into the reader's own. */
+  bool big = r->alloc.alloc_cb && r->need > r->alloc.threshold;
+  bool fits = r->handle && r->start + want <= r->cap;
+  if (big && !fits) {
+    size_t cap = 0;
+    void *h = NULL;
+    uint8_t *p = r->alloc.alloc_cb(r->alloc.user, want + HANDLE_READAHEAD, &cap, &h);
+    if (p) {
+      rehome(r, p, cap, h);
+      fits = true;
+    }
+  }
+  if (r->handle && !(big && fits)) {
+    size_t cap = KILN_MAX(r->min_cap, want);
+    uint8_t *p = malloc(cap);
+    if (!p) {
+      fail(r, KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory buffering a %zu-byte message",
+                          want));
+      return NULL;
+    }
+    rehome(r, p, cap, NULL);
+  }
+  if (r->handle) {
+    *out_len = KILN_MIN(r->cap, r->start + want + HANDLE_READAHEAD) - r->len;
+    return r->buf + r->len;
+  }
   if (r->start > 0 && (r->cap - r->len < 4096 || r->start + want > r->cap)) {
     /* Move the partial message to the front. Only the unscanned tail and the scanned
      * prefix move together; offsets are relative to start so they shift with it. */
@@ -220,6 +300,7 @@ kiln_frame_result_t kiln_reader_next(kiln_reader_t *r, const uint8_t **out_msg, 
     if (r->depth == 0) {
       *out_msg = r->buf + r->start;
       *out_len = r->scan - r->start;
+      r->last_in_handle = r->handle != NULL;
       r->start = r->scan;
       r->need = 0;
       if (r->start == r->len) r->start = r->len = r->scan = 0;

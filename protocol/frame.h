@@ -12,6 +12,12 @@
  *   read_cb:   kiln_reader_commit(r, nread);
  *              while (kiln_reader_next(r, &msg, &len) == KILN_FRAME_MESSAGE) handle(msg, len);
  * A message returned by kiln_reader_next stays valid until the next kiln_reader_space().
+ *
+ * Optionally (kiln_reader_set_alloc), a message known to need more than a threshold is
+ * received into a buffer from the caller's allocator instead of the reader's own, and the
+ * code handling that message may take the buffer with kiln_reader_steal: the message's bytes
+ * then stay where they were received, with no copy (kilnd passes them on to a worker in
+ * shared memory). Without an allocator the reader behaves as above.
  * Storage is the caller's (_init/_deinit). One thread. */
 #ifndef KILN_PROTOCOL_FRAME_H
 #define KILN_PROTOCOL_FRAME_H
@@ -41,6 +47,17 @@ typedef enum kiln_frame_result {
   KILN_FRAME_ERROR = 2,     /* the stream is unusable; kiln_reader_error() says why */
 } kiln_frame_result_t;
 
+/* An allocator for large messages. alloc_cb returns a buffer of at least `size` bytes
+ * (its capacity in *out_cap) and an opaque handle for it, or NULL to let the reader use
+ * malloc instead; free_cb gives back a buffer the reader no longer needs (never one that
+ * was stolen). */
+typedef struct kiln_reader_alloc {
+  size_t threshold; /* messages needing more bytes than this use alloc_cb */
+  void *(*alloc_cb)(void *user, size_t size, size_t *out_cap, void **out_handle);
+  void (*free_cb)(void *user, void *handle);
+  void *user;
+} kiln_reader_alloc_t;
+
 typedef struct kiln_reader {
   kiln_limits_t limits;
   uint8_t *buf;
@@ -53,10 +70,16 @@ typedef struct kiln_reader {
   uint64_t remaining[KILN_FRAME_MAX_DEPTH_CAP + 1]; /* elements left per open container */
   kiln_status_t error;
   size_t min_cap; /* the buffer shrinks back to this after a large message */
+  kiln_reader_alloc_t alloc; /* alloc_cb NULL: none */
+  void *handle;              /* non-NULL while buf came from alloc.alloc_cb */
+  bool last_in_handle;       /* the message last returned lies in that buffer */
 } kiln_reader_t;
 
 void kiln_reader_init(kiln_reader_t *r, const kiln_limits_t *limits, size_t initial_cap);
+/* Gives back the buffer (to alloc.free_cb when it came from there). */
 void kiln_reader_deinit(kiln_reader_t *r);
+/* Installs an allocator for large messages (copied); call before the first space(). */
+void kiln_reader_set_alloc(kiln_reader_t *r, const kiln_reader_alloc_t *alloc);
 
 /* Space to receive into: at least 1 byte unless the reader is in error or out of memory
  * (then *out_len == 0 and NULL). The space is sized to the current message's known needs,
@@ -64,6 +87,12 @@ void kiln_reader_deinit(kiln_reader_t *r);
 void *kiln_reader_space(kiln_reader_t *r, size_t *out_len);
 void kiln_reader_commit(kiln_reader_t *r, size_t n);
 kiln_frame_result_t kiln_reader_next(kiln_reader_t *r, const uint8_t **out_msg, size_t *out_len);
+/* Takes the buffer holding the message last returned by kiln_reader_next, when it came
+ * from the allocator: returns its handle, and the caller owns the buffer from now on (the
+ * message stays where it is; bytes received after it move to a buffer of the reader's own
+ * and scanning goes on). Returns NULL, changing nothing, when that message is in the
+ * reader's own buffer, after kiln_reader_space, or when memory runs out. */
+void *kiln_reader_steal(kiln_reader_t *r);
 /* Why the stream is unusable (borrowed), or NULL. */
 kiln_status_t kiln_reader_error(const kiln_reader_t *r);
 /* True while part of a message is buffered (for partial-message timeouts). */
