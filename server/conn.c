@@ -280,6 +280,9 @@ void kiln_conn_accept(kiln_listener_t *l) {
   c->tenant = kiln_tenants_default(&s->tenants);
   if (c->tenant) c->tenant->connections++;
   kiln_reader_init(&c->reader, &s->cfg.limits, 64 * 1024);
+  kiln_reader_alloc_t alloc;
+  kiln_tensor_reader_alloc(c, &alloc);
+  kiln_reader_set_alloc(&c->reader, &alloc);
   kiln_buf_init(&c->out);
   if (l->is_tcp) uv_tcp_init(s->loop, &c->h.tcp);
   else uv_pipe_init(s->loop, &c->h.pipe, 0);

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "protocol/frame.h"
 #include "protocol/rpc.h"
+#include "protocol/shm_pool.h"
 #include "protocol/tensor.h"
 #include "server/tenants.h"
 
@@ -264,6 +265,9 @@ typedef struct kiln_tensor {
 /* The tensor `id` of the calling tenant; E_NOT_FOUND if absent, another tenant's, or lost
  * with a device worker that died. */
 kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t **out);
+/* The allocator a connection's reader receives large messages with: buffers from the
+ * server's shared-memory pool, which upload and write hand to the worker without a copy. */
+void kiln_tensor_reader_alloc(kiln_conn_t *c, kiln_reader_alloc_t *out);
 
 /* --- the server --------------------------------------------------------------------------- */
 
@@ -293,6 +297,8 @@ struct kiln_server {
   uv_signal_t sig_hup;
   struct kiln_compile_state *compile;
   uint64_t tensor_bytes;
+  kiln_shm_pool_t shm_pool; /* bulk-byte buffers (tensors.c); set up on first use */
+  bool shm_pool_ready;
 
   /* statistics */
   uint64_t *requests_by_method;

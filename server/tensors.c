@@ -1,9 +1,13 @@
 /* Tensor methods: alloc, upload, write, read, download, free.
  *
  * kilnd keeps only each tensor's description; the bytes live in the device worker. Bulk
- * bytes cross to and from the worker in memfds: kilnd copies a request's data into one (the
- * only copy kilnd makes), and a download's bytes go from the worker's memfd straight to the
- * socket (kilnd maps it and hands the mapping to the write). */
+ * bytes cross to and from the worker in shared-memory buffers from kilnd's pool
+ * (docs/transfers.md): a large upload or write is received from the socket straight into
+ * one (the reader's allocator hook) and that buffer is handed to the worker with the
+ * payload's offset, so kilnd copies nothing; a small one is copied into a buffer. A read or
+ * download goes from the worker into a buffer and from there straight to the socket. A
+ * buffer returns to the pool when the worker has replied, or when the reply is written. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +15,14 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "protocol/channel.h"
+#include "protocol/shm_pool.h"
 #include "server/server.h"
 
 #define KILN_MAX_TRANSFER (1ull << 30) /* largest read/download reply */
+/* Pooled shared memory kept between transfers: a 256 MiB transfer each way in flight at
+ * once fits, and a 1 GiB one is made fresh. */
+#define KILN_SHM_POOL_BYTES (1ull << 30)
+#define KILN_SHM_POOL_BUFFERS 32
 
 typedef struct op {
   kiln_req_t *req;
@@ -22,17 +31,54 @@ typedef struct op {
   uint32_t generation;
   uint64_t id;
   kiln_tensor_desc_t desc;
-  void *map;
-  uint64_t map_len;
-  int kind; /* OP_* */
+  kiln_shm_buf_t *buf; /* the bulk bytes, owned by this op until it ends */
+  uint64_t len;        /* bytes of a read/download reply in buf */
+  int kind;            /* OP_* */
 } op_t;
 
 enum { OP_ALLOC, OP_UPLOAD, OP_WRITE, OP_READ, OP_DOWNLOAD, OP_FREE };
 
-static void unmap_release(void *ctx) {
-  op_t *op = ctx;
-  kiln_shm_unmap(op->map, op->map_len);
+static kiln_shm_pool_t *shm_pool(kiln_server_t *s) {
+  if (!s->shm_pool_ready) {
+    kiln_shm_pool_init(&s->shm_pool, KILN_SHM_POOL_BYTES, KILN_SHM_POOL_BUFFERS);
+    s->shm_pool_ready = true;
+  }
+  return &s->shm_pool;
+}
+
+static void op_free(op_t *op) {
+  if (op->buf) kiln_shm_pool_put(shm_pool(op->server), op->buf);
   free(op);
+}
+
+static void op_release(void *ctx) { op_free(ctx); }
+
+/* The connection reader's allocator: a message of more than KILN_SHM_POOL_MIN bytes is
+ * received into a pool buffer, which upload and write take over (take_payload). */
+static void *reader_alloc(void *user, size_t size, size_t *out_cap, void **out_handle) {
+  kiln_conn_t *c = user;
+  kiln_shm_buf_t *b;
+  kiln_status_t st = kiln_shm_pool_get(shm_pool(c->server), size,
+                                       c->tenant ? c->tenant->index : 0, &b);
+  if (st) {
+    kiln_status_free(st); /* the reader falls back to its own buffer */
+    return NULL;
+  }
+  *out_cap = (size_t)b->cap;
+  *out_handle = b;
+  return b->map;
+}
+
+static void reader_free(void *user, void *handle) {
+  kiln_conn_t *c = user;
+  kiln_shm_pool_put(shm_pool(c->server), handle);
+}
+
+void kiln_tensor_reader_alloc(kiln_conn_t *c, kiln_reader_alloc_t *out) {
+  *out = (kiln_reader_alloc_t){.threshold = KILN_SHM_POOL_MIN,
+                               .alloc_cb = reader_alloc,
+                               .free_cb = reader_free,
+                               .user = c};
 }
 
 static kiln_status_t device_param(kiln_call_t *call, kiln_dslot_t **out) {
@@ -92,8 +138,7 @@ static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *r
   kiln_server_t *s = op->server;
   if (st) {
     kiln_req_fail(op->req, st);
-    if (op->map) kiln_shm_unmap(op->map, op->map_len);
-    free(op);
+    op_free(op);
     return;
   }
   kiln_buf_t b;
@@ -131,33 +176,42 @@ static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *r
       kiln_req_reply(op->req, &b, NULL, 0, NULL, NULL);
       break;
     case OP_READ:
-      msgpack_pack_bin(&pk.pk, (size_t)op->map_len);
-      kiln_req_reply(op->req, &b, op->map, (size_t)op->map_len, unmap_release, op);
-      return; /* op freed by unmap_release once written */
+      msgpack_pack_bin(&pk.pk, (size_t)op->len);
+      kiln_req_reply(op->req, &b, op->buf ? op->buf->map : NULL, (size_t)op->len, op_release, op);
+      return; /* op and its buffer go back once written */
     case OP_DOWNLOAD:
       kiln_tensor_pack_head(&pk.pk, &op->desc);
-      kiln_req_reply(op->req, &b, op->map, (size_t)op->map_len, unmap_release, op);
+      kiln_req_reply(op->req, &b, op->buf ? op->buf->map : NULL, (size_t)op->len, op_release, op);
       return;
   }
-  if (op->map) kiln_shm_unmap(op->map, op->map_len);
-  free(op);
+  op_free(op);
   (void)result;
 }
 
-/* Sends `method` with params {handle, extra u64 fields...} and an optional memfd. */
-static kiln_status_t send_op(kiln_call_t *call, op_t *op, const char *method, int fd,
-                             uint64_t bytes, uint64_t offset, uint64_t size) {
+/* Sends `method` with params {handle, bytes, offset, size} and, when op has a buffer, its
+ * fd with the offset `at` of the bytes in it. The buffer stays op's; the worker is told
+ * which one by its fd (and keeps large ones mapped, keyed by inode). */
+static kiln_status_t send_op(kiln_call_t *call, op_t *op, const char *method, uint64_t bytes,
+                             uint64_t offset, uint64_t size, uint64_t at) {
+  int fd = -1;
+  if (op->buf) {
+    fd = fcntl(op->buf->fd, F_DUPFD_CLOEXEC, 0); /* kiln_worker_call closes what it is given */
+    if (fd < 0) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "no file descriptor for a transfer");
+  }
   kiln_buf_t params;
   kiln_buf_init(&params);
   kiln_packer_t pk;
   kiln_packer_init(&pk, &params);
   msgpack_pack_array(&pk.pk, 1);
-  msgpack_pack_map(&pk.pk, fd >= 0 ? 5 : 4);
+  msgpack_pack_map(&pk.pk, fd >= 0 ? 6 : 4);
   kiln_pack_kv_u64(&pk.pk, "handle", op->id);
   kiln_pack_kv_u64(&pk.pk, "bytes", bytes);
   kiln_pack_kv_u64(&pk.pk, "offset", offset);
   kiln_pack_kv_u64(&pk.pk, "size", size);
-  if (fd >= 0) kiln_pack_kv_u64(&pk.pk, "fds", 1);
+  if (fd >= 0) {
+    kiln_pack_kv_u64(&pk.pk, "at", at);
+    kiln_pack_kv_u64(&pk.pk, "fds", 1);
+  }
   kiln_status_t st = kiln_packer_status(&pk);
   if (st) {
     if (fd >= 0) close(fd);
@@ -181,15 +235,32 @@ static op_t *op_new(int kind) {
   return op;
 }
 
-/* Copies bytes into a fresh memfd for the worker; returns the fd. */
-static kiln_status_t stage(const uint8_t *data, uint64_t n, int *out_fd) {
-  void *map = NULL;
-  KILN_RETURN_IF_ERROR(kiln_shm_create("kiln-in", n, out_fd, n ? &map : NULL));
-  if (n) {
-    memcpy(map, data, n);
-    kiln_shm_unmap(map, n);
+/* The shared memory holding a request's payload of n bytes at `data`, for the worker, with
+ * the payload's offset in it: the pool buffer the message was received into, taken from
+ * the reader (no copy), or else (a small message, or a buffer another tenant's workers
+ * have seen) a pool buffer the payload is copied into. */
+static kiln_status_t take_payload(kiln_call_t *call, const uint8_t *data, uint64_t n,
+                                  kiln_shm_buf_t **out, uint64_t *out_at) {
+  kiln_shm_pool_t *pool = shm_pool(call->server);
+  uint32_t owner = call->conn->tenant->index;
+  kiln_shm_buf_t *got = kiln_reader_steal(&call->conn->reader);
+  if (got && data >= got->map && n <= got->cap && (uint64_t)(data - got->map) <= got->cap - n &&
+      (!got->owner || got->owner == owner)) {
+    got->owner = owner;
+    *out = got;
+    *out_at = (uint64_t)(data - got->map);
+    return KILN_OK;
   }
-  return KILN_OK;
+  kiln_shm_buf_t *b;
+  kiln_status_t st = kiln_shm_pool_get(pool, n, owner, &b);
+  if (!st) {
+    memcpy(b->map, data, n);
+    b->owner = owner;
+    *out = b;
+    *out_at = 0;
+  }
+  kiln_shm_pool_put(pool, got); /* after the copy: data may lie in it */
+  return st;
 }
 
 kiln_status_t kiln_method_alloc(kiln_call_t *call) {
@@ -209,8 +280,8 @@ kiln_status_t kiln_method_alloc(kiln_call_t *call) {
   op->slot = dev;
   op->desc = desc;
   op->id = kiln_random_id();
-  kiln_status_t st = send_op(call, op, "alloc", -1, desc.nbytes, 0, 0);
-  if (st) free(op);
+  kiln_status_t st = send_op(call, op, "alloc", desc.nbytes, 0, 0, 0);
+  if (st) op_free(op);
   return st;
 }
 
@@ -225,19 +296,17 @@ kiln_status_t kiln_method_upload(kiln_call_t *call) {
   const uint8_t *data;
   KILN_RETURN_IF_ERROR(kiln_tensor_parse(tensor, &desc, &data));
   KILN_RETURN_IF_ERROR(check_new_tensor(call, desc.nbytes));
-  int fd = -1;
-  if (desc.nbytes) KILN_RETURN_IF_ERROR(stage(data, desc.nbytes, &fd));
   op_t *op = op_new(OP_UPLOAD);
-  if (!op) {
-    if (fd >= 0) close(fd);
-    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  }
+  if (!op) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  op->server = call->server;
+  uint64_t at = 0;
+  kiln_status_t st = desc.nbytes ? take_payload(call, data, desc.nbytes, &op->buf, &at) : KILN_OK;
   op->slot = dev;
   op->desc = desc;
   op->id = kiln_random_id();
-  kiln_status_t st = send_op(call, op, fd >= 0 ? "upload" : "alloc", fd, desc.nbytes, 0,
-                             desc.nbytes);
-  if (st) free(op);
+  if (!st)
+    st = send_op(call, op, op->buf ? "upload" : "alloc", desc.nbytes, 0, desc.nbytes, at);
+  if (st) op_free(op);
   return st;
 }
 
@@ -265,17 +334,15 @@ kiln_status_t kiln_method_write(kiln_call_t *call) {
     msgpack_pack_nil(call->pk);
     return KILN_OK;
   }
-  int fd;
-  KILN_RETURN_IF_ERROR(stage(data, len, &fd));
   op_t *op = op_new(OP_WRITE);
-  if (!op) {
-    close(fd);
-    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  }
+  if (!op) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  op->server = call->server;
   op->slot = t->slot;
   op->id = t->id;
-  kiln_status_t st = send_op(call, op, "write", fd, t->desc.nbytes, offset, len);
-  if (st) free(op);
+  uint64_t at = 0;
+  kiln_status_t st = take_payload(call, data, len, &op->buf, &at);
+  if (!st) st = send_op(call, op, "write", t->desc.nbytes, offset, len, at);
+  if (st) op_free(op);
   return st;
 }
 
@@ -288,27 +355,23 @@ static kiln_status_t start_read(kiln_call_t *call, kiln_tensor_t *t, int kind, u
                        (unsigned long long)size);
   op_t *op = op_new(kind);
   if (!op) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  op->server = call->server;
   op->slot = t->slot;
   op->id = t->id;
   op->desc = t->desc;
   if (size == 0) {
     /* Nothing to move; still ordered behind earlier work on the device. */
-    kiln_status_t st = send_op(call, op, "sync", -1, t->desc.nbytes, offset, 0);
-    if (st) free(op);
+    kiln_status_t st = send_op(call, op, "sync", t->desc.nbytes, offset, 0, 0);
+    if (st) op_free(op);
     return st;
   }
-  int fd;
-  kiln_status_t st = kiln_shm_create("kiln-out", size, &fd, &op->map);
-  if (st) {
-    free(op);
-    return st;
+  kiln_status_t st = kiln_shm_pool_get(shm_pool(call->server), size, t->tenant->index, &op->buf);
+  if (!st) {
+    op->buf->owner = t->tenant->index;
+    op->len = size;
+    st = send_op(call, op, "read", t->desc.nbytes, offset, size, 0);
   }
-  op->map_len = size;
-  st = send_op(call, op, "read", fd, t->desc.nbytes, offset, size);
-  if (st) {
-    kiln_shm_unmap(op->map, size);
-    free(op);
-  }
+  if (st) op_free(op);
   return st;
 }
 
@@ -345,7 +408,7 @@ kiln_status_t kiln_method_free(kiln_call_t *call) {
   op->id = t->id;
   /* Gone for the client at once; the worker frees it after the work queued before. */
   forget(call->server, t);
-  kiln_status_t st = send_op(call, op, "free", -1, 0, 0, 0);
-  if (st) free(op);
+  kiln_status_t st = send_op(call, op, "free", 0, 0, 0, 0);
+  if (st) op_free(op);
   return st;
 }

@@ -7,11 +7,22 @@
 #define KILN_DEVICE_WORKER_WORKER_H
 
 #include <msgpack.h>
+#include <sys/types.h>
 
 #include "base/buf.h"
 #include "base/map.h"
 #include "device/device.h"
 #include "protocol/channel.h"
+
+/* A shared-memory buffer from kilnd's pool, kept mapped across requests (tensors.c). */
+#define KILN_DWORKER_SHM_CACHE 16
+typedef struct kiln_dworker_shm {
+  dev_t dev;
+  ino_t ino;
+  uint8_t *map; /* NULL: free slot */
+  uint64_t size;
+  uint64_t used_at;
+} kiln_dworker_shm_t;
 
 typedef struct kiln_dworker {
   const kiln_backend_t *backend;
@@ -21,6 +32,8 @@ typedef struct kiln_dworker {
   kiln_map_t modules; /* hash of the module key -> module */
   kiln_fdq_t fds;
   int channel;
+  kiln_dworker_shm_t shm[KILN_DWORKER_SHM_CACHE]; /* by inode, least recently used goes */
+  uint64_t shm_clock;
 } kiln_dworker_t;
 
 typedef struct kiln_dworker_buffer {
