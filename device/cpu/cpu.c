@@ -11,6 +11,9 @@
  * free, and never fragment the heap of a long-lived worker. */
 #define MMAP_THRESHOLD (1u << 20)
 #define ALIGN 64
+#define HUGE_PAGE (2u << 20)
+/* Freed large buffers kept for reuse (see kiln_device's spare): at most this many bytes. */
+#define CPU_SPARE_BYTES (1ull << 30)
 
 static kiln_status_t cpu_probe(kiln_device_info_t *infos, size_t cap, size_t *out_count,
                                char *reason, size_t reason_cap) {
@@ -36,6 +39,8 @@ static void cpu_close(kiln_device_t *dev) {
   }
   free(dev->mem);
   if (dev->flush_buf) munmap(dev->flush_buf, dev->flush_bytes);
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(dev->spare); i++)
+    if (dev->spare[i].ptr) munmap(dev->spare[i].ptr, dev->spare[i].len);
   free(dev);
 }
 
@@ -63,13 +68,56 @@ static kiln_status_t cpu_open(uint32_t index, const int *cpus, size_t ncpus,
 
 static const kiln_device_info_t *cpu_info(kiln_device_t *dev) { return &dev->info; }
 
+/* The spares are a queue: occupied slots first, the oldest at index 0. */
+static void spare_take(kiln_device_t *dev, size_t i) {
+  size_t n = KILN_ARRAY_SIZE(dev->spare);
+  dev->spare_bytes -= dev->spare[i].len;
+  memmove(&dev->spare[i], &dev->spare[i + 1], (n - 1 - i) * sizeof(dev->spare[0]));
+  dev->spare[n - 1].ptr = NULL;
+}
+
+/* Large host memory: a spare mapping of the same size when there is one (its pages are
+ * already there; callers overwrite or zero it), else a fresh mapping with transparent huge
+ * pages asked for (one fault and one 2 MiB clear per huge page instead of 512 of each). */
+static void *map_large(kiln_device_t *dev, size_t len) {
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(dev->spare) && dev->spare[i].ptr; i++) {
+    if (dev->spare[i].len == len) {
+      void *p = dev->spare[i].ptr;
+      spare_take(dev, i);
+      return p;
+    }
+  }
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  madvise(p, len, MADV_HUGEPAGE);
+  return p;
+}
+
+/* Keeps a freed large mapping as a spare, unmapping the oldest ones while over the bound. */
+static void unmap_large(kiln_device_t *dev, void *p, size_t len) {
+  size_t n = KILN_ARRAY_SIZE(dev->spare);
+  if (len > CPU_SPARE_BYTES) {
+    munmap(p, len);
+    return;
+  }
+  while (dev->spare[0].ptr && (dev->spare[n - 1].ptr || dev->spare_bytes + len > CPU_SPARE_BYTES)) {
+    munmap(dev->spare[0].ptr, dev->spare[0].len);
+    spare_take(dev, 0);
+  }
+  size_t k = 0;
+  while (dev->spare[k].ptr) k++;
+  dev->spare[k].ptr = p;
+  dev->spare[k].len = len;
+  dev->spare_bytes += len;
+}
+
 static kiln_status_t cpu_mem_alloc(kiln_device_t *dev, uint64_t bytes, kiln_dmem_t **out_mem) {
   kiln_dmem_t *m = calloc(1, sizeof *m);
   if (!m) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   size_t n = bytes ? (size_t)bytes : 1;
   if (n >= MMAP_THRESHOLD) {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    m->ptr = p == MAP_FAILED ? NULL : p;
+    m->map_len = (n + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+    m->ptr = map_large(dev, m->map_len);
     m->mapped = true;
   } else if (posix_memalign(&m->ptr, ALIGN, n) != 0) {
     m->ptr = NULL;
@@ -79,7 +127,7 @@ static kiln_status_t cpu_mem_alloc(kiln_device_t *dev, uint64_t bytes, kiln_dmem
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cannot allocate %llu bytes of host memory",
                        (unsigned long long)bytes);
   }
-  m->bytes = bytes; /* a mapped buffer is >= MMAP_THRESHOLD, so bytes == n there */
+  m->bytes = bytes;
   *out_mem = m;
   return KILN_OK;
 }
@@ -87,7 +135,7 @@ static kiln_status_t cpu_mem_alloc(kiln_device_t *dev, uint64_t bytes, kiln_dmem
 static void cpu_mem_free(kiln_device_t *dev, kiln_dmem_t *m) {
   if (!m) return;
   if (m->mapped)
-    munmap(m->ptr, m->bytes);
+    unmap_large(dev, m->ptr, m->map_len);
   else
     free(m->ptr);
   free(m);

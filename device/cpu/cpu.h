@@ -20,12 +20,21 @@ struct kiln_device {
   cpu_thread_mem_t *mem; /* one per pool thread */
   void *flush_buf;       /* lazily made, larger than the last-level cache */
   size_t flush_bytes;
+  /* Large buffers freed recently, kept mapped for the next allocation of the same size:
+   * fresh pages cost a fault and a zeroing each (the kernel clears ~1 GB/s on the VMs we
+   * measured), which dominated a 256 MiB upload. Bounded by CPU_SPARE_* in cpu.c. */
+  struct {
+    void *ptr;
+    size_t len;
+  } spare[4];
+  size_t spare_bytes;
 };
 
 struct kiln_dmem {
   void *ptr;
   uint64_t bytes;
-  bool mapped; /* mmap'ed (large) rather than from the heap */
+  bool mapped;    /* mmap'ed (large) rather than from the heap */
+  size_t map_len; /* of a mapped buffer: bytes rounded up to huge pages */
 };
 
 struct kiln_dmodule {
