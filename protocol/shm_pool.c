@@ -102,11 +102,23 @@ void kiln_shm_pool_put(kiln_shm_pool_t *p, kiln_shm_buf_t *b) {
   else p->tail = b;
   p->head = b;
   b->pooled = true;
+  b->idle = 0;
   p->pooled_bytes += b->cap;
   p->pooled_count++;
   while (p->pooled_bytes > p->max_bytes || p->pooled_count > p->max_buffers) {
     kiln_shm_buf_t *old = p->tail;
     unlink_buf(p, old);
     destroy(p, old);
+  }
+}
+
+void kiln_shm_pool_trim(kiln_shm_pool_t *p, uint32_t max_idle) {
+  for (kiln_shm_buf_t *b = p->head; b;) {
+    kiln_shm_buf_t *next = b->next;
+    if (++b->idle > max_idle) {
+      unlink_buf(p, b);
+      destroy(p, b);
+    }
+    b = next;
   }
 }

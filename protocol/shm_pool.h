@@ -31,6 +31,7 @@ typedef struct kiln_shm_buf {
   uint64_t cap;
   uint32_t owner; /* 0: never shown to a worker; else the only tag that may get it again */
   bool pooled;
+  uint32_t idle; /* trims survived while pooled */
   struct kiln_shm_buf *prev, *next; /* the pool's list while pooled */
 } kiln_shm_buf_t;
 
@@ -60,5 +61,8 @@ kiln_status_t kiln_shm_pool_get(kiln_shm_pool_t *p, uint64_t size, uint32_t owne
 /* Takes a buffer back: pooled while within the bounds (the least recently returned go
  * first), destroyed otherwise. */
 void kiln_shm_pool_put(kiln_shm_pool_t *p, kiln_shm_buf_t *b);
+/* Destroys buffers that stayed pooled through `max_idle` calls of this (kilnd calls it once
+ * a second), so that memory kept for a burst of transfers goes back once it is over. */
+void kiln_shm_pool_trim(kiln_shm_pool_t *p, uint32_t max_idle);
 
 #endif

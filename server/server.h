@@ -268,6 +268,8 @@ kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t *
 /* The allocator a connection's reader receives large messages with: buffers from the
  * server's shared-memory pool, which upload and write hand to the worker without a copy. */
 void kiln_tensor_reader_alloc(kiln_conn_t *c, kiln_reader_alloc_t *out);
+/* Once a second (from kiln_conns_sweep): gives back pooled memory that has gone unused. */
+void kiln_tensors_sweep(kiln_server_t *s);
 
 /* --- the server --------------------------------------------------------------------------- */
 

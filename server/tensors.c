@@ -23,6 +23,7 @@
  * once fits, and a 1 GiB one is made fresh. */
 #define KILN_SHM_POOL_BYTES (1ull << 30)
 #define KILN_SHM_POOL_BUFFERS 32
+#define KILN_SHM_POOL_IDLE_S 30 /* pooled memory unused this long goes back to the system */
 
 typedef struct op {
   kiln_req_t *req;
@@ -72,6 +73,10 @@ static void *reader_alloc(void *user, size_t size, size_t *out_cap, void **out_h
 static void reader_free(void *user, void *handle) {
   kiln_conn_t *c = user;
   kiln_shm_pool_put(shm_pool(c->server), handle);
+}
+
+void kiln_tensors_sweep(kiln_server_t *s) {
+  if (s->shm_pool_ready) kiln_shm_pool_trim(&s->shm_pool, KILN_SHM_POOL_IDLE_S);
 }
 
 void kiln_tensor_reader_alloc(kiln_conn_t *c, kiln_reader_alloc_t *out) {

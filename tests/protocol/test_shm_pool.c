@@ -115,3 +115,30 @@ Test(shm_pool, destroyed_buffer_is_punched_out) {
   close(fd);
   kiln_shm_pool_deinit(&p);
 }
+
+Test(shm_pool, trim_destroys_idle_buffers) {
+  kiln_shm_pool_t p;
+  kiln_shm_pool_init(&p, 64 * MiB, 8);
+  kiln_shm_buf_t *a, *b;
+  cr_assert_null(kiln_shm_pool_get(&p, 2 * MiB, 1, &a));
+  cr_assert_null(kiln_shm_pool_get(&p, 4 * MiB, 1, &b));
+  kiln_shm_pool_put(&p, a);
+  kiln_shm_pool_trim(&p, 2);
+  kiln_shm_pool_trim(&p, 2);
+  kiln_shm_pool_put(&p, b);
+  cr_assert_eq(p.pooled_count, 2);
+  kiln_shm_pool_trim(&p, 2); /* a: third trim, destroyed; b: first */
+  cr_assert_eq(p.pooled_count, 1);
+  cr_assert_eq(p.head, b);
+  /* Getting and putting back starts the count again. */
+  cr_assert_null(kiln_shm_pool_get(&p, 4 * MiB, 1, &a));
+  cr_assert_eq(a, b);
+  kiln_shm_pool_trim(&p, 2);
+  kiln_shm_pool_put(&p, a);
+  kiln_shm_pool_trim(&p, 2);
+  kiln_shm_pool_trim(&p, 2);
+  cr_assert_eq(p.pooled_count, 1);
+  kiln_shm_pool_trim(&p, 2);
+  cr_assert_eq(p.pooled_count, 0);
+  kiln_shm_pool_deinit(&p);
+}
