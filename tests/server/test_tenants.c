@@ -119,7 +119,7 @@ static void compile_inc(client_t *c, char out[65]) {
   out[64] = 0;
 }
 
-static void launch_inc(client_t *c, const char *module, uint64_t tensor, bool wait, uint64_t want) {
+static void send_inc(client_t *c, uint32_t msgid, const char *module, uint64_t tensor, bool wait) {
   pbuild_t b;
   pb_begin(&b, 6);
   kiln_pack_kv_str(&b.p.pk, "module", module);
@@ -135,8 +135,12 @@ static void launch_inc(client_t *c, const char *module, uint64_t tensor, bool wa
   msgpack_pack_map(&b.p.pk, 1);
   kiln_pack_kv_u64(&b.p.pk, "tensor", tensor);
   kiln_pack_kv_bool(&b.p.pk, "wait", wait);
-  client_send(c, 5, "launch", &b.buf);
+  client_send(c, msgid, "launch", &b.buf);
   pb_end(&b);
+}
+
+static void launch_inc(client_t *c, const char *module, uint64_t tensor, bool wait, uint64_t want) {
+  send_inc(c, 5, module, tensor, wait);
   cr_assert(client_recv(c, 30000));
   char t[256];
   cr_assert_eq(code_of(c), want, "launch: %s", code_of(c) ? text_of(c, t, sizeof(t)) : "ok");
@@ -236,23 +240,7 @@ Test(tenants, lease_excludes_other_tenants) {
   launch_inc(&b, mod, tb, false, 13); /* leased by alpha, bravo asked not to wait */
   launch_inc(&a, mod, ta, false, 0);  /* the holder runs */
   /* bravo queues behind the lease; alpha's release lets it through */
-  pbuild_t q;
-  pb_begin(&q, 6);
-  kiln_pack_kv_str(&q.p.pk, "module", mod);
-  kiln_pack_kv_str(&q.p.pk, "kernel", "inc");
-  kiln_pack_cstr(&q.p.pk, "grid");
-  msgpack_pack_array(&q.p.pk, 1);
-  msgpack_pack_uint32(&q.p.pk, 1);
-  kiln_pack_cstr(&q.p.pk, "block");
-  msgpack_pack_array(&q.p.pk, 1);
-  msgpack_pack_uint32(&q.p.pk, 4);
-  kiln_pack_cstr(&q.p.pk, "args");
-  msgpack_pack_array(&q.p.pk, 1);
-  msgpack_pack_map(&q.p.pk, 1);
-  kiln_pack_kv_u64(&q.p.pk, "tensor", tb);
-  kiln_pack_kv_bool(&q.p.pk, "wait", true);
-  client_send(&b, 11, "launch", &q.buf);
-  pb_end(&q);
+  send_inc(&b, 11, mod, tb, true);
   cr_assert_not(client_recv(&b, 300), "a held launch was answered while the lease stood");
   pb_begin(&p, 1);
   kiln_pack_kv_u64(&p.p.pk, "lease", lease);
