@@ -262,10 +262,7 @@ def build_gemm(tmp, say):
     def one(v):
         rm, rn, tk, un = v
         path = os.path.join(outdir, "gemm_%d_%d_%d_%d.bc" % v)
-        # -disable-lifetime-markers: with them, 48 of the 256 variants (local arrays left in
-        # memory) fail for gfx942 with "llvm.lifetime.start/end can only be used on alloca or
-        # poison" after kiln's GPU lowering (a kiln bug, reported in bench/results/compile.md).
-        subprocess.run([CLANG, "-O2", "-emit-llvm", "-c", "-Xclang", "-disable-lifetime-markers", "-I", os.path.join(ROOT, "clients", "include"),
+        subprocess.run([CLANG, "-O2", "-emit-llvm", "-c", "-I", os.path.join(ROOT, "clients", "include"),
                         "-DRM=%d" % rm, "-DRN=%d" % rn, "-DTK=%d" % tk, "-DUNROLL=%d" % un, GEMM, "-o", path],
                        check=True, timeout=120)
         with open(path, "rb") as f:

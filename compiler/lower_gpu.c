@@ -193,6 +193,40 @@ static kiln_status_t clear_shared_initializers(kc_job_t *job) {
   return KILN_OK;
 }
 
+/* clang brackets the life of a local variable with llvm.lifetime.start/end, whose pointer
+ * operand must be the alloca itself. Once the alloca moved to address space 5 the markers
+ * are re-made for it (the .p5 overload); the ones on the old generic alloca go away. */
+static LLVMValueRef find_lifetime_marker(LLVMValueRef alloca, const unsigned ids[2]) {
+  for (LLVMUseRef u = LLVMGetFirstUse(alloca); u; u = LLVMGetNextUse(u)) {
+    LLVMValueRef v = LLVMGetUser(u);
+    if (!LLVMIsACallInst(v)) continue;
+    unsigned id = LLVMGetIntrinsicID(LLVMGetCalledValue(v));
+    if (id && (id == ids[0] || id == ids[1])) return v;
+  }
+  return NULL;
+}
+
+static void retarget_lifetime_markers(kc_job_t *job, LLVMBuilderRef b, LLVMValueRef old, LLVMValueRef priv) {
+  static const char start[] = "llvm.lifetime.start", end[] = "llvm.lifetime.end";
+  const unsigned ids[2] = {LLVMLookupIntrinsicID(start, sizeof(start) - 1),
+                           LLVMLookupIntrinsicID(end, sizeof(end) - 1)};
+  LLVMTypeRef ptr_ty = LLVMTypeOf(priv);
+  for (LLVMValueRef marker; (marker = find_lifetime_marker(old, ids));) {
+    /* LLVM 22's markers take the pointer alone; older ones a size first. */
+    LLVMValueRef args[2];
+    unsigned argc = (unsigned)LLVMGetNumArgOperands(marker);
+    if (argc > 2) argc = 2;
+    for (unsigned a = 0; a < argc; a++) {
+      LLVMValueRef op = LLVMGetOperand(marker, a);
+      args[a] = op == old ? priv : op;
+    }
+    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(job->mod, LLVMGetIntrinsicID(LLVMGetCalledValue(marker)), &ptr_ty, 1);
+    LLVMPositionBuilderBefore(b, marker);
+    LLVMBuildCall2(b, LLVMGlobalGetValueType(fn), fn, args, argc, "");
+    LLVMInstructionEraseFromParent(marker);
+  }
+}
+
 /* AMDGPU's allocas live in address space 5 (the data layout's A5). Each alloca is recreated
  * there and cast back to generic; infer-address-spaces then removes the casts. */
 static void allocas_to_private(kc_job_t *job, LLVMBuilderRef b) {
@@ -209,6 +243,8 @@ static void allocas_to_private(kc_job_t *job, LLVMBuilderRef b) {
                              ? LLVMBuildAlloca(b, ty, "")
                              : LLVMBuildArrayAlloca(b, ty, count, "");
         LLVMSetAlignment(a, LLVMGetAlignment(i));
+        retarget_lifetime_markers(job, b, i, a);
+        LLVMPositionBuilderBefore(b, i);
         LLVMValueRef cast = LLVMBuildAddrSpaceCast(b, a, LLVMTypeOf(i), "");
         LLVMReplaceAllUsesWith(i, cast);
         LLVMInstructionEraseFromParent(i);

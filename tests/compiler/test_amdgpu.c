@@ -177,3 +177,43 @@ Test(amdgpu, target_ir) {
   cr_assert_eq(k->args[1].offset, 8);
   kiln_artifact_deinit(&a);
 }
+
+/* Local arrays indexed at run time stay in memory, and clang brackets them with
+ * llvm.lifetime.start/end. Those must keep naming the alloca after it moves to the private
+ * address space (the verifier rejects a lifetime marker on an addrspacecast). */
+static const char LOCAL_ARRAYS[] =
+    "#include <kiln/kernel.h>\n"
+    "static void fill(float *t, int n, const float *in, int base) {\n"
+    "  for (int i = 0; i < n; i++) t[i] = in[base + i];\n"
+    "}\n"
+    "KILN_KERNEL void local_arrays(float *out, const float *in, int sel) {\n"
+    "  int gid = kiln_global_id(0);\n"
+    "  float t[256];\n"
+    "  fill(t, 256, in, gid * 256);\n"
+    "  float acc = 0;\n"
+    "  for (int r = 0; r < 4; r++) {\n"
+    "    float u[8];\n"
+    "    for (int i = 0; i < 8; i++) u[i] = t[(i * 7 + r * sel) & 255] * (float)r;\n"
+    "    acc += u[(sel + r + gid) & 7];\n"
+    "  }\n"
+    "  out[gid] = acc + t[(sel + gid) & 255];\n"
+    "}\n";
+
+Test(amdgpu, local_arrays_with_lifetime_markers) {
+  size_t n;
+  uint8_t *bc = th_source_bc(LOCAL_ARRAYS, &n);
+  const char *targets[] = {"gfx942", "gfx90a", "gfx1100"};
+  for (size_t t = 0; t < sizeof(targets) / sizeof(targets[0]); t++) {
+    kiln_compile_options_t o = kiln_compile_options_default();
+    for (uint32_t lvl = 0; lvl <= 3; lvl += 3) {
+      o.opt_level = lvl;
+      kiln_artifact_t a;
+      th_compile(bc, n, targets[t], &o, &a);
+      const kiln_kernel_t *k = kiln_artifact_kernel(&a, "local_arrays");
+      cr_assert(k, "kernel present for %s", targets[t]);
+      cr_assert_gt(k->private_segment_size, 0, "%s O%u: the arrays live in scratch", targets[t], lvl);
+      kiln_artifact_deinit(&a);
+    }
+  }
+  free(bc);
+}
