@@ -247,6 +247,7 @@ static void allocas_to_private(kc_job_t *job, LLVMBuilderRef b) {
         LLVMPositionBuilderBefore(b, i);
         LLVMValueRef cast = LLVMBuildAddrSpaceCast(b, a, LLVMTypeOf(i), "");
         LLVMReplaceAllUsesWith(i, cast);
+        next = LLVMGetNextInstruction(i); /* the markers after it may have just gone */
         LLVMInstructionEraseFromParent(i);
       }
     }

@@ -217,3 +217,34 @@ Test(amdgpu, local_arrays_with_lifetime_markers) {
   }
   free(bc);
 }
+
+/* The same with the marker right after its alloca (where the GEMM bench's kernels have it):
+ * the lowering walks the block while it replaces both. */
+Test(amdgpu, lifetime_marker_next_to_its_alloca) {
+  static const char ir[] =
+      "define void @k(ptr %out, i32 %n) section \"kiln.kernel\" {\n"
+      "  %a = alloca [64 x float], align 4\n"
+      "  call void @llvm.lifetime.start.p0(ptr %a)\n"
+      "  %b = alloca [64 x float], align 4\n"
+      "  call void @llvm.lifetime.start.p0(ptr %b)\n"
+      "  %p = getelementptr [64 x float], ptr %a, i32 0, i32 %n\n"
+      "  store float 1.0, ptr %p\n"
+      "  %q = getelementptr [64 x float], ptr %a, i32 0, i32 3\n"
+      "  %v = load float, ptr %q\n"
+      "  %r = getelementptr [64 x float], ptr %b, i32 0, i32 %n\n"
+      "  store float %v, ptr %r\n"
+      "  call void @llvm.lifetime.end.p0(ptr %a)\n"
+      "  %s = getelementptr [64 x float], ptr %b, i32 0, i32 5\n"
+      "  %w = load float, ptr %s\n"
+      "  call void @llvm.lifetime.end.p0(ptr %b)\n"
+      "  store float %w, ptr %out\n"
+      "  ret void\n"
+      "}\n";
+  kiln_compile_options_t o = kiln_compile_options_default();
+  o.opt_level = 0;
+  kiln_artifact_t a;
+  th_compile((const uint8_t *)ir, sizeof(ir) - 1, "gfx942", &o, &a);
+  cr_assert(strstr(a.llvm_ir, "llvm.lifetime.start.p5"), "the markers name the private alloca:\n%s", a.llvm_ir);
+  cr_assert_gt(kiln_artifact_kernel(&a, "k")->private_segment_size, 0);
+  kiln_artifact_deinit(&a);
+}
