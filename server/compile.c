@@ -19,8 +19,7 @@
 #include "protocol/channel.h"
 #include "server/cache.h"
 #include "server/compile.h"
-
-#define MAX_PAYLOAD (256ull << 20)
+#include "server/request.h"
 
 enum { PRIO_INTERACTIVE = 0, PRIO_BATCH = 1 };
 
@@ -534,64 +533,19 @@ static void promote(kiln_compile_state_t *cs, job_t *j) {
 
 /* --- one build request -------------------------------------------------------------------- */
 
-typedef struct build {
-  const uint8_t *payload;
-  size_t size;
-  char kind[16];
-  char target[128];
-  uint64_t opt_level, max_block;
-  bool fast_math;
-} build_t;
+typedef kiln_build_params_t build_t;
 
+/* The params (server/request.c), then the target: a device id names that device's arch. */
 static kiln_status_t parse_build(kiln_server_t *s, const msgpack_object *p, const char *what,
                                  build_t *b) {
-  static const char *const fields[] = {"ir", "target", "format", "options", NULL};
-  KILN_RETURN_IF_ERROR(kiln_params_check(p, what, fields));
-  memset(b, 0, sizeof(*b));
-  KILN_RETURN_IF_ERROR(kiln_params_bytes(p, "ir", true, &b->payload, &b->size));
-  if (b->size == 0) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "ir is empty");
-  if (b->size > MAX_PAYLOAD)
-    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "payload of %zu bytes exceeds the limit of %llu",
-                       b->size, (unsigned long long)MAX_PAYLOAD);
-  snprintf(b->kind, sizeof(b->kind), "auto");
-  const msgpack_object *o;
-  if ((o = kiln_params_find(p, "format"))) {
-    KILN_RETURN_IF_ERROR(kiln_obj_cstr(o, "format", b->kind, sizeof(b->kind)));
-    static const char *const kinds[] = {"auto", "llvm", "hsaco", "ptx", "cpu-so"};
-    bool ok = false;
-    for (size_t i = 0; i < KILN_ARRAY_SIZE(kinds); i++) ok |= strcmp(b->kind, kinds[i]) == 0;
-    if (!ok)
-      return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                         "format '%s' is not one of auto, llvm, hsaco, ptx, cpu-so", b->kind);
-  }
-  char target[128] = "cpu";
-  if ((o = kiln_params_find(p, "target")))
-    KILN_RETURN_IF_ERROR(kiln_obj_cstr(o, "target", target, sizeof(target)));
-  /* A device id names that device's arch. */
+  KILN_RETURN_IF_ERROR(kiln_build_params_parse(p, what, b));
+  const char *target = b->target_arg;
   kiln_device_entry_t *d = kiln_device_find(s, target, (uint32_t)strlen(target));
   if (d) snprintf(b->target, sizeof(b->target), "%s", d->arch);
   else if (strcmp(target, "host") == 0) snprintf(b->target, sizeof(b->target), "cpu");
   else if (strchr(target, ':') && strncmp(target, "gfx", 3) != 0)
     return KILN_STATUS(KILN_E_NOT_FOUND, "target '%s' names no device of this server", target);
   else snprintf(b->target, sizeof(b->target), "%s", target);
-  b->opt_level = 3;
-  const msgpack_object *opts = NULL;
-  KILN_RETURN_IF_ERROR(kiln_params_map(p, "options", false, &opts));
-  if (opts) {
-    static const char *const ofields[] = {"opt_level", "max_block", "fast_math", NULL};
-    KILN_RETURN_IF_ERROR(kiln_params_check(opts, "options", ofields));
-    const msgpack_object *ol = kiln_params_find(opts, "opt_level");
-    if (ol && ol->type == MSGPACK_OBJECT_STR && ol->via.str.size == 2 &&
-        (ol->via.str.ptr[0] == 'O' || ol->via.str.ptr[0] == 'o'))
-      b->opt_level = (uint64_t)(ol->via.str.ptr[1] - '0');
-    else if (ol) KILN_RETURN_IF_ERROR(kiln_params_u64(opts, "opt_level", false, &b->opt_level));
-    if (b->opt_level > 3)
-      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "opt_level must be 0..3 or \"O0\"..\"O3\"");
-    KILN_RETURN_IF_ERROR(kiln_params_u64(opts, "max_block", false, &b->max_block));
-    if (b->max_block > 65536)
-      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "max_block must be at most 65536");
-    KILN_RETURN_IF_ERROR(kiln_params_bool(opts, "fast_math", false, &b->fast_math));
-  }
   return KILN_OK;
 }
 

@@ -7,6 +7,7 @@
 
 #include "protocol/channel.h"
 #include "server/compile.h"
+#include "server/request.h"
 
 typedef struct launch_op {
   kiln_req_t *req;
@@ -123,56 +124,19 @@ static void launch_go(void *ctx, kiln_status_t st) {
   }
 }
 
-static kiln_status_t check_dims(const msgpack_object *params, const char *name) {
-  const msgpack_object_array *a = NULL;
-  KILN_RETURN_IF_ERROR(kiln_params_array(params, name, true, &a));
-  if (a->size < 1 || a->size > 3)
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be an array of 1 to 3 positive integers",
-                       name);
-  for (uint32_t i = 0; i < a->size; i++)
-    if (a->ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a->ptr[i].via.u64 == 0 ||
-        a->ptr[i].via.u64 > UINT32_MAX)
-      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s[%u] must be an integer from 1 to 2^32-1",
-                         name, i);
-  return KILN_OK;
-}
-
 static kiln_status_t start(kiln_call_t *call, bool timed) {
-  static const char *const lfields[] = {"module", "kernel", "device", "grid", "block", "args",
-                                        "shared", "wait", NULL};
-  static const char *const tfields[] = {"module", "kernel", "device", "grid", "block", "args",
-                                        "shared", "wait", "number", "repeat", "min_repeat_ms",
-                                        "warmup", "flush", NULL};
   const char *method = timed ? "time" : "launch";
-  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, method, timed ? tfields : lfields));
-  const char *hex, *kname, *dev = NULL;
-  uint32_t hlen, klen, dlen = 0;
-  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "module", true, &hex, &hlen));
-  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "kernel", true, &kname, &klen));
-  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "device", false, &dev, &dlen));
-  KILN_RETURN_IF_ERROR(check_dims(call->params, "grid"));
-  KILN_RETURN_IF_ERROR(check_dims(call->params, "block"));
-  uint64_t u;
-  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "shared", false, &u));
-  if (timed) {
-    static const char *const nums[] = {"number", "repeat", "min_repeat_ms", "warmup"};
-    for (size_t i = 0; i < KILN_ARRAY_SIZE(nums); i++) {
-      u = 1;
-      KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, nums[i], false, &u));
-      if (u > 1000000)
-        return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be at most 1000000", nums[i]);
-    }
-    bool b;
-    KILN_RETURN_IF_ERROR(kiln_params_bool(call->params, "flush", false, &b));
-  }
+  kiln_launch_params_t lp;
+  KILN_RETURN_IF_ERROR(kiln_launch_params_parse(call->params, timed, &lp));
+  const char *hex = lp.module, *kname = lp.kernel, *dev = lp.device;
+  uint32_t hlen = lp.module_len, klen = lp.kernel_len, dlen = lp.device_len;
   kiln_device_entry_t *d = kiln_device_find(call->server, dev, dlen);
   if (!d)
     return KILN_STATUS(KILN_E_NOT_FOUND, "no device '%.*s' on this server; `devices` lists them",
                        (int)(dlen < 32 ? dlen : 32), dev);
   kiln_tenant_t *tenant = call->conn->tenant;
   KILN_RETURN_IF_ERROR(kiln_device_permit(d, tenant));
-  bool wait = true;
-  KILN_RETURN_IF_ERROR(kiln_params_bool(call->params, "wait", false, &wait));
+  bool wait = lp.wait;
   kiln_module_t *m;
   KILN_RETURN_IF_ERROR(kiln_module_find(call->server, tenant, hex, hlen, &m));
   if (strcmp(format_kind(m->art.format), d->kind) != 0)
@@ -186,8 +150,7 @@ static kiln_status_t start(kiln_call_t *call, bool timed) {
   name[klen] = 0;
   const kiln_kernel_t *k = kiln_artifact_kernel(&m->art, name);
   if (!k) return KILN_STATUS(KILN_E_NOT_FOUND, "module %.16s has no kernel '%s'", m->hex, name);
-  const msgpack_object_array *args = NULL;
-  KILN_RETURN_IF_ERROR(kiln_params_array(call->params, "args", true, &args));
+  const msgpack_object_array *args = lp.args;
   if (args->size != k->num_args)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "kernel '%s' takes %u arguments; %u were given",
                        name, k->num_args, args->size);

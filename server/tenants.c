@@ -64,8 +64,12 @@ static kiln_status_t parse_tokens_field(char *field, kiln_tenant_spec_t *t) {
 }
 
 static kiln_status_t parse_option(char *opt, kiln_tenant_spec_t *t) {
+  /* A field here may be a token that lost its comma: errors quote only what cannot be one. */
   char *eq = strchr(opt, '=');
-  if (!eq) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "option '%.40s' is not key=value", opt);
+  if (!eq)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "an option is not key=value (a token list is one field: separate tokens "
+                       "with commas, no spaces)");
   *eq = 0;
   const char *k = opt, *v = eq + 1;
   if (strcmp(k, "devices") == 0) {
@@ -89,10 +93,11 @@ static kiln_status_t parse_option(char *opt, kiln_tenant_spec_t *t) {
     if (st) return kiln_status_annotate(st, "%s", k);
     return KILN_OK;
   }
+  bool quotable = strlen(k) < KILN_TOKEN_MIN;
   return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                     "unknown option '%.40s' (known: devices, memory, tensors, launches, "
+                     "unknown option '%s' (known: devices, memory, tensors, launches, "
                      "compiles, message, connections)",
-                     k);
+                     quotable ? k : "...");
 }
 
 void kiln_tokens_free(kiln_tokens_file_t *f) {
