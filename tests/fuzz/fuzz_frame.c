@@ -16,14 +16,7 @@
 #include "protocol/frame.h"
 #include "protocol/rpc.h"
 #include "protocol/tensor.h"
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                 \
-    }                                                                          \
-  } while (0)
+#include "tests/fuzz/fuzz_check.h"
 
 #define MAX_MSGS 4096
 

@@ -1,23 +1,49 @@
 #!/bin/sh
-# Builds the framing fuzzer (libFuzzer + ASan + UBSan) straight from the sources with clang and
-# runs it for N seconds (default 30). New inputs go to $OUT/corpus; crashes to $OUT/.
-#   tests/fuzz/run.sh [SECONDS] [libFuzzer flags...]      e.g. tests/fuzz/run.sh 600 -jobs=2
+# Builds one libFuzzer target (libFuzzer + ASan + UBSan) straight from the sources with clang
+# and runs it for N seconds (default 30). New inputs go to $OUT/corpus-TARGET; crashes to
+# $OUT/TARGET-crash-*. Exit status is libFuzzer's: nonzero on a crash, leak or failed check.
+#   tests/fuzz/run.sh TARGET [SECONDS] [libFuzzer flags...]    e.g. tests/fuzz/run.sh frame 600 -jobs=2
+#   tests/fuzz/run.sh list                                      the targets
+# Targets: frame (framing decoder), request (params validation), codeobj (prebuilt code objects
+# and AMDGPU metadata), artifact (cached artifact decoding), tokens (tokens file parser).
 # Environment: CLANG (default /usr/lib/llvm-22/bin/clang), OUT (default build/fuzz).
 set -eu
+root=$(cd "$(dirname "$0")/../.." && pwd)
+targets="frame request codeobj artifact tokens"
+target=${1:-}
+if [ "$target" = list ]; then echo "$targets"; exit 0; fi
+case " $targets " in
+*" $target "*) ;;
+*) echo "usage: $0 TARGET [SECONDS] [libFuzzer flags...]; TARGET is one of: $targets" >&2; exit 2 ;;
+esac
+shift
 seconds=${1:-30}
 [ $# -gt 0 ] && shift
-root=$(cd "$(dirname "$0")/../.." && pwd)
 clang=${CLANG:-/usr/lib/llvm-22/bin/clang}
 out=${OUT:-$root/build/fuzz}
-mkdir -p "$out/corpus"
+mkdir -p "$out/corpus-$target"
 
-# shellcheck disable=SC2046 # pkg-config output is a list of flags
+base="base/status.c base/buf.c base/util.c base/map.c base/log.c"
+extra_cflags=""
+max_len=16384
+case $target in
+frame) srcs="protocol/frame.c protocol/rpc.c protocol/tensor.c" ;;
+request) srcs="protocol/frame.c protocol/rpc.c protocol/tensor.c server/request.c" ;;
+codeobj)
+  srcs="compiler/validate.c compiler/elf.c compiler/amdgpu_metadata.c compiler/kernel_table.c protocol/artifact.c"
+  extra_cflags="-I$(/usr/lib/llvm-22/bin/llvm-config --includedir 2>/dev/null || echo /usr/lib/llvm-22/include)"
+  max_len=65536 ;;
+artifact) srcs="protocol/artifact.c"; max_len=65536 ;;
+tokens) srcs="server/tenants.c"; max_len=8192 ;;
+esac
+files="$root/tests/fuzz/fuzz_$target.c"
+for f in $base $srcs; do files="$files $root/$f"; done
+
+# shellcheck disable=SC2046,SC2086 # pkg-config output and the file list are word lists
 "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -D_GNU_SOURCE -std=gnu11 -I"$root" $(pkg-config --cflags msgpack) \
-  "$root/tests/fuzz/fuzz_frame.c" "$root/protocol/frame.c" "$root/protocol/rpc.c" \
-  "$root/protocol/tensor.c" "$root/base/status.c" "$root/base/buf.c" \
-  $(pkg-config --libs msgpack) -o "$out/fuzz_frame"
+  -D_GNU_SOURCE -std=gnu11 -I"$root" $extra_cflags $(pkg-config --cflags msgpack libsodium) \
+  $files $(pkg-config --libs msgpack libsodium) -lm -o "$out/fuzz_$target"
 
-exec "$out/fuzz_frame" -max_total_time="$seconds" -max_len=16384 -timeout=10 \
-  -rss_limit_mb=2048 -artifact_prefix="$out/" -print_final_stats=1 "$@" \
-  "$out/corpus" "$root/tests/fuzz/corpus/frame"
+exec "$out/fuzz_$target" -max_total_time="$seconds" -max_len=$max_len -timeout=10 \
+  -rss_limit_mb=2048 -artifact_prefix="$out/$target-" -print_final_stats=1 "$@" \
+  "$out/corpus-$target" "$root/tests/fuzz/corpus/$target"

@@ -117,3 +117,56 @@ for name, (mode, seed, body) in seeds.items():
     with open(os.path.join(out, name), "wb") as f:
         f.write(bytes([mode, seed]) + body)
 print(len(seeds), "seeds in", out)
+
+# --- corpus/request (fuzz_request.c): one connection's byte stream of real requests ----------
+ROOT = os.path.dirname(os.path.dirname(here))
+vadd = open(os.path.join(ROOT, "clients", "python", "examples", "vadd.ll"), "rb").read()
+MODULE = "3f" * 32
+launch = {"module": MODULE, "kernel": "vadd", "device": "cpu:0", "grid": [4], "block": [64],
+          "args": [{"tensor": 1}, {"tensor": 2}, {"tensor": 3}, 256]}
+requests = {
+    "compile": [0, 1, "compile", [{"ir": vadd, "target": "cpu"}]],
+    "compile_str": [0, 2, "compile", [{"ir": vadd.decode(), "target": "gfx942", "format": "llvm",
+                                       "options": {"opt_level": "O2", "max_block": 256, "fast_math": True}}]],
+    "compile_device": [0, 3, "compile", [{"ir": vadd, "target": "cpu:0", "options": {"opt_level": 1}}]],
+    "compile_batch": [0, 4, "compile_batch", [{"items": [{"ir": vadd, "target": "cpu"},
+                                                         {"ir": b"bad", "target": "sm_90"}]}]],
+    "launch": [0, 5, "launch", [launch]],
+    "launch_nowait": [0, 6, "launch", [dict(launch, wait=False, shared=1024, grid=[1, 2, 3])]],
+    "time": [0, 7, "time", [dict(launch, number=10, repeat=3, min_repeat_ms=1, warmup=1, flush=True)]],
+    "alloc": [0, 8, "alloc", [{"device": "cpu:0", "dtype": "float32", "shape": [256]}]],
+    "upload": [0, 9, "upload", [{"device": "cpu:0", "tensor": tensor("float32", [64], 256)}]],
+    "bad_opt": [0, 10, "compile", [{"ir": vadd, "options": {"opt_level": 9}}]],
+    "bad_format": [0, 11, "compile", [{"ir": vadd, "format": "elf"}]],
+    "bad_grid": [0, 12, "launch", [dict(launch, grid=[0])]],
+    "bad_field": [0, 13, "launch", [dict(launch, colour="red")]],
+    "bad_repeat": [0, 14, "time", [dict(launch, repeat=10 ** 7)]],
+    "empty_ir": [0, 15, "compile", [{"ir": b""}]],
+}
+rout = os.path.join(here, "corpus", "request")
+os.makedirs(rout, exist_ok=True)
+for name, msg in requests.items():
+    with open(os.path.join(rout, name), "wb") as f:
+        f.write(pack(msg))
+with open(os.path.join(rout, "stream_all"), "wb") as f:
+    f.write(b"".join(pack(m) for m in requests.values()))
+
+# --- corpus/tokens (fuzz_tokens.c): tokens files as docs/operations.md writes them -----------
+tokens = {
+    "doc_example": "# TOKEN[,TOKEN...]        TENANT   [key=value ...]\n"
+                   "k7Qm2v0YwRr1c9TzLq4s      alice    devices=cuda:0,cpu memory=16G tensors=10000 launches=256\n"
+                   "tuner-9f1c3e7d20aa55b1    tuner    compiles=64 message=256M connections=32\n",
+    "two_tokens": "aaaaaaaaaaaaaaaa1,bbbbbbbbbbbbbbbb2 team devices=all memory=unlimited\n\n# end\n",
+    "crlf": "tok-0123456789abcdef t1 memory=1KiB\r\ntok-fedcba9876543210 t2 tensors=5 launches=0\r\n",
+    "chaos": "".join("chaos-token-%02d-0123456789 tenant%d compiles=8\n" % (i, i) for i in range(1, 5)),
+    "bad_short": "short alice\n",
+    "bad_dup": "aaaaaaaaaaaaaaaa x\naaaaaaaaaaaaaaaa y\n",
+    "bad_unit": "aaaaaaaaaaaaaaaa x memory=12Q\n",
+    "bad_option": "aaaaaaaaaaaaaaaa x colour=red\n",
+}
+tout = os.path.join(here, "corpus", "tokens")
+os.makedirs(tout, exist_ok=True)
+for name, text in tokens.items():
+    with open(os.path.join(tout, name), "w") as f:
+        f.write(text)
+print(len(requests) + 1, "request seeds,", len(tokens), "tokens seeds")
