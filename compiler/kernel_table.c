@@ -216,16 +216,31 @@ static kiln_status_t parse_entry(const char **pp, const char *end, kiln_kernel_t
   return KILN_OK;
 }
 
+/* The next `.entry` directive at or after `p` in [ptx, end), pointing past the word; NULL if
+ * none. A match must be a whole word (".entryfoo" is not one) outside a // comment (LLVM's
+ * header lines are comments, and any text may be). */
+static const char *next_entry(const char *ptx, const char *p, const char *end) {
+  for (; (p = memmem(p, (size_t)(end - p), ".entry", 6)); p += 6) {
+    if (p + 6 < end && !isspace((unsigned char)p[6])) continue;
+    if (p > ptx && !isspace((unsigned char)p[-1])) continue;
+    const char *line = p;
+    while (line > ptx && line[-1] != '\n') line--;
+    if (memmem(line, (size_t)(p - line), "//", 2)) continue;
+    return p + 6;
+  }
+  return NULL;
+}
+
 kiln_status_t kc_ptx_kernel_table(const char *ptx, size_t len, kiln_artifact_t *out) {
   const char *end = ptx + len;
   uint32_t count = 0;
-  for (const char *p = ptx; (p = memmem(p, (size_t)(end - p), ".entry", 6)); p += 6) count++;
+  for (const char *p = ptx; (p = next_entry(ptx, p, end)); ) count++;
   if (!count) return KC_COMPILE_ERROR("the PTX has no .entry (no kernels)");
   if (count > KC_MAX_KERNELS) return KC_COMPILE_ERROR("more than %d kernels in one PTX module", KC_MAX_KERNELS);
   KILN_RETURN_IF_ERROR(alloc_kernels(out, count));
   const char *p = ptx;
   for (uint32_t i = 0; i < count; i++) {
-    p = memmem(p, (size_t)(end - p), ".entry", 6) + 6;
+    p = next_entry(ptx, p, end);
     out->num_kernels = i + 1;
     KILN_RETURN_IF_ERROR(parse_entry(&p, end, &out->kernels[i]));
   }

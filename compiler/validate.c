@@ -37,6 +37,17 @@ static bool target_fits(const char *have, const char *want) {
   return true;
 }
 
+/* kilnd finds kernels by name, and the artifact codec rejects a table that names one twice:
+ * a code object that does (two PTX .entry lines, a metadata note listing a kernel twice)
+ * is refused here, with a message, rather than failing later as an internal error. */
+static kiln_status_t unique_kernels(const kiln_artifact_t *a) {
+  for (uint32_t i = 0; i < a->num_kernels; i++)
+    for (uint32_t j = 0; j < i; j++)
+      if (strcmp(a->kernels[i].name, a->kernels[j].name) == 0)
+        return KC_COMPILE_ERROR("the code object defines kernel '%s' twice", a->kernels[i].name);
+  return KILN_OK;
+}
+
 /* The payload as a linked ELF shared object for `machine`. */
 static kiln_status_t open_shared_object(kc_job_t *job, unsigned machine, kc_elf_t *e) {
   KILN_RETURN_IF_ERROR(kc_elf_open(job->req->payload, job->req->payload_size, e));
@@ -58,6 +69,7 @@ kiln_status_t kc_validate_hsaco(kc_job_t *job, kiln_artifact_t *out) {
   if (p[7] != ELFOSABI_AMDGPU_HSA) return KC_COMPILE_ERROR("the code object is not for the HSA OS ABI (EI_OSABI %u)", p[7]);
   char target[96];
   KILN_RETURN_IF_ERROR(kc_amdgpu_metadata_parse(p, n, NULL, out, target, sizeof(target)));
+  KILN_RETURN_IF_ERROR(unique_kernels(out));
   if (!target_fits(target, job->target.id))
     return KC_COMPILE_ERROR("the code object is for %s and cannot run on %s", target, job->target.id);
   /* The code object's own target ID is the precise one (it may pin features). */
@@ -101,6 +113,7 @@ kiln_status_t kc_validate_ptx(kc_job_t *job, kiln_artifact_t *out) {
   if (specific ? strcmp(target, job->target.cpu) != 0 : sm_number(target) > sm_number(job->target.cpu))
     return KC_COMPILE_ERROR("the PTX is for %s and cannot run on %s", target, job->target.id);
   KILN_RETURN_IF_ERROR(kc_ptx_kernel_table(text, len, out));
+  KILN_RETURN_IF_ERROR(unique_kernels(out));
   out->format = KILN_FORMAT_PTX;
   KILN_RETURN_IF_ERROR(copy_code(job->req, false, out));
   out->code_size = len + 1; /* PTX code is stored NUL-terminated for cuModuleLoadData */
@@ -143,6 +156,7 @@ kiln_status_t kc_validate_cpu_so(kc_job_t *job, kiln_artifact_t *out) {
   size_t len = memchr(bytes, 0, size) ? strlen((const char *)bytes) : 0;
   if (!len) return KC_COMPILE_ERROR("the __kiln_kernels descriptor is empty or not NUL-terminated");
   KILN_RETURN_IF_ERROR(kc_cpu_descriptor_parse((const char *)bytes, len, out));
+  KILN_RETURN_IF_ERROR(unique_kernels(out));
   wg_check_t c = {out, 0};
   kc_elf_dynsyms(&e, count_wg, &c);
   if (c.found != out->num_kernels)
