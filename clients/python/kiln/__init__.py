@@ -18,6 +18,8 @@ from .module import Module, Function, Kernel, KernelArg, BenchmarkResult
 from .daemon import Daemon, start_daemon, find_kilnd
 from . import nd
 from . import dtypes
+from . import te
+from .te.build import build
 
 __version__ = "0.1.0"
 
@@ -44,7 +46,7 @@ def wait(futures, timeout=None):
     return [f.result(timeout) for f in futures]
 
 
-__all__ = ["connect", "Session", "Device", "Module", "Function", "Kernel", "KernelArg", "BenchmarkResult",
+__all__ = ["te", "build", "connect", "Session", "Device", "Module", "Function", "Kernel", "KernelArg", "BenchmarkResult",
            "Future", "Daemon", "start_daemon", "find_kilnd", "default_session", "nd", "dtypes",
            "cpu", "rocm", "cuda", "device", "wait",
            "KilnError", "InvalidArgument", "NoMethod", "Unauthenticated", "PermissionDenied", "NotFound",

@@ -1,0 +1,25 @@
+"""kiln.topi: operator templates on kiln.te, each with a CPU and a GPU schedule and named
+tuning knobs (docs/te_python.md lists them).
+
+    C = topi.matmul(A, B)
+    s = topi.schedule_matmul(C, "gpu", block=64, thread=4, k_tile=8)
+    f = kiln.build(s, [A, B, C], "cuda")
+
+Every ``schedule_*`` takes the op's output tensor, ``target`` ("cpu", or "gpu" for AMD and
+NVIDIA; TVM target strings "llvm", "rocm", "cuda" also work) and its knobs as keywords;
+``knobs(name)`` returns a template's knobs and their defaults.
+"""
+
+from .ops import (matmul, dense, batch_matmul, pad, conv2d_nchw, depthwise_conv2d_nchw, pool2d, softmax,
+                  layer_norm, elementwise, broadcast, add, subtract, multiply, divide, maximum, minimum, relu,
+                  exp, tanh, sigmoid, sqrt, negative)
+from .schedules import (schedule_matmul, schedule_dense, schedule_batch_matmul, schedule_conv2d_nchw,
+                        schedule_depthwise_conv2d_nchw, schedule_pool2d, schedule_softmax, schedule_layer_norm,
+                        schedule_injective, schedule_elementwise, schedule_broadcast, knobs, KNOBS, is_gpu)
+
+__all__ = ["matmul", "dense", "batch_matmul", "pad", "conv2d_nchw", "depthwise_conv2d_nchw", "pool2d", "softmax",
+           "layer_norm", "elementwise", "broadcast", "add", "subtract", "multiply", "divide", "maximum", "minimum",
+           "relu", "exp", "tanh", "sigmoid", "sqrt", "negative", "schedule_matmul", "schedule_dense",
+           "schedule_batch_matmul", "schedule_conv2d_nchw", "schedule_depthwise_conv2d_nchw", "schedule_pool2d",
+           "schedule_softmax", "schedule_layer_norm", "schedule_injective", "schedule_elementwise",
+           "schedule_broadcast", "knobs", "KNOBS", "is_gpu"]

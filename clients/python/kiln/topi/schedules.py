@@ -1,0 +1,342 @@
+"""CPU and GPU schedules of the kiln.topi operators, with named knobs.
+
+A knob that does not divide a size still works: the lowering guards partial tiles.
+"""
+
+from .. import te
+from ..errors import InvalidArgument
+from ..te.tensor import ComputeOp, PlaceholderOp
+
+__all__ = ["schedule_matmul", "schedule_dense", "schedule_batch_matmul", "schedule_conv2d_nchw",
+           "schedule_depthwise_conv2d_nchw", "schedule_pool2d", "schedule_softmax", "schedule_layer_norm",
+           "schedule_injective", "schedule_elementwise", "schedule_broadcast", "knobs", "KNOBS", "is_gpu"]
+
+# template -> target kind -> knob -> default
+KNOBS = {
+    "matmul": {
+        "cpu": {"bm": 32, "bn": 32, "bk": 4, "unroll_k": True},
+        "gpu": {"block_m": 64, "block_n": 64, "thread_m": 16, "thread_n": 16, "k_tile": 8},
+    },
+    "batch_matmul": {
+        "cpu": {"bm": 8, "bn": 32},
+        "gpu": {"tile": 16},
+    },
+    "conv2d_nchw": {
+        "cpu": {"oc_block": 16, "ow_block": 8, "inline_pad": False, "unroll": True},
+        "gpu": {"num_thread": 128, "oc_block": 4},
+    },
+    "depthwise_conv2d_nchw": {"cpu": {"ow_block": 8}, "gpu": {"num_thread": 128}},
+    "pool2d": {"cpu": {"ow_block": 8}, "gpu": {"num_thread": 128}},
+    "softmax": {"cpu": {"vec": 8}, "gpu": {"num_thread": 64}},
+    "layer_norm": {"cpu": {"vec": 8}, "gpu": {"num_thread": 64}},
+    "injective": {"cpu": {"chunk": 4096, "vec": 8}, "gpu": {"num_thread": 256}},
+}
+
+
+def is_gpu(target):
+    """True for "gpu", "rocm", "cuda", "nvptx", gfx*/sm_* targets and GPU devices."""
+    t = getattr(target, "id", target)
+    t = str(t or "cpu").split()[0]
+    if t in ("cpu", "llvm", "host", "c") or t.startswith("cpu:"):
+        return False
+    if t in ("gpu", "rocm", "cuda", "nvptx") or t.startswith(("gfx", "sm_", "hsa:", "cuda:")):
+        return True
+    raise InvalidArgument("unknown target %r for a topi schedule: use 'cpu' or 'gpu'" % (target,))
+
+
+def knobs(template, target="cpu"):
+    """The knobs of a template for a target and their defaults."""
+    if template not in KNOBS:
+        raise InvalidArgument("no template %r; kiln.topi has %s" % (template, ", ".join(KNOBS)))
+    return dict(KNOBS[template]["gpu" if is_gpu(target) else "cpu"])
+
+
+def _knobs(template, target, given):
+    k = knobs(template, target)
+    for name, v in given.items():
+        if name not in k:
+            raise InvalidArgument("%s (%s) has no knob %r; its knobs are %s"
+                                  % (template, "gpu" if is_gpu(target) else "cpu", name, ", ".join(k)))
+        k[name] = v
+    return k
+
+
+def _outs(outs):
+    return [outs] if isinstance(outs, te.Tensor) else list(outs)
+
+
+def _computes(s):
+    return [st for st in s.stages if isinstance(st.op, ComputeOp) and st.cache_of is None
+            and st.cache_write_of is None]
+
+
+def _inline_pads(s, keep=False):
+    for st in _computes(s):
+        if "pad" in st.op.tag.split(",") and not keep:
+            st.compute_inline()
+
+
+def _injective_stage(s, st, gpu, k):
+    """Flat schedule for one stage: GPU one element per thread; CPU chunks over the pool,
+    each vectorized."""
+    axes = list(st.op.axis)
+    if not axes:
+        return
+    fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    if gpu:
+        bx, tx = st.split(fused, factor=k["num_thread"])
+        st.bind(bx, te.thread_axis("blockIdx.x"))
+        st.bind(tx, te.thread_axis("threadIdx.x"))
+    else:
+        o, i = st.split(fused, factor=k.get("chunk", 4096))
+        st.parallel(o)
+        st.vectorize(i)
+
+
+def schedule_injective(outs, target="cpu", **kw):
+    """Elementwise and broadcast ops (and any injective compute): every root stage flat."""
+    gpu = is_gpu(target)
+    outs = _outs(outs)
+    s = te.create_schedule([o.op for o in outs])
+    k = _knobs("injective", target, kw)
+    _inline_pads(s)
+    outputs = {o.op for o in outs}
+    for st in _computes(s):
+        if st.attach == "inline":
+            continue
+        if st.op not in outputs and not st.op.reduce_axis:
+            st.compute_inline()
+            continue
+        _injective_stage(s, st, gpu, k)
+    return s
+
+
+schedule_elementwise = schedule_injective
+schedule_broadcast = schedule_injective
+
+
+def schedule_matmul(C, target="cpu", **kw):
+    """matmul and dense. CPU: tiles of bm x bn accumulated in a local block, k split by bk,
+    the bn loop vectorized, row tiles over the
+    pool. GPU: block_m x block_n tiles per work-group of thread_m x thread_n work-items,
+    A and B tiles staged in shared memory per k_tile step, accumulators in registers."""
+    gpu = is_gpu(target)
+    k = _knobs("matmul", target, kw)
+    A, B = C.op.input_tensors
+    s = te.create_schedule(C.op)
+    if gpu:
+        return _matmul_gpu(s, C, A, B, k)
+    return _matmul_cpu(s, C, A, B, k)
+
+
+schedule_dense = schedule_matmul
+
+
+def _matmul_cpu(s, C, A, B, k):
+    bm, bn, bk = k["bm"], k["bn"], k["bk"]
+    CC = s.cache_write(C, "local")
+    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], bm, bn)
+    s[CC].compute_at(s[C], no)
+    mc, nc = s[CC].op.axis
+    (kaxis,) = s[CC].op.reduce_axis
+    ko, ki = s[CC].split(kaxis, factor=bk)
+    s[CC].reorder(ko, mc, ki, nc)
+    s[CC].vectorize(nc)
+    if k["unroll_k"]:
+        s[CC].unroll(ki)
+    s[C].parallel(mo)
+    s[C].vectorize(ni)
+    return s
+
+
+def _matmul_gpu(s, C, A, B, k):
+    bm, bn, tm, tn, kt = k["block_m"], k["block_n"], k["thread_m"], k["thread_n"], k["k_tile"]
+    CC = s.cache_write(C, "local")
+    AA = s.cache_read(A, "shared", [CC])
+    BB = s.cache_read(B, "shared", [CC])
+    y, x = C.op.axis
+    by, yi = s[C].split(y, factor=bm)
+    bx, xi = s[C].split(x, factor=bn)
+    ty, yi = s[C].split(yi, nparts=tm)
+    tx, xi = s[C].split(xi, nparts=tn)
+    s[C].reorder(by, bx, ty, tx, yi, xi)
+    s[C].bind(by, te.thread_axis("blockIdx.y"))
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(ty, te.thread_axis("threadIdx.y"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s[CC].compute_at(s[C], tx)
+    yc, xc = s[CC].op.axis
+    (kaxis,) = s[CC].op.reduce_axis
+    ko, ki = s[CC].split(kaxis, factor=kt)
+    s[CC].reorder(ko, ki, yc, xc)
+    s[CC].unroll(ki)
+    s[CC].unroll(yc)
+    s[CC].unroll(xc)
+    for T in (AA, BB):
+        s[T].compute_at(s[CC], ko)
+        a0, a1 = s[T].op.axis
+        f = s[T].fuse(a0, a1)
+        f, t_x = s[T].split(f, factor=tn)
+        f, t_y = s[T].split(f, factor=tm)
+        s[T].bind(t_y, te.thread_axis("threadIdx.y"))
+        s[T].bind(t_x, te.thread_axis("threadIdx.x"))
+    return s
+
+
+def schedule_batch_matmul(C, target="cpu", **kw):
+    """CPU: batch and row tiles over the pool, the column loop vectorized. GPU: tile x tile
+    outputs per work-group, one per work-item, the batch on blockIdx.z."""
+    gpu = is_gpu(target)
+    k = _knobs("batch_matmul", target, kw)
+    s = te.create_schedule(C.op)
+    b, y, x = C.op.axis
+    (kaxis,) = C.op.reduce_axis
+    if gpu:
+        t = k["tile"]
+        by, ty = s[C].split(y, factor=t)
+        bx, tx = s[C].split(x, factor=t)
+        s[C].reorder(b, by, bx, ty, tx, kaxis)
+        s[C].bind(b, te.thread_axis("blockIdx.z"))
+        s[C].bind(by, te.thread_axis("blockIdx.y"))
+        s[C].bind(bx, te.thread_axis("blockIdx.x"))
+        s[C].bind(ty, te.thread_axis("threadIdx.y"))
+        s[C].bind(tx, te.thread_axis("threadIdx.x"))
+        return s
+    CC = s.cache_write(C, "local")
+    yo, xo, yi, xi = s[C].tile(y, x, k["bm"], k["bn"])
+    f = s[C].fuse(b, yo)
+    s[C].parallel(f)
+    s[C].vectorize(xi)
+    s[CC].compute_at(s[C], xo)
+    _, yc, xc = s[CC].op.axis
+    (kc,) = s[CC].op.reduce_axis
+    s[CC].reorder(kc, yc, xc)
+    s[CC].vectorize(xc)
+    return s
+
+
+def _conv_like_cpu(s, st, ow_block):
+    n, c, y, x = st.op.axis
+    xo, xi = st.split(x, factor=ow_block)
+    f = st.fuse(n, c)
+    f = st.fuse(f, y)
+    st.parallel(f)
+    st.vectorize(xi)
+    return xo
+
+
+def schedule_conv2d_nchw(C, target="cpu", **kw):
+    """CPU: oc_block output channels x ow_block columns accumulated in a local block per
+    work-item, (n, channel block, row) over the pool, columns vectorized, the padded input
+    made first by its own kernel (``inline_pad=False``) or inlined. GPU: output channels in
+    blocks of oc_block per work-item, num_thread work-items per group."""
+    gpu = is_gpu(target)
+    k = _knobs("conv2d_nchw", target, kw)
+    s = te.create_schedule(C.op)
+    if gpu:
+        _inline_pads(s)
+        n, f, y, x = C.op.axis
+        fo, fi = s[C].split(f, factor=k["oc_block"])
+        s[C].reorder(n, fo, y, x, fi)
+        fused = s[C].fuse(n, fo)
+        fused = s[C].fuse(fused, y)
+        fused = s[C].fuse(fused, x)
+        bx, tx = s[C].split(fused, factor=k["num_thread"])
+        s[C].bind(bx, te.thread_axis("blockIdx.x"))
+        s[C].bind(tx, te.thread_axis("threadIdx.x"))
+        rc, ry, rx = C.op.reduce_axis
+        s[C].reorder(rc, ry, rx, fi)
+        s[C].unroll(fi)
+        return s
+    _inline_pads(s, keep=not k["inline_pad"])
+    for st in _computes(s):
+        if st.attach == "root" and st.op is not C.op and st.op.tag.startswith("injective"):
+            _injective_stage(s, st, False, KNOBS["injective"]["cpu"])
+    CC = s.cache_write(C, "local")
+    n, f, y, x = C.op.axis
+    fo, fi = s[C].split(f, factor=k["oc_block"])
+    xo, xi = s[C].split(x, factor=k["ow_block"])
+    s[C].reorder(n, fo, y, xo, fi, xi)
+    g = s[C].fuse(n, fo)
+    g = s[C].fuse(g, y)
+    s[C].parallel(g)
+    s[C].vectorize(xi)
+    s[CC].compute_at(s[C], xo)
+    _, fc, yc, xc = s[CC].op.axis
+    rc, ry, rx = s[CC].op.reduce_axis
+    s[CC].reorder(rc, ry, rx, fc, xc)
+    s[CC].vectorize(xc)
+    if k["unroll"]:
+        s[CC].unroll(ry)
+        s[CC].unroll(rx)
+        s[CC].unroll(fc)
+    return s
+
+
+def _window_op(C, target, kw, template):
+    gpu = is_gpu(target)
+    k = _knobs(template, target, kw)
+    s = te.create_schedule(C.op)
+    _inline_pads(s)
+    for st in _computes(s):
+        if st.attach != "root":
+            continue
+        if st.op is not C.op and not st.op.reduce_axis:
+            st.compute_inline()
+            continue
+        if gpu:
+            _injective_stage(s, st, True, k)
+        else:
+            _conv_like_cpu(s, st, k["ow_block"])
+    return s
+
+
+def schedule_depthwise_conv2d_nchw(C, target="cpu", **kw):
+    """One output element per GPU work-item; on the CPU (n, c, row) over the pool and the
+    columns vectorized."""
+    return _window_op(C, target, kw, "depthwise_conv2d_nchw")
+
+
+def schedule_pool2d(C, target="cpu", **kw):
+    """As depthwise conv2d (average pooling's sum is its own stage)."""
+    return _window_op(C, target, kw, "pool2d")
+
+
+def _rows(s, target, k, template):
+    """softmax / layer_norm: every root stage is its own kernel: row reductions one row
+    per GPU work-item (rows over the pool on the CPU), elementwise stages flat."""
+    gpu = is_gpu(target)
+    for st in _computes(s):
+        if st.attach != "root":
+            continue
+        if not st.op.reduce_axis and len(st.op.axis) == 2 and st.op.tag not in (template,):
+            st.compute_inline()
+            continue
+        if st.op.reduce_axis:
+            (i,) = st.op.axis
+            if gpu:
+                bx, tx = st.split(i, factor=k["num_thread"])
+                st.bind(bx, te.thread_axis("blockIdx.x"))
+                st.bind(tx, te.thread_axis("threadIdx.x"))
+            else:
+                o, _ = st.split(i, factor=4)
+                st.parallel(o)
+        else:
+            i, j = st.op.axis
+            if gpu:
+                _injective_stage(s, st, True, k)
+            else:
+                st.parallel(i)
+                jo, ji = st.split(j, factor=k["vec"])
+                st.vectorize(ji)
+    return s
+
+
+def schedule_softmax(C, target="cpu", **kw):
+    k = _knobs("softmax", target, kw)
+    return _rows(te.create_schedule(C.op), target, k, "softmax")
+
+
+def schedule_layer_norm(C, target="cpu", **kw):
+    k = _knobs("layer_norm", target, kw)
+    return _rows(te.create_schedule(C.op), target, k, "layer_norm")

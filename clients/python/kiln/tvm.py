@@ -1,0 +1,80 @@
+"""kiln.tvm: the old TVM spellings, so TVM-era scripts run with ``import kiln.tvm as tvm``.
+
+    n = tvm.var("n")
+    A = tvm.placeholder((n,), name="A")
+    C = tvm.compute(A.shape, lambda i: A[i] * 2, name="C")
+    s = tvm.create_schedule(C.op)
+    f = tvm.build(s, [A, C], "rocm", target_host="llvm", name="double")   # gfx942 unless -mcpu=
+    ctx = tvm.rocm(0)                                                     # tvm.cpu(0) for "llvm"
+    a = tvm.nd.array(np.ones(8, "float32"), ctx)
+
+Everything is kiln.te and kiln.nd under TVM's names; the daemon is the process's default
+session (``kiln.connect()``: $KILN_URL, the default socket, or a private kilnd).
+"""
+
+from . import te as _te
+from . import nd  # noqa: F401  (tvm.nd.array, tvm.nd.empty)
+from .te import (var, size_var, placeholder, compute, reduce_axis, thread_axis, create_schedule, sum, max, min,
+                 prod, comm_reducer, if_then_else, all, any, exp, exp2, log, log2, sqrt, rsqrt, tanh, sigmoid, erf,
+                 abs, floor, ceil, round, power, sin, cos, const, max_value, min_value, floordiv, floormod,
+                 truncdiv, truncmod, indexdiv, indexmod, lower)
+from .te.build import build
+from .session import default_session as _default_session
+
+te = _te
+
+
+def cpu(dev_id=0):
+    return _default_session().cpu(dev_id)
+
+
+def rocm(dev_id=0):
+    return _default_session().rocm(dev_id)
+
+
+def cuda(dev_id=0):
+    return _default_session().cuda(dev_id)
+
+
+gpu = cuda
+
+
+def context(dev_type, dev_id=0):
+    """``tvm.context("rocm", 0)`` / ``tvm.device``."""
+    return _default_session().device("%s:%d" % (dev_type, dev_id))
+
+
+device = context
+
+
+class _Target:
+    """``tvm.target.rocm()`` etc.: a target string holder."""
+
+    def __init__(self, s):
+        self.kiln_target = s
+
+    def __str__(self):
+        return self.kiln_target
+
+
+class target:  # noqa: N801 (TVM's module name)
+    Target = _Target
+
+    @staticmethod
+    def rocm(options=""):
+        return _Target(("rocm " + options).strip())
+
+    @staticmethod
+    def cuda(options=""):
+        return _Target(("cuda " + options).strip())
+
+    @staticmethod
+    def create(s):
+        return _Target(s)
+
+
+__all__ = ["var", "size_var", "placeholder", "compute", "reduce_axis", "thread_axis", "create_schedule", "sum",
+           "max", "min", "prod", "comm_reducer", "if_then_else", "all", "any", "exp", "exp2", "log", "log2", "sqrt",
+           "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil", "round", "power", "sin", "cos", "const",
+           "max_value", "min_value", "floordiv", "floormod", "truncdiv", "truncmod", "indexdiv", "indexmod",
+           "lower", "build", "cpu", "rocm", "cuda", "gpu", "context", "device", "target", "nd", "te"]
