@@ -49,7 +49,18 @@ typedef struct job {
   kiln_buf_t params; /* packed params array for the worker, without "fds" */
   waiter_t *waiters;
   uint64_t queued_ns;
+  kiln_tenant_t *owner; /* whose queue it waits in: the tenant that submitted it first */
 } job_t;
+
+/* The jobs one tenant has queued at one priority, oldest first. A tenant with jobs queued
+ * is in its priority's ring, which the workers serve round-robin: one job per tenant in
+ * turn, so a tenant that queues thousands delays another by one job per worker. */
+typedef struct tqueue {
+  struct tqueue *prev, *next; /* the ring, while len > 0 */
+  kiln_tenant_t *tenant;
+  job_t *head, *tail;
+  uint32_t len;
+} tqueue_t;
 
 typedef struct slot {
   kiln_worker_t *worker;
@@ -65,7 +76,8 @@ typedef struct kiln_compile_state {
   char host[256];
   slot_t *slots;
   uint32_t nslots;
-  job_t *qhead[2], *qtail[2];
+  kiln_map_t tqueues[2]; /* per priority: tenant index -> tqueue_t* */
+  tqueue_t *ring[2];      /* per priority: the tenant served next; NULL when none waits */
   uint32_t qlen[2];
   kiln_map_t inflight; /* key64 -> job (queued or running) */
   kiln_map_t modules;  /* key64 -> kiln_module_t */
@@ -136,6 +148,8 @@ kiln_status_t kiln_compile_init(kiln_server_t *s) {
   s->compile = cs;
   kiln_map_init(&cs->inflight);
   kiln_map_init(&cs->modules);
+  kiln_map_init(&cs->tqueues[0]);
+  kiln_map_init(&cs->tqueues[1]);
   KILN_RETURN_IF_ERROR(read_identity(s, cs));
   kiln_cache_config_t cc = {0};
   cc.dir = s->cfg.cache_dir;
@@ -475,14 +489,38 @@ static void on_timeout(uv_timer_t *t) {
   kiln_worker_kill(sl->worker, KILN_E_TIMEOUT, why);
 }
 
+static void ring_remove(kiln_compile_state_t *cs, int p, tqueue_t *tq) {
+  if (tq->next == tq) {
+    cs->ring[p] = NULL;
+  } else {
+    tq->prev->next = tq->next;
+    tq->next->prev = tq->prev;
+    if (cs->ring[p] == tq) cs->ring[p] = tq->next;
+  }
+  tq->prev = tq->next = NULL;
+}
+
+/* Takes job j (whose predecessor in its tenant queue is prev, or NULL) out of the queue. */
+static void unqueue(kiln_compile_state_t *cs, tqueue_t *tq, job_t *prev, job_t *j) {
+  int p = j->prio;
+  if (prev) prev->next = j->next;
+  else tq->head = j->next;
+  if (tq->tail == j) tq->tail = prev;
+  j->next = NULL;
+  tq->len--;
+  cs->qlen[p]--;
+  if (tq->len == 0) ring_remove(cs, p, tq);
+}
+
+/* The next job: interactive before batch; within a priority, the tenant whose turn it is,
+ * and the turn passes to the next tenant. */
 static job_t *dequeue(kiln_compile_state_t *cs) {
   for (int p = 0; p < 2; p++) {
-    job_t *j = cs->qhead[p];
-    if (!j) continue;
-    cs->qhead[p] = j->next;
-    if (!cs->qhead[p]) cs->qtail[p] = NULL;
-    cs->qlen[p]--;
-    j->next = NULL;
+    tqueue_t *tq = cs->ring[p];
+    if (!tq) continue;
+    cs->ring[p] = tq->next;
+    job_t *j = tq->head;
+    unqueue(cs, tq, NULL, j);
     return j;
   }
   return NULL;
@@ -508,27 +546,67 @@ static void schedule(kiln_compile_state_t *cs) {
   }
 }
 
-static void enqueue(kiln_compile_state_t *cs, job_t *j) {
+static tqueue_t *tenant_queue(kiln_compile_state_t *cs, int p, kiln_tenant_t *t) {
+  tqueue_t *tq = kiln_map_get(&cs->tqueues[p], t->index);
+  if (tq) return tq;
+  tq = calloc(1, sizeof(*tq));
+  if (!tq) return NULL;
+  tq->tenant = t;
+  if (kiln_map_put(&cs->tqueues[p], t->index, tq)) {
+    free(tq);
+    return NULL;
+  }
+  return tq;
+}
+
+static kiln_status_t enqueue(kiln_compile_state_t *cs, job_t *j) {
+  int p = j->prio;
+  tqueue_t *tq = tenant_queue(cs, p, j->owner);
+  if (!tq) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   j->queued_ns = kiln_now_ns();
-  if (cs->qtail[j->prio]) cs->qtail[j->prio]->next = j;
-  else cs->qhead[j->prio] = j;
-  cs->qtail[j->prio] = j;
-  cs->qlen[j->prio]++;
+  j->next = NULL;
+  if (tq->tail) tq->tail->next = j;
+  else tq->head = j;
+  tq->tail = j;
+  if (tq->len++ == 0) {
+    /* Joins the ring last in the current round: every tenant already waiting goes first. */
+    tqueue_t *r = cs->ring[p];
+    if (!r) {
+      tq->prev = tq->next = tq;
+      cs->ring[p] = tq;
+    } else {
+      tq->next = r;
+      tq->prev = r->prev;
+      r->prev->next = tq;
+      r->prev = tq;
+    }
+  }
+  cs->qlen[p]++;
+  return KILN_OK;
 }
 
 /* Moves a queued batch job to the interactive queue when an interactive request joins it. */
 static void promote(kiln_compile_state_t *cs, job_t *j) {
-  job_t **pp = &cs->qhead[PRIO_BATCH], *prev = NULL;
-  for (; *pp; prev = *pp, pp = &(*pp)->next) {
-    if (*pp != j) continue;
-    *pp = j->next;
-    if (cs->qtail[PRIO_BATCH] == j) cs->qtail[PRIO_BATCH] = prev;
-    cs->qlen[PRIO_BATCH]--;
-    j->next = NULL;
+  tqueue_t *tq = kiln_map_get(&cs->tqueues[PRIO_BATCH], j->owner->index);
+  job_t *prev = NULL;
+  for (job_t *q = tq ? tq->head : NULL; q; prev = q, q = q->next) {
+    if (q != j) continue;
+    unqueue(cs, tq, prev, j);
     j->prio = PRIO_INTERACTIVE;
-    enqueue(cs, j);
+    kiln_status_t st = enqueue(cs, j);
+    if (st) {
+      /* No memory for the interactive queue: it stays a batch job. */
+      kiln_status_free(st);
+      j->prio = PRIO_BATCH;
+      kiln_status_free(enqueue(cs, j));
+    }
     return;
   }
+}
+
+uint64_t kiln_compile_queued(kiln_server_t *s, const kiln_tenant_t *t, int prio) {
+  tqueue_t *tq = kiln_map_get(&state(s)->tqueues[prio ? 1 : 0], t->index);
+  return tq ? tq->len : 0;
 }
 
 /* --- one build request -------------------------------------------------------------------- */
@@ -611,6 +689,7 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   kiln_hex(key, KILN_HASH_BYTES, j->hex);
   j->key64 = key64(key);
   j->prio = prio;
+  j->owner = t;
   void *map = NULL;
   kiln_status_t st = kiln_shm_create("kiln-payload", b->size, &j->fd, &map);
   if (st) {
@@ -642,7 +721,13 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   }
   w->next = NULL;
   j->waiters = w;
-  enqueue(cs, j);
+  st = enqueue(cs, j);
+  if (st) {
+    kiln_map_remove(&cs->inflight, j->key64);
+    job_free(j);
+    t->compiles--;
+    return st;
+  }
   schedule(cs);
   return KILN_OK;
 }
@@ -755,39 +840,65 @@ kiln_status_t kiln_method_cancel(kiln_call_t *call) {
   kiln_compile_state_t *cs = state(call->server);
   uint64_t n = 0;
   for (int p = 0; p < 2; p++) {
-    job_t *prev = NULL;
-    for (job_t *j = cs->qhead[p]; j;) {
-      job_t *next = j->next;
-      waiter_t **wp = &j->waiters;
-      while (*wp) {
-        waiter_t *w = *wp;
-        kiln_req_t *r = w->req ? w->req : w->batch->req;
-        if (r->conn == call->conn && r->msgid == msgid) {
-          *wp = w->next;
-          n++;
-          waiter_finish(cs, w, NULL, false, 0,
-                        KILN_STATUS(KILN_E_CANCELLED, "cancelled by the client"));
-        } else {
-          wp = &w->next;
+    size_t it = 0;
+    void *v;
+    while (kiln_map_next(&cs->tqueues[p], &it, NULL, &v)) {
+      tqueue_t *tq = v;
+      job_t *prev = NULL;
+      for (job_t *j = tq->head; j;) {
+        job_t *next = j->next;
+        waiter_t **wp = &j->waiters;
+        while (*wp) {
+          waiter_t *w = *wp;
+          kiln_req_t *r = w->req ? w->req : w->batch->req;
+          if (r->conn == call->conn && r->msgid == msgid) {
+            *wp = w->next;
+            n++;
+            waiter_finish(cs, w, NULL, false, 0,
+                          KILN_STATUS(KILN_E_CANCELLED, "cancelled by the client"));
+          } else {
+            wp = &w->next;
+          }
         }
+        if (!j->waiters) {
+          unqueue(cs, tq, prev, j);
+          kiln_map_remove(&cs->inflight, j->key64);
+          job_free(j);
+        } else {
+          prev = j;
+        }
+        j = next;
       }
-      if (!j->waiters) {
-        if (prev) prev->next = next;
-        else cs->qhead[p] = next;
-        if (cs->qtail[p] == j) cs->qtail[p] = prev;
-        cs->qlen[p]--;
-        kiln_map_remove(&cs->inflight, j->key64);
-        job_free(j);
-      } else {
-        prev = j;
-      }
-      j = next;
     }
   }
   cs->cancelled += n;
   msgpack_pack_map(call->pk, 1);
   kiln_pack_kv_u64(call->pk, "cancelled", n);
   return KILN_OK;
+}
+
+void kiln_compile_metrics(kiln_server_t *s, kiln_compile_metrics_t *out) {
+  static double bounds_s[KILN_ARRAY_SIZE(bucket_bounds)];
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(bucket_bounds); i++) bounds_s[i] = bucket_bounds[i] / 1e3;
+  kiln_compile_state_t *cs = state(s);
+  memset(out, 0, sizeof(*out));
+  out->workers = cs->nslots;
+  for (uint32_t i = 0; i < cs->nslots; i++) out->busy += cs->slots[i].job != NULL;
+  out->queued[0] = cs->qlen[0];
+  out->queued[1] = cs->qlen[1];
+  out->compiles = cs->compiles;
+  out->errors = cs->compile_errors;
+  out->crashes = cs->crashes;
+  out->timeouts = cs->timeouts;
+  out->hits = cs->hits;
+  out->joins = cs->joins;
+  out->cancelled = cs->cancelled;
+  out->seconds_total = cs->compile_ms_total / 1e3;
+  out->bucket_le = bounds_s;
+  out->nbuckets = KILN_ARRAY_SIZE(bucket_bounds);
+  out->buckets = cs->duration_buckets;
+  out->modules = cs->modules.count;
+  if (cs->cache) kiln_cache_stats(cs->cache, &out->cache);
 }
 
 uint32_t kiln_compile_stats_fields(void) { return 2; }

@@ -8,12 +8,14 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "server/metrics.h"
 #include "server/server.h"
 
 typedef struct out_write {
   uv_write_t req;
   kiln_conn_t *conn;
   uint8_t *bytes; /* owned */
+  size_t len;     /* bytes and extra bytes written by this request */
   void (*release)(void *);
   void *ctx;
 } out_write_t;
@@ -73,6 +75,7 @@ void kiln_conn_update_reading(kiln_conn_t *c) {
 static void on_write(uv_write_t *req, int status) {
   out_write_t *w = KILN_CONTAINER_OF(req, out_write_t, req);
   kiln_conn_t *c = w->conn;
+  if (status == 0) kiln_metrics_bytes(0, w->len);
   free(w->bytes);
   if (w->release) w->release(w->ctx);
   free(w);
@@ -98,6 +101,7 @@ static void write_now(kiln_conn_t *c, uint8_t *bytes, size_t len, const void *ex
   if (extra_len == 0 && uv_stream_get_write_queue_size(&c->h.stream) == 0) {
     bufs[nb++] = uv_buf_init((char *)bytes, (unsigned)len);
     int n = uv_try_write(&c->h.stream, bufs, (unsigned)nb);
+    if (n > 0) kiln_metrics_bytes(0, (uint64_t)n);
     if (n == (int)len) {
       free(bytes);
       if (release) release(ctx);
@@ -121,6 +125,7 @@ static void write_now(kiln_conn_t *c, uint8_t *bytes, size_t len, const void *ex
   }
   w->conn = c;
   w->bytes = bytes;
+  w->len = len - done + extra_len;
   w->release = release;
   w->ctx = ctx;
   nb = 0;
@@ -238,6 +243,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   c->last_activity_ns = kiln_now_ns();
+  kiln_metrics_bytes((uint64_t)nread, 0);
   kiln_reader_commit(&c->reader, (size_t)nread);
   c->refs++; /* a handler may close the connection; keep it alive until we are done */
   c->in_dispatch = true;
@@ -291,6 +297,7 @@ void kiln_conn_accept(kiln_listener_t *l) {
   if (s->conns) s->conns->prev = c;
   s->conns = c;
   s->num_conns++;
+  kiln_metrics_conn_accepted();
   if (uv_accept(&l->h.stream, &c->h.stream) != 0) {
     kiln_conn_close(c);
     return;

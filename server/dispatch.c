@@ -5,6 +5,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "server/compile.h"
+#include "server/metrics.h"
 
 typedef struct method {
   const char *name;
@@ -47,9 +48,10 @@ kiln_req_t *kiln_req_create(kiln_conn_t *c, uint32_t msgid, int method) {
   return r;
 }
 
-static void req_finish(kiln_req_t *r) {
+static void req_finish(kiln_req_t *r, kiln_code_t code) {
   kiln_conn_t *c = r->conn;
   kiln_server_t *s = c->server;
+  kiln_metrics_request_done(r->method, code, kiln_now_ns() - r->start_ns);
   c->inflight--;
   s->total_inflight--;
   if (r->method >= 0) s->requests_by_method[r->method]++;
@@ -63,7 +65,7 @@ static void req_finish(kiln_req_t *r) {
 void kiln_req_reply(kiln_req_t *r, kiln_buf_t *bytes, const void *extra, size_t extra_len,
                     void (*release)(void *), void *extra_ctx) {
   kiln_conn_send(r->conn, bytes, extra, extra_len, release, extra_ctx);
-  req_finish(r);
+  req_finish(r, KILN_E_OK);
 }
 
 void kiln_req_fail(kiln_req_t *r, kiln_status_t st) {
@@ -83,7 +85,7 @@ void kiln_req_fail(kiln_req_t *r, kiln_status_t st) {
   }
   kiln_status_free(st);
   kiln_conn_send(r->conn, &b, NULL, 0, NULL, NULL);
-  req_finish(r);
+  req_finish(r, code);
 }
 
 void kiln_dispatch(kiln_conn_t *c, const uint8_t *bytes, size_t len) {

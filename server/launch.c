@@ -7,6 +7,7 @@
 
 #include "protocol/channel.h"
 #include "server/compile.h"
+#include "server/metrics.h"
 #include "server/request.h"
 
 typedef struct launch_op {
@@ -116,6 +117,7 @@ static void launch_go(void *ctx, kiln_status_t st) {
   }
   if (!st) st = ensure_loaded(op->slot, m);
   if (!st) st = kiln_worker_call(op->slot->worker, op->method, &op->params, NULL, 0, on_reply, op);
+  if (!st) kiln_metrics_launch(op->slot->device, op->slot->tenant, op->method[0] == 't');
   if (st) {
     op->slot->tenant->launches--;
     kiln_device_run_done(s, op->slot->device);

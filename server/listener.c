@@ -1,5 +1,6 @@
 /* Listeners: tcp:HOST:PORT and unix:PATH. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,12 +18,12 @@ static void on_connection(uv_stream_t *server, int status) {
   kiln_conn_accept(l);
 }
 
-static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char *spec) {
+kiln_status_t kiln_tcp_address(const char *spec, struct sockaddr_storage *out, bool *out_loopback) {
   /* HOST:PORT, HOST may be [v6]. */
   char host[256];
   const char *colon = strrchr(spec, ':');
   if (!colon || colon == spec)
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "listen address 'tcp:%s' needs HOST:PORT", spec);
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "address 'tcp:%s' needs HOST:PORT", spec);
   size_t hn = (size_t)(colon - spec);
   if (hn >= sizeof(host)) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "host name too long");
   memcpy(host, spec, hn);
@@ -32,6 +33,7 @@ static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char 
   if (*end || port < 0 || port > 65535 || colon[1] == 0)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "bad port in 'tcp:%s'", spec);
   struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof(ss));
   int rc;
   if (host[0] == '[' && hn > 2 && host[hn - 1] == ']') {
     host[hn - 1] = 0;
@@ -41,9 +43,17 @@ static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char 
                      (struct sockaddr_in *)&ss);
   }
   if (rc) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "bad address 'tcp:%s' (use an IP address)", spec);
-  bool loopback = ss.ss_family == AF_INET
+  *out_loopback = ss.ss_family == AF_INET
                       ? (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127
                       : IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+  *out = ss;
+  return KILN_OK;
+}
+
+static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char *spec) {
+  struct sockaddr_storage ss;
+  bool loopback;
+  KILN_RETURN_IF_ERROR(kiln_tcp_address(spec, &ss, &loopback));
   if (!loopback && !s->tenants.auth_required)
     return KILN_STATUS(KILN_E_PERMISSION,
                        "refusing to listen on tcp:%s without a tokens file: anyone who can reach "
@@ -53,7 +63,7 @@ static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char 
   uv_tcp_init(s->loop, &l->h.tcp);
   l->is_tcp = true;
   l->h.handle.data = l;
-  rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&ss, 0);
+  int rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&ss, 0);
   if (!rc) rc = uv_listen(&l->h.stream, 511, on_connection);
   if (rc) return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot listen on tcp:%s: %s", spec, uv_strerror(rc));
   struct sockaddr_storage bound;

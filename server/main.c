@@ -13,8 +13,10 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "server/compile.h"
+#include "server/metrics.h"
 
 static kiln_server_t the_server;
+static const char *metrics_spec; /* --metrics */
 
 kiln_server_t *kiln_server_get(void) { return &the_server; }
 
@@ -38,6 +40,8 @@ static void usage(FILE *f) {
           "                        repeatable\n"
           "  --tokens FILE         tokens -> tenants, devices, quotas (docs/operations.md);\n"
           "                        reloaded on SIGHUP. Required to listen beyond loopback\n"
+          "  --metrics tcp:HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
+          "                        (no authentication; see docs/operations.md)\n"
           "  --compile-workers N   compile worker processes (default: number of cores)\n"
           "  --compile-timeout S   time limit of one compile (default 60)\n"
           "  --compile-max-memory BYTES  address-space limit of a compile worker (default 8 GiB)\n"
@@ -80,7 +84,7 @@ static bool parse_u64(const char *s, uint64_t *out) {
 static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
          O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_CMEM,
-         O_CACHEMAX, O_TOKENS, O_PIN };
+         O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -101,6 +105,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"cache-max-bytes", required_argument, 0, O_CACHEMAX},
       {"tokens", required_argument, 0, O_TOKENS},
       {"pin", required_argument, 0, O_PIN},
+      {"metrics", required_argument, 0, O_METRICS},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -151,6 +156,10 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         cfg->cache_max_bytes = u;
         break;
       case O_TOKENS: snprintf(cfg->tokens, sizeof(cfg->tokens), "%s", optarg); break;
+      case O_METRICS:
+        if (strncmp(optarg, "tcp:", 4) != 0) goto bad;
+        metrics_spec = optarg;
+        break;
       case O_PIN: {
         /* DEVICE=CPULIST, e.g. cpu:0=0-1 or cuda:0=2; checked again by the worker. */
         const char *eq = strchr(optarg, '=');
@@ -208,6 +217,7 @@ void kiln_server_maybe_finish_drain(kiln_server_t *s) {
     c = n;
   }
   kiln_compile_shutdown(s);
+  kiln_metrics_stop(s);
   for (uint32_t i = 0; i < s->num_devices; i++) {
     size_t it = 0;
     void *v;
@@ -305,6 +315,9 @@ int main(int argc, char **argv) {
   if (!st) st = kiln_devices_probe(s);
   if (!st) st = kiln_compile_init(s);
   if (!st) st = kiln_listeners_start(s);
+  char metrics_url[320] = "";
+  if (!st && metrics_spec)
+    st = kiln_metrics_start(s, metrics_spec, metrics_url, sizeof(metrics_url));
   if (st) {
     fprintf(stderr, "kilnd: %s\n", kiln_status_message(st));
     KILN_LOG_ERROR("start_failed", "code=%s where=%s", kiln_code_name(kiln_status_code(st)),
@@ -330,10 +343,12 @@ int main(int argc, char **argv) {
 
   /* Readiness: every listener is bound and listening. */
   if (cfg->ready_fd >= 0) {
-    char lines[KILN_MAX_LISTENERS * 310];
+    char lines[KILN_MAX_LISTENERS * 310 + 330];
     size_t n = 0;
     for (int i = 0; i < s->num_listeners; i++)
       n += (size_t)snprintf(lines + n, sizeof(lines) - n, "%s\n", s->listeners[i].address);
+    /* Last, and not a tcp: or unix: line, so readers that look for listeners skip it. */
+    if (metrics_url[0]) n += (size_t)snprintf(lines + n, sizeof(lines) - n, "%s\n", metrics_url);
     ssize_t w = write(cfg->ready_fd, lines, n);
     (void)w;
     close(cfg->ready_fd);

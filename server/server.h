@@ -72,6 +72,10 @@ typedef struct kiln_listener {
 } kiln_listener_t;
 
 kiln_status_t kiln_listeners_start(kiln_server_t *s);
+/* Parses "HOST:PORT" (HOST an IPv4 address, [v6] or localhost) and says whether it is a
+ * loopback address (--listen, --metrics). */
+struct sockaddr_storage;
+kiln_status_t kiln_tcp_address(const char *spec, struct sockaddr_storage *out, bool *out_loopback);
 void kiln_listeners_close(kiln_server_t *s);
 
 /* --- connections (conn.c) ----------------------------------------------------------------- */

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "protocol/channel.h"
+#include "server/metrics.h"
 #include "server/server.h"
 
 typedef struct pending {
@@ -173,7 +174,11 @@ static void incarnation_end(incarnation_t *inc) {
   else snprintf(why, sizeof(why), "exit status %lld", (long long)inc->exit_status);
   if (w) {
     w->generation++;
-    if (!w->destroying) w->restarts++;
+    if (!w->destroying) {
+      w->restarts++;
+      kiln_metrics_worker_died(w->kind == KILN_WORKER_DEVICE, w->device_id, inc->term_signal,
+                               inc->exit_status, inc->kill_code);
+    }
     w->last_death_ns = kiln_now_ns();
     if (w->cur == inc) w->cur = NULL;
     KILN_LOG_WARN("worker_died", "kind=%s device=%s pid=%d why=\"%s\" pending=%zu",

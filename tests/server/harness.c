@@ -77,6 +77,12 @@ void daemon_start(daemon_t *d, const char *const *extra) {
   snprintf(d->tcp, sizeof(d->tcp), "%s", tcp + 4);
   d->port = atoi(strrchr(d->tcp, ':') + 1);
   cr_assert(strstr(end + 1, "unix:"), "no unix listener line");
+  char *http = strstr(end + 1, "http://");
+  if (http) {
+    char *e = strchr(http, '\n');
+    if (e) *e = 0;
+    snprintf(d->metrics, sizeof(d->metrics), "%s", http);
+  }
 }
 
 int daemon_stop(daemon_t *d) {
@@ -233,4 +239,19 @@ int children_of(pid_t pid, pid_t *out, int cap) {
   while (n < cap && fscanf(f, "%d", &v) == 1) out[n++] = v;
   fclose(f);
   return n;
+}
+
+pid_t daemon_child_named(pid_t pid, const char *prefix) {
+  pid_t kids[64];
+  int n = children_of(pid, kids, 64);
+  for (int i = 0; i < n; i++) {
+    char path[64], comm[64] = "";
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)kids[i]);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    bool ok = fgets(comm, sizeof(comm), f) && strncmp(comm, prefix, strlen(prefix)) == 0;
+    fclose(f);
+    if (ok) return kids[i];
+  }
+  return 0;
 }

@@ -18,6 +18,7 @@ typedef struct daemon {
   int port;
   char unix_path[256];
   char dir[64];    /* private temp dir (cache, socket) */
+  char metrics[128]; /* "http://127.0.0.1:PORT/metrics" when started with --metrics, else "" */
 } daemon_t;
 
 /* Starts kilnd (path from $KILND) with the extra arguments (NULL-terminated). */
@@ -56,5 +57,8 @@ int count_fds(pid_t pid);
 long rss_kib(pid_t pid);
 /* Pids of the direct children of pid. */
 int children_of(pid_t pid, pid_t *out, int cap);
+/* The first direct child of pid whose command name (/proc/PID/comm, 15 characters at most)
+ * starts with prefix; 0 if none. */
+pid_t daemon_child_named(pid_t pid, const char *prefix);
 
 #endif

@@ -382,20 +382,7 @@ Test(compile, batch_partial_failure_and_single_flight) {
   client_close(&c);
 }
 
-static pid_t child_named(const char *prefix) {
-  pid_t kids[32];
-  int n = children_of(d.pid, kids, 32);
-  for (int i = 0; i < n; i++) {
-    char path[64], comm[64] = "";
-    snprintf(path, sizeof(path), "/proc/%d/comm", (int)kids[i]);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    bool ok = fgets(comm, sizeof(comm), f) && strncmp(comm, prefix, strlen(prefix)) == 0;
-    fclose(f);
-    if (ok) return kids[i];
-  }
-  return 0;
-}
+static pid_t child_named(const char *prefix) { return daemon_child_named(d.pid, prefix); }
 
 /* On KILN_TEST_DEVICE (default cpu:0): a faulting kernel ends that tenant's device worker
  * with E_DEVICE_FAULT, and the next launch on the same device works. */

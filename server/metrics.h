@@ -1,0 +1,41 @@
+/* Prometheus metrics of kilnd: the counters that no other module keeps, and `GET /metrics`
+ * on --metrics tcp:HOST:PORT (text exposition format 0.0.4, docs/operations.md lists every
+ * metric).
+ *
+ * The HTTP side is libmicrohttpd without threads of its own: its epoll descriptor is polled
+ * by the loop and MHD_run is called from there, so the page is rendered on the loop thread
+ * that owns every number it reads (STYLE rule 8). Loop thread only, like the rest of
+ * server/. */
+#ifndef KILN_SERVER_METRICS_H
+#define KILN_SERVER_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "server/server.h"
+
+/* Starts the HTTP endpoint on `spec` ("tcp:HOST:PORT", port 0 picks one) and writes its
+ * URL ("http://127.0.0.1:40123/metrics") to out_url. */
+kiln_status_t kiln_metrics_start(kiln_server_t *s, const char *spec, char *out_url, size_t cap);
+/* Stops the endpoint (at the end of a drain); open scrapes are cut. */
+void kiln_metrics_stop(kiln_server_t *s);
+
+/* Counters kept here. `method` is the dispatch index (-1: unknown method); `code` 0 is
+ * success. */
+void kiln_metrics_request_done(int method, kiln_code_t code, uint64_t duration_ns);
+void kiln_metrics_bytes(uint64_t in, uint64_t out);
+void kiln_metrics_conn_accepted(void);
+/* A launch or timing handed to the device worker of (device, tenant). */
+void kiln_metrics_launch(const kiln_device_entry_t *d, const kiln_tenant_t *t, bool timed);
+/* A worker process died while kilnd still needed it (it is replaced). `label` is the
+ * worker's label ("" for compile workers, "DEVICE/TENANT" for device workers); the reason
+ * is "timeout" when kilnd killed it for its time limit, "killed" for another kill by
+ * kilnd, the signal's name when a signal ended it, else "exit_N". */
+void kiln_metrics_worker_died(bool device, const char *label, int term_signal, int64_t exit_status,
+                              kiln_code_t kill_code);
+
+/* The whole exposition text, malloc'ed (the caller frees it); NULL when out of memory. */
+char *kiln_metrics_render(kiln_server_t *s, size_t *out_len);
+
+#endif
