@@ -6,10 +6,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support.h"
 
 #define DEADLINE_NS (30ull * 1000 * 1000 * 1000)
+
+bool conf_in_child = false;
+
+/* A failed check: a Criterion assertion in the test process; in a forked child (the fault
+ * test) a line on stderr and exit 101, since Criterion's messages from a process its runner
+ * did not start are never acknowledged and the child would block on them forever. */
+#define CONF_FAIL(...)                   \
+  do {                                   \
+    if (conf_in_child) {                 \
+      fprintf(stderr, "child: ");        \
+      fprintf(stderr, __VA_ARGS__);      \
+      fputc('\n', stderr);               \
+      _exit(101);                        \
+    }                                    \
+    cr_assert_fail(__VA_ARGS__);         \
+  } while (0)
+#define CONF_CHECK(cond, ...)            \
+  do {                                   \
+    if (!(cond)) CONF_FAIL(__VA_ARGS__); \
+  } while (0)
 
 conf_param_t *conf_params(size_t *out_count) {
   const char *only = getenv("KILN_TEST_BACKENDS");
@@ -39,13 +60,14 @@ static uint32_t device_index(void) {
 
 void conf_require(const char *kind) {
   const kiln_backend_t *b = kiln_device_backend_find(kind);
-  cr_assert(b, "no backend %s", kind);
+  CONF_CHECK(b, "no backend %s", kind);
   uint32_t index = device_index();
   kiln_device_info_t infos[16];
   size_t n = 0;
   char reason[256] = "";
   kiln_status_t s = b->probe(infos, 16, &n, reason, sizeof reason);
-  cr_assert_eq(s, KILN_OK, "%s probe: %s", kind, s ? kiln_status_message(s) : "");
+  CONF_CHECK((s) == (KILN_OK), "%s probe: %s", kind, s ? kiln_status_message(s) : "");
+  CONF_CHECK(!conf_in_child || index < n, "%s: no device %u (%zu present)", kind, index, n);
   if (n == 0) cr_skip_test("%s: no device: %s", kind, reason);
   if (index >= n) cr_skip_test("%s: no device %u (%zu present)", kind, index, n);
 }
@@ -56,7 +78,7 @@ void conf_open(conf_t *c, const char *kind) {
   c->b = kiln_device_backend_find(kind);
   uint32_t index = device_index();
   kiln_status_t s = c->b->open(index, NULL, 0, &c->dev);
-  cr_assert_eq(s, KILN_OK, "opening %s:%u: %s", kind, index, s ? kiln_status_message(s) : "");
+  CONF_CHECK((s) == (KILN_OK), "opening %s:%u: %s", kind, index, s ? kiln_status_message(s) : "");
   c->info = c->b->info(c->dev);
 }
 
@@ -93,7 +115,7 @@ static bool artifact_path(conf_t *c, const char *stem, char *path, size_t cap) {
 void conf_load(conf_t *c, const char *stem) {
   char path[4096];
   if (!artifact_path(c, stem, path, sizeof path))
-    cr_assert_fail("no artifact of %s for %s (%s) in %s: build one with kiln-test-kernelc DIR %.*s %s.bc",
+    CONF_FAIL("no artifact of %s for %s (%s) in %s: build one with kiln-test-kernelc DIR %.*s %s.bc",
                    stem, c->info->id, c->info->arch, kiln_test_data_dir(),
                    (int)strcspn(c->info->arch, ":"), c->info->arch, stem);
   const char *name = strrchr(path, '/') + 1;
@@ -102,13 +124,13 @@ void conf_load(conf_t *c, const char *stem) {
   /* kiln-test-kernelc leaves this marker where the compiler failed at build time. */
   static const char failed[] = "KILN-COMPILE-FAILED\n";
   if (len >= sizeof failed - 1 && memcmp(bytes, failed, sizeof failed - 1) == 0)
-    cr_assert_fail("%s did not compile for %s at build time: %s", stem, c->info->arch,
+    CONF_FAIL("%s did not compile for %s at build time: %s", stem, c->info->arch,
                    (char *)bytes + sizeof failed - 1);
   kiln_status_t s = kiln_artifact_decode(bytes, len, &c->art);
   free(bytes);
-  cr_assert_eq(s, KILN_OK, "decoding %s: %s", path, s ? kiln_status_message(s) : "");
+  CONF_CHECK((s) == (KILN_OK), "decoding %s: %s", path, s ? kiln_status_message(s) : "");
   s = c->b->module_load(c->dev, &c->art, &c->mod);
-  cr_assert_eq(s, KILN_OK, "loading %s on %s: %s", path, c->info->id, s ? kiln_status_message(s) : "");
+  CONF_CHECK((s) == (KILN_OK), "loading %s on %s: %s", path, c->info->id, s ? kiln_status_message(s) : "");
 }
 
 void conf_close(conf_t *c) {
@@ -121,20 +143,20 @@ void conf_close(conf_t *c) {
 kiln_dmem_t *conf_alloc(conf_t *c, size_t bytes) {
   kiln_dmem_t *m;
   kiln_status_t s = c->b->mem_alloc(c->dev, bytes, &m);
-  cr_assert_eq(s, KILN_OK, "alloc %zu: %s", bytes, s ? kiln_status_message(s) : "");
+  CONF_CHECK((s) == (KILN_OK), "alloc %zu: %s", bytes, s ? kiln_status_message(s) : "");
   return m;
 }
 
 kiln_dmem_t *conf_upload(conf_t *c, const void *host, size_t bytes) {
   kiln_dmem_t *m = conf_alloc(c, bytes);
   kiln_status_t s = c->b->copy_in(c->dev, m, 0, host, bytes);
-  cr_assert_eq(s, KILN_OK, "copy_in: %s", s ? kiln_status_message(s) : "");
+  CONF_CHECK((s) == (KILN_OK), "copy_in: %s", s ? kiln_status_message(s) : "");
   return m;
 }
 
 void conf_download(conf_t *c, kiln_dmem_t *m, void *host, size_t bytes) {
   kiln_status_t s = c->b->copy_out(c->dev, m, 0, host, bytes);
-  cr_assert_eq(s, KILN_OK, "copy_out: %s", s ? kiln_status_message(s) : "");
+  CONF_CHECK((s) == (KILN_OK), "copy_out: %s", s ? kiln_status_message(s) : "");
 }
 
 void conf_free(conf_t *c, kiln_dmem_t *m) { c->b->mem_free(c->dev, m); }
@@ -154,13 +176,13 @@ kiln_status_t conf_try(conf_t *c, const char *kernel, const uint32_t grid[3], co
                        uint32_t shared, const kiln_launch_arg_t *args, size_t nargs, uint32_t count,
                        uint64_t *out_elapsed_ns) {
   const kiln_kernel_t *k = kiln_artifact_kernel(&c->art, kernel);
-  cr_assert(k, "artifact has no kernel %s", kernel);
+  CONF_CHECK(k, "artifact has no kernel %s", kernel);
   kiln_launch_values_t v;
   kiln_status_t s = kiln_launch_values_init(&v, k, args, nargs);
-  cr_assert_eq(s, KILN_OK, "%s args: %s", kernel, s ? kiln_status_message(s) : "");
+  CONF_CHECK((s) == (KILN_OK), "%s args: %s", kernel, s ? kiln_status_message(s) : "");
   kiln_launch_t l;
   s = kiln_launch_prepare(k, c->info, grid, block, shared, v.ptrs, &l);
-  cr_assert_eq(s, KILN_OK, "%s geometry: %s", kernel, s ? kiln_status_message(s) : "");
+  CONF_CHECK((s) == (KILN_OK), "%s geometry: %s", kernel, s ? kiln_status_message(s) : "");
   s = c->b->launch(c->dev, c->mod, &l, count, DEADLINE_NS, out_elapsed_ns);
   kiln_launch_values_deinit(&v);
   return s;
@@ -169,7 +191,7 @@ kiln_status_t conf_try(conf_t *c, const char *kernel, const uint32_t grid[3], co
 void conf_run(conf_t *c, const char *kernel, const uint32_t grid[3], const uint32_t block[3],
               uint32_t shared, const kiln_launch_arg_t *args, size_t nargs) {
   kiln_status_t s = conf_try(c, kernel, grid, block, shared, args, nargs, 1, NULL);
-  cr_assert_eq(s, KILN_OK, "%s on %s: %s", kernel, c->info->id, s ? kiln_status_message(s) : "");
+  CONF_CHECK((s) == (KILN_OK), "%s on %s: %s", kernel, c->info->id, s ? kiln_status_message(s) : "");
 }
 
 uint32_t conf_ulp_diff(float a, float b) {

@@ -4,11 +4,15 @@
 #ifndef KILN_TESTS_DEVICE_CONFORMANCE_H
 #define KILN_TESTS_DEVICE_CONFORMANCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "device/launch.h"
 #include "device/registry.h"
+
+/* Set in a forked child: failed checks print and _exit(101) instead of asserting. */
+extern bool conf_in_child;
 
 /* Criterion parameter: one backend kind. */
 typedef struct conf_param {

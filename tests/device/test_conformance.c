@@ -342,6 +342,7 @@ ParameterizedTest(conf_param_t *p, conformance, timing_follows_time_evaluator) {
  * and the worker exits after reporting E_DEVICE_FAULT), so the faulting launch runs in a
  * forked child; the parent then opens the device afresh and runs a good kernel. */
 static void fault_child(const char *kind) {
+  conf_in_child = true;
   conf_t c;
   conf_open(&c, kind);
   conf_load(&c, "fault");
@@ -362,8 +363,18 @@ ParameterizedTest(conf_param_t *p, conformance, fault_reported_and_next_launch_w
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
   if (pid == 0) fault_child(p->kind);
+  /* A child stuck in the driver fails the test instead of hanging the suite. */
   int ws = 0;
-  cr_assert_eq(waitpid(pid, &ws, 0), pid);
+  pid_t got = 0;
+  for (int waited_ms = 0; (got = waitpid(pid, &ws, WNOHANG)) == 0 && waited_ms < 120000; waited_ms += 10)
+    usleep(10000);
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &ws, 0);
+    cr_assert_fail("%s: the faulting child did not end within 120 s", p->kind);
+  }
+  cr_assert_eq(got, pid);
+  cr_expect(WIFSIGNALED(ws) || WEXITSTATUS(ws) != 101, "%s: the child's set-up failed (its stderr says why)", p->kind);
   cr_log_info("%s: faulting child %s %d", p->kind, WIFSIGNALED(ws) ? "died of signal" : "exited with",
               WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
   if (WIFSIGNALED(ws))
