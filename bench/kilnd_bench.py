@@ -104,7 +104,7 @@ def start(cache_dir, workers=None, devices=None, extra=()):
 
 
 def machine():
-    model, cores = "?", os.cpu_count()
+    model, cores = "?", len(os.sched_getaffinity(0))  # the cores this run may use (taskset)
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
         for line in out.splitlines():
@@ -254,14 +254,17 @@ def gemm_variants():
     return out
 
 
-def build_gemm(tmp, say):
+def build_gemm(tmp, say, keep_dir=None):
     vs = gemm_variants()
-    outdir = os.path.join(tmp, "gemm")
+    outdir = keep_dir or os.path.join(tmp, "gemm")
     os.makedirs(outdir, exist_ok=True)
 
     def one(v):
         rm, rn, tk, un = v
         path = os.path.join(outdir, "gemm_%d_%d_%d_%d.bc" % v)
+        if keep_dir and os.path.exists(path):  # made by an earlier run (or on a machine with clang)
+            with open(path, "rb") as f:
+                return f.read()
         subprocess.run([CLANG, "-O2", "-emit-llvm", "-c", "-I", os.path.join(ROOT, "clients", "include"),
                         "-DRM=%d" % rm, "-DRN=%d" % rn, "-DTK=%d" % tk, "-DUNROLL=%d" % un, GEMM, "-o", path],
                        check=True, timeout=120)
@@ -440,6 +443,8 @@ def main():
     ap.add_argument("--batch-reps", type=int, default=2)
     ap.add_argument("--batch-targets", default="gfx942,cpu", help="comma-separated targets for (d)")
     ap.add_argument("--only", default="abcde", help="which parts to run, e.g. 'de'")
+    ap.add_argument("--gemm-dir", help="keep the GEMM bitcode variants here and reuse those present "
+                    "(for machines without clang)")
     args = ap.parse_args()
 
     kilnd = find_kilnd()
@@ -469,7 +474,7 @@ def main():
             C = bench_restart(base_ir, args.restarts, say, tmp)
         if "d" in args.only:
             say("(d) compile_batch")
-            bcs = build_gemm(tmp, say)
+            bcs = build_gemm(tmp, say, args.gemm_dir)
             for tgt in args.batch_targets.split(","):
                 D[tgt] = bench_batch(bcs, tgt, args.batch_reps, say, tmp, base_ir)
         if "e" in args.only:
