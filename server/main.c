@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,7 +281,11 @@ int main(int argc, char **argv) {
   cfg->max_inflight = 256;
   cfg->max_unsent_bytes = 64ull << 20;
   kiln_limits_default(&cfg->limits);
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  /* One compile worker per core kilnd may run on (taskset, a cgroup cpuset), not per core
+   * of the machine. */
+  cpu_set_t allowed;
+  long ncpu = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                                  : sysconf(_SC_NPROCESSORS_ONLN);
   cfg->compile_workers = ncpu > 0 ? (uint32_t)ncpu : 1;
   cfg->compile_timeout_s = 60;
   cfg->compile_max_memory = 8ull << 30;
