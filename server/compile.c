@@ -908,8 +908,11 @@ void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk) {
   kiln_cache_stats_t c;
   kiln_cache_stats(cs->cache, &c);
   kiln_pack_cstr(pk, "compile");
-  msgpack_pack_map(pk, 11);
+  uint32_t busy = 0;
+  for (uint32_t i = 0; i < cs->nslots; i++) busy += cs->slots[i].job != NULL;
+  msgpack_pack_map(pk, 12);
   kiln_pack_kv_u64(pk, "workers", cs->nslots);
+  kiln_pack_kv_u64(pk, "workers_busy", busy);
   kiln_pack_kv_u64(pk, "queued_interactive", cs->qlen[0]);
   kiln_pack_kv_u64(pk, "queued_batch", cs->qlen[1]);
   kiln_pack_kv_u64(pk, "compiles", cs->compiles);

@@ -92,12 +92,35 @@ kiln_status_t kiln_method_devices(kiln_call_t *call) {
   return KILN_OK;
 }
 
+/* "devices": what runs on each device now, and what its tensors hold. */
+static void pack_devices(kiln_server_t *s, msgpack_packer *pk) {
+  uint64_t bytes[KILN_MAX_DEVICES] = {0}, count[KILN_MAX_DEVICES] = {0};
+  size_t it = 0;
+  void *v;
+  while (kiln_map_next(&s->tensors, &it, NULL, &v)) {
+    kiln_tensor_t *t = v;
+    bytes[t->device - s->devices] += t->desc.nbytes;
+    count[t->device - s->devices]++;
+  }
+  kiln_pack_cstr(pk, "devices");
+  msgpack_pack_array(pk, s->num_devices);
+  for (uint32_t i = 0; i < s->num_devices; i++) {
+    const kiln_device_entry_t *d = &s->devices[i];
+    msgpack_pack_map(pk, 5);
+    kiln_pack_kv_str(pk, "id", d->id);
+    kiln_pack_kv_u64(pk, "launches", d->running);
+    kiln_pack_kv_str(pk, "lease", d->lease_tenant ? d->lease_tenant->name : "");
+    kiln_pack_kv_u64(pk, "tensors", count[i]);
+    kiln_pack_kv_u64(pk, "memory", bytes[i]);
+  }
+}
+
 kiln_status_t kiln_method_stats(kiln_call_t *call) {
   static const char *const fields[] = {NULL};
   KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "stats", fields));
   kiln_server_t *s = call->server;
   msgpack_packer *pk = call->pk;
-  msgpack_pack_map(pk, 9 + kiln_compile_stats_fields());
+  msgpack_pack_map(pk, 10 + kiln_compile_stats_fields());
   kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
   kiln_compile_pack_stats(s, pk);
   kiln_pack_kv_f64(pk, "uptime_s", (double)(kiln_now_ns() - s->start_ns) / 1e9);
@@ -134,6 +157,7 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
       kiln_pack_kv_u64(pk, "inflight", kiln_worker_inflight(sl->worker));
     }
   }
+  pack_devices(s, pk);
   kiln_pack_cstr(pk, "tenants");
   uint32_t nt = 0;
   for (uint32_t i = 0; i < s->tenants.count; i++) nt += !s->tenants.all[i]->disabled;
@@ -141,13 +165,14 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
   for (uint32_t i = 0; i < s->tenants.count; i++) {
     kiln_tenant_t *t = s->tenants.all[i];
     if (t->disabled) continue;
-    msgpack_pack_map(pk, 9);
+    msgpack_pack_map(pk, 10);
     kiln_pack_kv_str(pk, "name", t->name);
     kiln_pack_kv_u64(pk, "connections", t->connections);
     kiln_pack_kv_u64(pk, "tensors", t->tensors);
     kiln_pack_kv_u64(pk, "memory", t->memory);
     kiln_pack_kv_u64(pk, "launches", t->launches);
     kiln_pack_kv_u64(pk, "compiles", t->compiles);
+    kiln_pack_kv_u64(pk, "compiles_queued", kiln_compile_queued(s, t, 0) + kiln_compile_queued(s, t, 1));
     kiln_pack_kv_u64(pk, "modules", t->modules.count);
     kiln_pack_kv_u64(pk, "requests", t->requests);
     kiln_pack_kv_u64(pk, "errors", t->errors);

@@ -7,6 +7,7 @@
 #include "base/util.h"
 #include "kiln/client.h"
 #include "npy.h"
+#include "stats.h"
 #include "protocol/rpc.h"
 
 enum {
@@ -30,7 +31,8 @@ static const char USAGE[] =
     "  get ID FILE.npy               download tensor ID into FILE.npy (bfloat16 is written as\n"
     "                                its uint16 bits)\n"
     "  free ID                       free tensor ID\n"
-    "  stats                         daemon statistics, as JSON\n"
+    "  stats [--json]                tenants, queues, devices, compiles and cache as tables\n"
+    "                                (--json: the whole `stats` reply as JSON)\n"
     "\n"
     "options:\n"
     "  --url URL      tcp:HOST:PORT or unix:PATH (default: $KILN_URL, else the default socket)\n"
@@ -174,12 +176,20 @@ static int cmd_free(kiln_client_t *c, int argc, char **argv) {
 }
 
 static int cmd_stats(kiln_client_t *c, int argc, char **argv) {
-  if (argc != 1) return usage_error("stats takes no arguments%s", "");
+  bool json = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) json = true;
+    else return usage_error("stats: unknown option %s", argv[i]);
+  }
   kiln_reply_t *r;
   kiln_status_t s = kiln_client_stats(c, &r);
   if (s) return report("stats", s, EXIT_SERVER);
-  kiln_object_print_json(stdout, kiln_reply_result(r), true);
-  putchar('\n');
+  if (json) {
+    kiln_object_print_json(stdout, kiln_reply_result(r), true);
+    putchar('\n');
+  } else {
+    kiln_cli_print_stats(stdout, kiln_reply_result(r));
+  }
   kiln_reply_free(r);
   return EXIT_OK;
 }

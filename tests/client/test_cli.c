@@ -73,8 +73,37 @@ Test(cli, ping_devices_stats) {
   cr_expect(strstr(out, "cpu:0") != NULL, "%s", out);
   cr_assert_eq(CLI(out, "--url", g_kilnd.unix_url, "devices", "--json"), 0);
   cr_expect(strstr(out, "\"id\": \"cpu:0\"") != NULL, "%s", out);
-  cr_assert_eq(CLI(out, "--url", g_kilnd.unix_url, "stats"), 0);
+  cr_assert_eq(CLI(out, "--url", g_kilnd.unix_url, "stats", "--json"), 0);
   cr_expect(strstr(out, "\"connections\"") != NULL, "%s", out);
+}
+
+/* `kiln stats` prints tables: a tenant row that counts a tensor put through the CLI, the
+ * compile queues and the device. */
+Test(cli, stats_tables) {
+  static const uint64_t shape[] = {4};
+  float data[4] = {1, 2, 3, 4};
+  kiln_tensor_desc_t d = {.dtype = KILN_FLOAT32, .ndim = 1, .nbytes = sizeof(data)};
+  memcpy(d.shape, shape, sizeof(shape));
+  char *in = tmp_path("stats.npy");
+  ASSERT_OK(kiln_npy_write(in, &d, data));
+  char out[8192];
+  cr_assert_eq(CLI(out, "--url", g_kilnd.tcp_url, "put", in), 0);
+  char id[32];
+  snprintf(id, sizeof(id), "%llu", strtoull(out, NULL, 10));
+  cr_assert_eq(CLI(out, "--url", g_kilnd.tcp_url, "stats"), 0);
+  cr_assert(strstr(out, "TENANT") && strstr(out, "QUEUED") && strstr(out, "compile batch") &&
+                strstr(out, "DEVICE"),
+            "%s", out);
+  /* default's row: name, connections (this one), tensors, memory */
+  const char *row = strstr(out, "\ndefault ");
+  cr_assert(row, "no row for tenant default:\n%s", out);
+  unsigned conns = 0, tensors = 0, mem = 0;
+  cr_assert_eq(sscanf(row, "\ndefault %u %u %u B", &conns, &tensors, &mem), 3, "%s", out);
+  cr_assert_eq(tensors, 1, "%s", out);
+  cr_assert_eq(mem, 16, "%s", out);
+  cr_assert(strstr(out, "cpu:0"), "%s", out);
+  cr_assert_eq(CLI(out, "--url", g_kilnd.tcp_url, "free", id), 0);
+  cr_assert_eq(CLI(out, "--url", g_kilnd.tcp_url, "stats", "--bogus"), 2);
 }
 
 Test(cli, put_get_round_trip) {
