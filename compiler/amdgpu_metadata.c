@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "compiler/internal.h"
+#include "protocol/frame.h"
 
 #define NT_AMDGPU_METADATA 32
 
@@ -203,6 +204,30 @@ static kiln_status_t parse_root(const msgpack_object *root, const kc_job_t *job,
   return KILN_OK;
 }
 
+/* Whether the note is one whole msgpack object within limits. msgpack-c allocates what a
+ * container header declares before it reads the elements, so a note claiming 2^32 of them
+ * would ask for ~100 GiB; the framer checks every count against the bytes present first. */
+static bool note_is_sane(const uint8_t *desc, size_t len) {
+  kiln_limits_t lim;
+  kiln_limits_default(&lim);
+  lim.max_message = len;
+  lim.max_items = 1u << 16;
+  kiln_reader_t r;
+  kiln_reader_init(&r, &lim, len);
+  size_t fed = 0, space = 0, msg_len = 0;
+  uint8_t *dst;
+  while (fed < len && (dst = kiln_reader_space(&r, &space))) {
+    size_t k = len - fed < space ? len - fed : space;
+    memcpy(dst, desc + fed, k);
+    kiln_reader_commit(&r, k);
+    fed += k;
+  }
+  const uint8_t *msg;
+  bool ok = fed == len && kiln_reader_next(&r, &msg, &msg_len) == KILN_FRAME_MESSAGE;
+  kiln_reader_deinit(&r);
+  return ok;
+}
+
 kiln_status_t kc_amdgpu_metadata_parse(const uint8_t *elf, size_t len, const kc_job_t *job_or_null,
                                        kiln_artifact_t *art, char *out_target, size_t target_cap) {
   kc_elf_t e;
@@ -211,6 +236,8 @@ kiln_status_t kc_amdgpu_metadata_parse(const uint8_t *elf, size_t len, const kc_
   kc_elf_notes(&e, find_note, &note);
   if (!note.desc)
     return KC_COMPILE_ERROR("the code object has no NT_AMDGPU_METADATA note: kiln needs code object v4 or v5");
+  if (!note_is_sane(note.desc, note.len))
+    return KC_COMPILE_ERROR("the AMDGPU metadata note is not valid msgpack or exceeds kiln's limits");
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   size_t off = 0;

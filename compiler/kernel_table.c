@@ -240,7 +240,8 @@ kiln_status_t kc_ptx_kernel_table(const char *ptx, size_t len, kiln_artifact_t *
   KILN_RETURN_IF_ERROR(alloc_kernels(out, count));
   const char *p = ptx;
   for (uint32_t i = 0; i < count; i++) {
-    p = next_entry(ptx, p, end);
+    /* An .entry inside the previous entry's text (its name, a comment) was counted above. */
+    if (!(p = next_entry(ptx, p, end))) return KC_COMPILE_ERROR("the PTX has a malformed .entry list");
     out->num_kernels = i + 1;
     KILN_RETURN_IF_ERROR(parse_entry(&p, end, &out->kernels[i]));
   }

@@ -26,7 +26,8 @@ static kiln_status_t parse_size(const char *v, uint64_t *out) {
   else if (!strcmp(end, "M") || !strcmp(end, "MiB")) mul = 1ull << 20;
   else if (!strcmp(end, "G") || !strcmp(end, "GiB")) mul = 1ull << 30;
   else if (!strcmp(end, "T") || !strcmp(end, "TiB")) mul = 1ull << 40;
-  else return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "bad unit '%s' (use K, M, G, T)", end);
+  else return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "bad unit '%s' (use K, M, G, T)",
+                          strlen(end) <= 8 ? end : "..."); /* a long one may hold a token */
   if (n > UINT64_MAX / mul) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "number too large");
   *out = n * mul;
   return KILN_OK;

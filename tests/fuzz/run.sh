@@ -30,7 +30,7 @@ case $target in
 frame) srcs="protocol/frame.c protocol/rpc.c protocol/tensor.c" ;;
 request) srcs="protocol/frame.c protocol/rpc.c protocol/tensor.c server/request.c" ;;
 codeobj)
-  srcs="compiler/validate.c compiler/elf.c compiler/amdgpu_metadata.c compiler/kernel_table.c protocol/artifact.c"
+  srcs="compiler/validate.c compiler/elf.c compiler/amdgpu_metadata.c compiler/kernel_table.c protocol/artifact.c protocol/frame.c"
   extra_cflags="-I$(/usr/lib/llvm-22/bin/llvm-config --includedir 2>/dev/null || echo /usr/lib/llvm-22/include)"
   max_len=65536 ;;
 artifact) srcs="protocol/artifact.c"; max_len=65536 ;;
@@ -44,6 +44,9 @@ for f in $base $srcs; do files="$files $root/$f"; done
   -D_GNU_SOURCE -std=gnu11 -I"$root" $extra_cflags $(pkg-config --cflags msgpack libsodium) \
   $files $(pkg-config --libs msgpack libsodium) -lm -o "$out/fuzz_$target"
 
+# msgpack-c allocates a container's declared size before reading it; a huge one must fail
+# the allocation and come back as an error, as it does in kiln's memory-limited workers.
+export ASAN_OPTIONS="allocator_may_return_null=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 exec "$out/fuzz_$target" -max_total_time="$seconds" -max_len=$max_len -timeout=10 \
   -rss_limit_mb=2048 -artifact_prefix="$out/$target-" -print_final_stats=1 "$@" \
   "$out/corpus-$target" "$root/tests/fuzz/corpus/$target"
