@@ -309,6 +309,63 @@ Test(metrics, counters_follow_real_requests) {
   client_close(&c);
 }
 
+/* A faulting kernel ends the tenant's device worker: one fault, one device restart. */
+Test(metrics, device_fault_is_counted) {
+  static const char boom[] =
+      "define void @inc(ptr %p) section \"kiln.kernel\" {\n"
+      "  store volatile i32 1, ptr null\n"
+      "  ret void\n"
+      "}\n";
+  client_t c;
+  client_connect_tcp(&c, &d);
+  pbuild_t b;
+  pb_begin(&b, 1);
+  kiln_pack_kv_str(&b.p.pk, "ir", boom);
+  client_send(&c, 1, "compile", &b.buf);
+  pb_end(&b);
+  cr_assert(client_recv(&c, 60000));
+  cr_assert_eq(code_of(&c), 0);
+  const msgpack_object *m = kiln_params_find(c.msg.result, "module");
+  char mod[65];
+  memcpy(mod, m->via.str.ptr, 64);
+  mod[64] = 0;
+  uint64_t t = upload4(&c);
+  const char *faults = "kiln_device_faults_total{device=\"cpu:0\",tenant=\"default\"}";
+  cr_assert_eq(metric(faults), -1);
+  pbuild_t p;
+  pb_begin(&p, 5);
+  kiln_pack_kv_str(&p.p.pk, "module", mod);
+  kiln_pack_kv_str(&p.p.pk, "kernel", "inc");
+  kiln_pack_cstr(&p.p.pk, "grid");
+  msgpack_pack_array(&p.p.pk, 1);
+  msgpack_pack_uint32(&p.p.pk, 1);
+  kiln_pack_cstr(&p.p.pk, "block");
+  msgpack_pack_array(&p.p.pk, 1);
+  msgpack_pack_uint32(&p.p.pk, 1);
+  kiln_pack_cstr(&p.p.pk, "args");
+  msgpack_pack_array(&p.p.pk, 1);
+  msgpack_pack_map(&p.p.pk, 1);
+  kiln_pack_kv_u64(&p.p.pk, "tensor", t);
+  client_send(&c, 3, "launch", &p.buf);
+  pb_end(&p);
+  cr_assert(client_recv(&c, 60000));
+  cr_assert_eq(code_of(&c), 10, "expected E_DEVICE_FAULT");
+  double v = -1;
+  for (int i = 0; i < 200 && v < 1; i++) {
+    v = metric(faults);
+    if (v < 1) usleep(50 * 1000);
+  }
+  cr_assert_eq(v, 1, "the fault did not show up");
+  char *body = scrape();
+  cr_assert_eq(value_of(body, "kiln_requests_total{method=\"launch\",code=\"E_DEVICE_FAULT\"}"), 1);
+  /* The restart row of the device worker carries the reason of its death. */
+  const char *row = strstr(body, "kiln_worker_restarts_total{kind=\"device\",device=\"cpu:0\",tenant=\"default\",reason=\"");
+  cr_assert(row, "no device restart row:\n%s", body);
+  cr_log_info("%.*s", (int)(strchr(row, '\n') - row), row);
+  free(body);
+  client_close(&c);
+}
+
 Test(metrics, bad_http_costs_only_its_connection) {
   static const char post[] = "POST /metrics HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc";
   char *r = http(post, sizeof(post) - 1);
