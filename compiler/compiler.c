@@ -12,6 +12,7 @@
 
 #include "base/util.h"
 #include "compiler/internal.h"
+#include "compiler/te/te.h"
 
 /* ---- small shared helpers ---------------------------------------------------------- */
 
@@ -84,7 +85,7 @@ static void fatal_error_cb(const char *reason) {
 
 static const char *const kind_names[] = {
     [KILN_PAYLOAD_AUTO] = "auto", [KILN_PAYLOAD_LLVM] = "llvm", [KILN_PAYLOAD_HSACO] = "hsaco",
-    [KILN_PAYLOAD_PTX] = "ptx",   [KILN_PAYLOAD_CPU_SO] = "cpu-so",
+    [KILN_PAYLOAD_PTX] = "ptx",   [KILN_PAYLOAD_CPU_SO] = "cpu-so", [KILN_PAYLOAD_TE] = "te",
 };
 
 kiln_status_t kiln_payload_kind_parse(const char *name, kiln_payload_kind_t *out_kind) {
@@ -95,8 +96,8 @@ kiln_status_t kiln_payload_kind_parse(const char *name, kiln_payload_kind_t *out
     }
   }
   return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                     "unknown payload format '%s': use \"auto\", \"llvm\", \"hsaco\", \"ptx\" or "
-                     "\"cpu-so\"",
+                     "unknown payload format '%s': use \"auto\", \"llvm\", \"hsaco\", \"ptx\", "
+                     "\"cpu-so\" or \"te\"",
                      name ? name : "(null)");
 }
 
@@ -198,7 +199,7 @@ static kiln_status_t check_kind_fits_target(kiln_payload_kind_t kind, const kiln
   kiln_target_kind_t want = kind == KILN_PAYLOAD_HSACO ? KILN_TARGET_AMDGPU
                             : kind == KILN_PAYLOAD_PTX  ? KILN_TARGET_NVPTX
                                                         : KILN_TARGET_CPU;
-  if (kind == KILN_PAYLOAD_LLVM || want == t->kind) return KILN_OK;
+  if (kind == KILN_PAYLOAD_LLVM || kind == KILN_PAYLOAD_TE || want == t->kind) return KILN_OK;
   return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                      "a %s code object cannot run on target %s: send it for %s, or send LLVM IR to "
                      "compile for %s",
@@ -209,10 +210,30 @@ static kiln_status_t check_kind_fits_target(kiln_payload_kind_t kind, const kiln
                      t->id);
 }
 
+static kiln_status_t compile_module(kc_job_t *job, kiln_artifact_t *out);
+
 static kiln_status_t compile_llvm(kc_job_t *job, kiln_artifact_t *out) {
   KILN_RETURN_IF_ERROR(kc_parse(job));
   KILN_RETURN_IF_ERROR(kc_verify(job, "the IR as received"));
   kc_mark(job, "parse");
+  return compile_module(job, out);
+}
+
+/* A tensor-expression program lowered to the dialect, then the dialect's path; the launch
+ * recipes join the kernel table. */
+static kiln_status_t compile_te(kc_job_t *job, kiln_artifact_t *out) {
+  kc_te_program_t *prog = NULL;
+  kiln_status_t s = kc_te_build(job, &prog);
+  job->ir_kind = KC_IR_DIALECT;
+  if (!s) s = kc_verify(job, "the IR lowered from the te program");
+  kc_mark(job, "te");
+  if (!s) s = compile_module(job, out);
+  if (!s) s = kc_te_attach_launch(prog, out);
+  kc_te_free(prog);
+  return s;
+}
+
+static kiln_status_t compile_module(kc_job_t *job, kiln_artifact_t *out) {
   KILN_RETURN_IF_ERROR(kc_target_machine(job));
   KILN_RETURN_IF_ERROR(kc_prepare(job));
   switch (job->target.kind) {
@@ -240,7 +261,7 @@ static kiln_status_t run_job(kc_job_t *job, kiln_artifact_t *out) {
                        req->options.max_block);
   KILN_RETURN_IF_ERROR(kiln_compiler_target_parse(req->target, &job->target));
   kiln_payload_kind_t kind = req->kind == KILN_PAYLOAD_AUTO ? sniff(req->payload, req->payload_size) : req->kind;
-  if ((unsigned)kind > KILN_PAYLOAD_CPU_SO)
+  if ((unsigned)kind > KILN_PAYLOAD_TE)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "unknown payload kind %d", (int)kind);
   KILN_RETURN_IF_ERROR(check_kind_fits_target(kind, &job->target));
 
@@ -253,7 +274,7 @@ static kiln_status_t run_job(kc_job_t *job, kiln_artifact_t *out) {
   }
   job->ctx = LLVMContextCreate();
   LLVMContextSetDiagnosticHandler(job->ctx, diagnostic_cb, job);
-  kiln_status_t s = compile_llvm(job, out);
+  kiln_status_t s = kind == KILN_PAYLOAD_TE ? compile_te(job, out) : compile_llvm(job, out);
   if (!s) s = kc_check_diagnostics(job, "compilation");
   return s;
 }

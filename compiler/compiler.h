@@ -26,9 +26,10 @@ typedef enum kiln_payload_kind {
   KILN_PAYLOAD_HSACO,
   KILN_PAYLOAD_PTX,
   KILN_PAYLOAD_CPU_SO,
+  KILN_PAYLOAD_TE,       /* tensor-expression program, MessagePack (docs/te.md); never sniffed */
 } kiln_payload_kind_t;
 
-/* "auto", "llvm", "hsaco", "ptx", "cpu-so" -> kind; E_INVALID_ARGUMENT otherwise. */
+/* "auto", "llvm", "hsaco", "ptx", "cpu-so", "te" -> kind; E_INVALID_ARGUMENT otherwise. */
 kiln_status_t kiln_payload_kind_parse(const char *name, kiln_payload_kind_t *out_kind);
 const char *kiln_payload_kind_name(kiln_payload_kind_t kind);
 

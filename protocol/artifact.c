@@ -20,7 +20,10 @@ void kiln_artifact_init(kiln_artifact_t *a) { memset(a, 0, sizeof(*a)); }
 
 void kiln_artifact_deinit(kiln_artifact_t *a) {
   if (!a) return;
-  for (uint32_t i = 0; i < a->num_kernels && a->kernels; i++) free(a->kernels[i].args);
+  for (uint32_t i = 0; i < a->num_kernels && a->kernels; i++) {
+    free(a->kernels[i].args);
+    free(a->kernels[i].launch);
+  }
   free(a->kernels);
   free(a->code);
   free(a->llvm_ir);
@@ -126,7 +129,7 @@ static void pack_arg(msgpack_packer *pk, const kiln_kernel_arg_t *arg, bool hidd
 }
 
 static void pack_kernel(msgpack_packer *pk, const kiln_kernel_t *k) {
-  msgpack_pack_map(pk, 13);
+  msgpack_pack_map(pk, k->launch ? 14 : 13);
   pack_key_text(pk, "name", k->name);
   pack_str(pk, "args");
   msgpack_pack_array(pk, k->num_args);
@@ -144,6 +147,11 @@ static void pack_kernel(msgpack_packer *pk, const kiln_kernel_t *k) {
   pack_key_u32(pk, "sgpr_spill_count", k->sgpr_spill_count);
   pack_key_u32(pk, "vgpr_spill_count", k->vgpr_spill_count);
   pack_key_u32(pk, "wavefront_size", k->wavefront_size);
+  if (k->launch) {
+    pack_str(pk, "launch");
+    msgpack_pack_bin(pk, k->launch_size);
+    msgpack_pack_bin_body(pk, k->launch, k->launch_size);
+  }
 }
 
 static const char *format_name(kiln_artifact_format_t f) {
@@ -390,6 +398,16 @@ static kiln_status_t decode_kernel(const msgpack_object *o, kiln_artifact_format
     } else if (key_is(key, "hidden_args") && !have_hidden) {
       s = decode_args(v, true, &hidden_args, &n_hidden);
       have_hidden = true;
+    } else if (key_is(key, "launch") && !k->launch) {
+      /* Optional (te kernels): the launch recipe's own MessagePack, kept as bytes. */
+      if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size == 0 || v->via.bin.size > 65536)
+        s = BAD("kernel '%s': launch must be a bin of 1..65536 bytes", k->name);
+      else if (!(k->launch = malloc(v->via.bin.size)))
+        s = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory decoding a kernel");
+      else {
+        memcpy(k->launch, v->via.bin.ptr, v->via.bin.size);
+        k->launch_size = v->via.bin.size;
+      }
     } else {
       size_t f = 0;
       while (f < KILN_ARRAY_SIZE(u32_fields) && !key_is(key, u32_fields[f].key)) f++;

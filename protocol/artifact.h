@@ -62,6 +62,8 @@ typedef struct kiln_kernel {
   uint32_t max_block;       /* max work-items per work-group; 0 = target default */
   uint32_t sgpr_count, vgpr_count, sgpr_spill_count, vgpr_spill_count;
   uint32_t wavefront_size;
+  uint8_t *launch;          /* te kernels: MessagePack of the launch recipe (docs/te.md §7), owned; else NULL */
+  uint32_t launch_size;
 } kiln_kernel_t;
 
 typedef struct kiln_artifact {

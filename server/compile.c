@@ -313,7 +313,7 @@ static void pack_kernels(msgpack_packer *pk, const kiln_artifact_t *a) {
   msgpack_pack_array(pk, a->num_kernels);
   for (uint32_t i = 0; i < a->num_kernels; i++) {
     const kiln_kernel_t *k = &a->kernels[i];
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, k->launch ? 5 : 4);
     kiln_pack_kv_str(pk, "name", k->name);
     kiln_pack_cstr(pk, "args");
     msgpack_pack_array(pk, k->num_args);
@@ -324,6 +324,10 @@ static void pack_kernels(msgpack_packer *pk, const kiln_artifact_t *a) {
     }
     kiln_pack_kv_u64(pk, "shared", k->group_segment_size);
     kiln_pack_kv_u64(pk, "max_block", k->max_block);
+    if (k->launch) { /* te kernels: the recipe's MessagePack as the compiler wrote it */
+      kiln_pack_cstr(pk, "launch");
+      pk->callback(pk->data, (const char *)k->launch, k->launch_size);
+    }
   }
 }
 

@@ -21,12 +21,12 @@ kiln_status_t kiln_build_params_parse(const msgpack_object *p, const char *what,
   const msgpack_object *o;
   if ((o = kiln_params_find(p, "format"))) {
     KILN_RETURN_IF_ERROR(kiln_obj_cstr(o, "format", b->kind, sizeof(b->kind)));
-    static const char *const kinds[] = {"auto", "llvm", "hsaco", "ptx", "cpu-so"};
+    static const char *const kinds[] = {"auto", "llvm", "hsaco", "ptx", "cpu-so", "te"};
     bool ok = false;
     for (size_t i = 0; i < KILN_ARRAY_SIZE(kinds); i++) ok |= strcmp(b->kind, kinds[i]) == 0;
     if (!ok)
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                         "format '%s' is not one of auto, llvm, hsaco, ptx, cpu-so", b->kind);
+                         "format '%s' is not one of auto, llvm, hsaco, ptx, cpu-so, te", b->kind);
   }
   snprintf(b->target_arg, sizeof(b->target_arg), "cpu");
   if ((o = kiln_params_find(p, "target")))

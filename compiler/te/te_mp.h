@@ -1,0 +1,20 @@
+/* Small readers of msgpack-c objects for the te front end. */
+#ifndef KILN_COMPILER_TE_TE_MP_H
+#define KILN_COMPILER_TE_TE_MP_H
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/status.h"
+
+/* The value of `key` in map `o`, or NULL (also when o is not a map). */
+const msgpack_object *te_mp_get(const msgpack_object *o, const char *key);
+/* Copies a str (or bin) into dst; false if o is NULL, not text, empty, too long or holds a NUL. */
+bool te_mp_str(const msgpack_object *o, char *dst, size_t cap);
+bool te_mp_number(const msgpack_object *o, double *out);
+bool te_mp_int(const msgpack_object *o, int64_t *out);
+/* E_COMPILE unless o is a map whose keys are all in `keys` (NULL-terminated), each once. */
+kiln_status_t te_mp_check_keys(const msgpack_object *o, const char *what, const char *const *keys);
+
+#endif

@@ -1,0 +1,327 @@
+/* te programs (docs/te.md): compiled for cpu and run through the work-group harness against
+ * references computed here on random inputs (odd sizes, partial tiles, symbolic shapes,
+ * shared-memory GEMM), compiled for gfx942 and sm_90 (PTX through ptxas where present), and
+ * the errors malformed programs get. The launch of every run comes from the kernel's launch
+ * recipe, evaluated here the way a client would. Programs are written as JSON text and turned
+ * into MessagePack by a small converter below. */
+#include <criterion/criterion.h>
+#include <ctype.h>
+#include <math.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/compiler/harness.h"
+
+/* ---- JSON text -> MessagePack ------------------------------------------------------- */
+
+static const char *skip_ws(const char *s) {
+  while (*s && isspace((unsigned char)*s)) s++;
+  return s;
+}
+
+static const char *json_value(msgpack_packer *pk, const char *s);
+
+static const char *json_string(msgpack_packer *pk, const char *s) {
+  const char *e = strchr(s + 1, '"');
+  cr_assert(e, "unterminated string in test JSON");
+  msgpack_pack_str_with_body(pk, s + 1, (size_t)(e - s - 1));
+  return e + 1;
+}
+
+static int count_items(const char *s, char close) {
+  int depth = 0, n = 0;
+  bool any = false, str = false;
+  for (; *s; s++) {
+    if (str) {
+      if (*s == '"') str = false;
+      continue;
+    }
+    if (*s == '"') str = true;
+    if (*s == '[' || *s == '{') depth++;
+    else if ((*s == ']' || *s == '}') && depth == 0) break;
+    else if (*s == ']' || *s == '}') depth--;
+    else if (*s == ',' && depth == 0) n++;
+    if (!isspace((unsigned char)*s)) any = true;
+  }
+  (void)close;
+  return any ? n + 1 : 0;
+}
+
+static const char *json_value(msgpack_packer *pk, const char *s) {
+  s = skip_ws(s);
+  if (*s == '"') return json_string(pk, s);
+  if (*s == '[' || *s == '{') {
+    bool obj = *s == '{';
+    char close = obj ? '}' : ']';
+    int n = count_items(s + 1, close);
+    if (obj) msgpack_pack_map(pk, (uint32_t)n);
+    else msgpack_pack_array(pk, (uint32_t)n);
+    s = skip_ws(s + 1);
+    for (int i = 0; i < n; i++) {
+      if (obj) {
+        s = json_string(pk, skip_ws(s));
+        s = skip_ws(s);
+        cr_assert(*s == ':', "expected ':' in test JSON at %.20s", s);
+        s++;
+      }
+      s = skip_ws(json_value(pk, s));
+      if (*s == ',') s++;
+    }
+    s = skip_ws(s);
+    cr_assert(*s == close, "expected '%c' in test JSON at %.20s", close, s);
+    return s + 1;
+  }
+  if (strncmp(s, "true", 4) == 0) return msgpack_pack_true(pk), s + 4;
+  if (strncmp(s, "false", 5) == 0) return msgpack_pack_false(pk), s + 5;
+  if (strncmp(s, "null", 4) == 0) return msgpack_pack_nil(pk), s + 4;
+  char *end;
+  size_t len = strspn(s, "+-0123456789.eE");
+  if (memchr(s, '.', len) || memchr(s, 'e', len)) {
+    double d = strtod(s, &end);
+    msgpack_pack_double(pk, d);
+  } else {
+    long long v = strtoll(s, &end, 10);
+    msgpack_pack_int64(pk, v);
+  }
+  cr_assert(end != s, "bad test JSON at %.20s", s);
+  return end;
+}
+
+static msgpack_sbuffer to_mp(const char *json) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  const char *end = skip_ws(json_value(&pk, json));
+  cr_assert(*end == 0, "trailing test JSON: %.30s", end);
+  return sb;
+}
+
+/* ---- compile ---------------------------------------------------------------------------- */
+
+static kiln_status_t te_compile_status(const char *json, const char *target, kiln_artifact_t *out) {
+  msgpack_sbuffer sb = to_mp(json);
+  kiln_compiler_t *c;
+  kiln_status_t s = kiln_compiler_create(NULL, &c);
+  cr_assert(!s);
+  kiln_compile_request_t req = {.payload = (const uint8_t *)sb.data, .payload_size = sb.size,
+                                .kind = KILN_PAYLOAD_TE, .target = target,
+                                .options = kiln_compile_options_default()};
+  kiln_artifact_t a;
+  s = kiln_compiler_compile(c, &req, &a);
+  if (!s && out) *out = a;
+  else if (!s) kiln_artifact_deinit(&a);
+  kiln_compiler_destroy(c);
+  msgpack_sbuffer_destroy(&sb);
+  return s;
+}
+
+static void te_compile(const char *json, const char *target, kiln_artifact_t *out) {
+  kiln_status_t s = te_compile_status(json, target, out);
+  cr_assert(!s, "te compile for %s: %s: %s", target, s ? kiln_code_name(kiln_status_code(s)) : "",
+            s ? kiln_status_message(s) : "");
+}
+
+static void expect_error(const char *json, const char *needle) {
+  kiln_status_t s = te_compile_status(json, "cpu", NULL);
+  cr_assert(s, "compiled, expected an error containing '%s'", needle);
+  cr_assert_eq(kiln_status_code(s), KILN_E_COMPILE, "code %s: %s", kiln_code_name(kiln_status_code(s)),
+               kiln_status_message(s));
+  cr_assert(strstr(kiln_status_message(s), needle), "message '%s' lacks '%s'", kiln_status_message(s), needle);
+  kiln_status_free(s);
+}
+
+/* ---- the launch recipe, evaluated as a client does ------------------------------------ */
+
+typedef struct shape_arg {
+  int ndim;
+  int64_t dims[4];
+} shape_arg_t;
+
+typedef struct launch {
+  uint32_t grid[3], block[3];
+  int nvars;
+  char names[8][16];
+  int64_t values[8];
+  int arg[8];
+} launch_t;
+
+static int64_t eval(const msgpack_object *o, const launch_t *l) {
+  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) return (int64_t)o->via.u64;
+  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) return o->via.i64;
+  cr_assert(o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size >= 2, "launch expression shape");
+  const msgpack_object *a = o->via.array.ptr;
+  char op[16] = {0};
+  memcpy(op, a[0].via.str.ptr, a[0].via.str.size < 15 ? a[0].via.str.size : 15);
+  if (strcmp(op, "var") == 0) {
+    for (int i = 0; i < l->nvars; i++)
+      if (strlen(l->names[i]) == a[1].via.str.size && memcmp(l->names[i], a[1].via.str.ptr, a[1].via.str.size) == 0)
+        return l->values[i];
+    cr_assert_fail("launch names an unknown var");
+  }
+  int64_t x = eval(&a[1], l), y = eval(&a[2], l);
+  if (strcmp(op, "add") == 0) return x + y;
+  if (strcmp(op, "sub") == 0) return x - y;
+  if (strcmp(op, "mul") == 0) return x * y;
+  if (strcmp(op, "floordiv") == 0) return x / y - (x % y != 0 && ((x < 0) != (y < 0)));
+  if (strcmp(op, "floormod") == 0) return x - y * (x / y - (x % y != 0 && ((x < 0) != (y < 0))));
+  if (strcmp(op, "min") == 0) return x < y ? x : y;
+  if (strcmp(op, "max") == 0) return x > y ? x : y;
+  cr_assert_fail("unknown launch op %s", op);
+  return 0;
+}
+
+static const msgpack_object *field(const msgpack_object *m, const char *k) {
+  for (uint32_t i = 0; i < m->via.map.size; i++)
+    if (m->via.map.ptr[i].key.via.str.size == strlen(k) && memcmp(m->via.map.ptr[i].key.via.str.ptr, k, strlen(k)) == 0)
+      return &m->via.map.ptr[i].val;
+  cr_assert_fail("launch lacks %s", k);
+  return NULL;
+}
+
+/* Reads the recipe of kernel `name` and computes grid, block and the var values from the
+ * shapes of the tensor arguments (shapes[i] for argument i). */
+static launch_t launch_of(const kiln_artifact_t *a, const char *name, const shape_arg_t *shapes) {
+  const kiln_kernel_t *k = kiln_artifact_kernel(a, name);
+  cr_assert(k && k->launch, "kernel %s has a launch recipe", name);
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  cr_assert_eq(msgpack_unpack_next(&u, (const char *)k->launch, k->launch_size, NULL), MSGPACK_UNPACK_SUCCESS);
+  launch_t l = {0};
+  const msgpack_object *vars = field(&u.data, "vars");
+  l.nvars = (int)vars->via.array.size;
+  for (int i = 0; i < l.nvars; i++) {
+    const msgpack_object *v = &vars->via.array.ptr[i];
+    const msgpack_object *nm = field(v, "name"), *from = field(v, "from");
+    memcpy(l.names[i], nm->via.str.ptr, nm->via.str.size);
+    l.arg[i] = (int)field(v, "arg")->via.u64;
+    cr_assert(from->type == MSGPACK_OBJECT_ARRAY, "var %s has a source", l.names[i]);
+    l.values[i] = shapes[from->via.array.ptr[0].via.u64].dims[from->via.array.ptr[1].via.u64];
+  }
+  const msgpack_object *grid = field(&u.data, "grid"), *block = field(&u.data, "block");
+  for (int d = 0; d < 3; d++) {
+    l.grid[d] = (uint32_t)eval(&grid->via.array.ptr[d], &l);
+    l.block[d] = (uint32_t)eval(&block->via.array.ptr[d], &l);
+  }
+  msgpack_unpacked_destroy(&u);
+  return l;
+}
+
+/* Runs kernel `name` of a cpu artifact: tensor args are pointers (ptrs[i]), var args come
+ * from the recipe. */
+static launch_t run_cpu(const kiln_artifact_t *a, const char *name, int ntensors, void **ptrs,
+                        const shape_arg_t *shapes) {
+  launch_t l = launch_of(a, name, shapes);
+  th_cpu_module_t m;
+  th_cpu_load(a, &m);
+  void *args[16];
+  int32_t vals[8];
+  for (int i = 0; i < ntensors; i++) args[i] = &ptrs[i];
+  for (int i = 0; i < l.nvars; i++) {
+    vals[i] = (int32_t)l.values[i];
+    args[l.arg[i]] = &vals[i];
+  }
+  th_cpu_run(&m, a, name, l.grid, l.block, 0, args);
+  th_cpu_unload(&m);
+  return l;
+}
+
+static float *rand_floats(size_t n, unsigned *seed) {
+  float *p = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) p[i] = (float)rand_r(seed) / (float)RAND_MAX * 2.0f - 1.0f;
+  return p;
+}
+
+static void check_close(const float *got, const float *want, size_t n, float tol, const char *what) {
+  for (size_t i = 0; i < n; i++)
+    cr_assert(fabsf(got[i] - want[i]) <= tol * (1.0f + fabsf(want[i])), "%s[%zu] = %g, want %g", what, i, got[i],
+              want[i]);
+}
+
+/* ---- elementwise -------------------------------------------------------------------------- */
+
+#define VADD(SCHED)                                                                                          \
+  "{\"te\": 1, \"vars\": [{\"name\": \"n\"}], \"tensors\": ["                                               \
+  "{\"name\": \"A\", \"op\": \"placeholder\", \"dtype\": \"float32\", \"shape\": [[\"var\", \"n\"]]},"     \
+  "{\"name\": \"B\", \"op\": \"placeholder\", \"dtype\": \"float32\", \"shape\": [[\"var\", \"n\"]]},"     \
+  "{\"name\": \"C\", \"op\": \"compute\", \"dtype\": \"float32\", \"shape\": [[\"var\", \"n\"]], "         \
+  "\"axes\": [\"i\"], \"body\": [\"add\", [\"load\", \"A\", [[\"var\", \"i\"]]], [\"load\", \"B\", [[\"var\", \"i\"]]]]}]," \
+  "\"schedule\": [" SCHED "], \"kernels\": [{\"name\": \"vadd\", \"args\": [\"A\", \"B\", \"C\"]}]}"
+
+#define GPU_SPLIT                                                                                         \
+  "{\"op\": \"split\", \"stage\": \"C\", \"var\": \"i\", \"factor\": 64, \"outer\": \"bx\", \"inner\": \"tx\"}," \
+  "{\"op\": \"bind\", \"stage\": \"C\", \"var\": \"bx\", \"thread\": \"blockIdx.x\"},"                     \
+  "{\"op\": \"bind\", \"stage\": \"C\", \"var\": \"tx\", \"thread\": \"threadIdx.x\"}"
+
+#define CPU_SPLIT                                                                                         \
+  "{\"op\": \"split\", \"stage\": \"C\", \"var\": \"i\", \"factor\": 16},"                                  \
+  "{\"op\": \"parallel\", \"stage\": \"C\", \"var\": \"i.outer\"},"                                         \
+  "{\"op\": \"vectorize\", \"stage\": \"C\", \"var\": \"i.inner\"}"
+
+static void vadd_check(const char *json, int n, uint32_t want_block) {
+  kiln_artifact_t a;
+  te_compile(json, "cpu", &a);
+  unsigned seed = (unsigned)n * 7u + 1u;
+  float *x = rand_floats((size_t)n + 1, &seed), *y = rand_floats((size_t)n + 1, &seed);
+  float *z = calloc((size_t)n + 1, sizeof(float));
+  z[n] = 12345.0f; /* past the end: must stay */
+  void *ptrs[3] = {x, y, z};
+  shape_arg_t shapes[3] = {{1, {n}}, {1, {n}}, {1, {n}}};
+  launch_t l = run_cpu(&a, "vadd", 3, ptrs, shapes);
+  cr_assert_eq(l.block[0], want_block);
+  for (int i = 0; i < n; i++) cr_assert_eq(z[i], x[i] + y[i], "z[%d] = %g", i, z[i]);
+  cr_assert_eq(z[n], 12345.0f, "the guard let a work-item write past the end");
+  free(x);
+  free(y);
+  free(z);
+  kiln_artifact_deinit(&a);
+}
+
+Test(te, vadd_gpu_schedule_runs_on_cpu) {
+  vadd_check(VADD(GPU_SPLIT), 1000, 64); /* 1000 = 15*64 + 40: a partial tile */
+  vadd_check(VADD(GPU_SPLIT), 64, 64);
+  vadd_check(VADD(GPU_SPLIT), 1, 64);
+}
+
+Test(te, vadd_cpu_schedule) {
+  vadd_check(VADD(CPU_SPLIT), 1003, 1);
+  vadd_check(VADD(CPU_SPLIT), 4096, 1);
+}
+
+Test(te, vadd_unscheduled) { vadd_check(VADD(""), 77, 1); }
+
+Test(te, vadd_launch_recipe) {
+  kiln_artifact_t a;
+  te_compile(VADD(GPU_SPLIT), "cpu", &a);
+  shape_arg_t shapes[3] = {{1, {1000}}, {1, {1000}}, {1, {1000}}};
+  launch_t l = launch_of(&a, "vadd", shapes);
+  cr_assert_eq(l.grid[0], 16);
+  cr_assert_eq(l.grid[1], 1);
+  cr_assert_eq(l.block[0], 64);
+  cr_assert_eq(l.nvars, 1);
+  cr_assert_eq(l.arg[0], 3, "n is the trailing scalar");
+  const kiln_kernel_t *k = kiln_artifact_kernel(&a, "vadd");
+  cr_assert_eq(k->num_args, 4);
+  cr_assert_eq(k->args[3].type, KILN_ARG_I32);
+  /* The recipe survives the artifact encoding (the cache). */
+  uint8_t *bytes;
+  size_t len;
+  cr_assert(!kiln_artifact_encode(&a, &bytes, &len));
+  kiln_artifact_t b;
+  cr_assert(!kiln_artifact_decode(bytes, len, &b));
+  const kiln_kernel_t *kb = kiln_artifact_kernel(&b, "vadd");
+  cr_assert(kb->launch && kb->launch_size == k->launch_size && memcmp(kb->launch, k->launch, k->launch_size) == 0);
+  free(bytes);
+  kiln_artifact_deinit(&b);
+  kiln_artifact_deinit(&a);
+}
+
+Test(te, vadd_vectorize_metadata) {
+  kiln_artifact_t a;
+  te_compile(VADD(CPU_SPLIT), "cpu", &a);
+  cr_assert(strstr(a.llvm_ir, "x float>"), "the vectorize loop was not vectorised:\n%s", a.llvm_ir);
+  kiln_artifact_deinit(&a);
+}
