@@ -508,13 +508,17 @@ static void on_timer(uv_timer_t *t) { run_mhd(); }
 static void on_poll(uv_poll_t *p, int status, int events) { run_mhd(); }
 
 /* Lets libmicrohttpd do everything that is ready, then sleeps until its next deadline
- * (idle timeouts) or until its epoll descriptor becomes readable. */
+ * (idle timeouts), until its epoll descriptor becomes readable, or HTTP_RERUN_MS at most:
+ * at its connection limit libmicrohttpd takes the listening socket out of its epoll set and
+ * puts it back only from a later run, which no descriptor event would cause once the
+ * scrapers that filled it have gone. */
+#define HTTP_RERUN_MS 500
 static void run_mhd(void) {
   if (!M.running) return;
   MHD_run(M.mhd);
   MHD_UNSIGNED_LONG_LONG ms;
-  if (MHD_get_timeout(M.mhd, &ms) == MHD_YES) uv_timer_start(&M.timer, on_timer, ms, 0);
-  else uv_timer_stop(&M.timer);
+  if (MHD_get_timeout(M.mhd, &ms) != MHD_YES || ms > HTTP_RERUN_MS) ms = HTTP_RERUN_MS;
+  uv_timer_start(&M.timer, on_timer, ms, 0);
 }
 
 static kiln_status_t bind_socket(const char *spec, int *out_fd, char *out_url, size_t cap) {

@@ -430,4 +430,36 @@ Test(metrics, stalled_scrapers_do_not_stall_rpc) {
   cr_assert(value_of(b, "kiln_requests_total{method=\"ping\",code=\"OK\"}") >= 200);
   free(b);
   for (int i = 0; i < PARTIAL + NOREAD; i++) close(fds[i]);
+  b = scrape();
+  cr_assert(value_of(b, "kiln_metrics_scrapes_total{code=\"200\"}") >= 2);
+  free(b);
+}
+
+/* Past the limit of 64 connections, scrapers wait in the listen backlog; once the stalled
+ * ones go, a waiting scraper is answered and new ones too (libmicrohttpd stops listening at
+ * its limit and resumes only when run again). RPC is unaffected throughout. */
+Test(metrics, full_endpoint_recovers) {
+  enum { N = 90 };
+  int fds[N];
+  for (int i = 0; i < N; i++) {
+    fds[i] = http_connect();
+    send_all(fds[i], "GET /met", 8);
+  }
+  client_t c;
+  client_connect_tcp(&c, &d);
+  client_send(&c, 1, "ping", NULL);
+  cr_assert(client_recv(&c, 5000), "ping was not answered with the metrics endpoint full");
+  client_close(&c);
+  usleep(300 * 1000); /* the waiting scraper comes while kilnd sits at its limit */
+  int waiting = http_connect();
+  static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+  send_all(waiting, req, sizeof(req) - 1);
+  for (int i = 0; i < N; i++) close(fds[i]);
+  char *answer = read_all(waiting, 15000, NULL);
+  close(waiting);
+  cr_assert_eq(status_of(answer), 200, "the waiting scraper got: '%.100s'", answer);
+  free(answer);
+  char *b = scrape();
+  cr_assert(value_of(b, "kiln_metrics_scrapes_total{code=\"200\"}") >= 2);
+  free(b);
 }
