@@ -24,8 +24,9 @@ static const char *skip_ws(const char *s) {
 
 static const char *json_value(msgpack_packer *pk, const char *s);
 
+/* Strings may be quoted with ' too, which keeps programs in C strings readable. */
 static const char *json_string(msgpack_packer *pk, const char *s) {
-  const char *e = strchr(s + 1, '"');
+  const char *e = strchr(s + 1, *s);
   cr_assert(e, "unterminated string in test JSON");
   msgpack_pack_str_with_body(pk, s + 1, (size_t)(e - s - 1));
   return e + 1;
@@ -36,10 +37,10 @@ static int count_items(const char *s, char close) {
   bool any = false, str = false;
   for (; *s; s++) {
     if (str) {
-      if (*s == '"') str = false;
+      if (*s == '"' || *s == '\'') str = false;
       continue;
     }
-    if (*s == '"') str = true;
+    if (*s == '"' || *s == '\'') str = true;
     if (*s == '[' || *s == '{') depth++;
     else if ((*s == ']' || *s == '}') && depth == 0) break;
     else if (*s == ']' || *s == '}') depth--;
@@ -52,7 +53,7 @@ static int count_items(const char *s, char close) {
 
 static const char *json_value(msgpack_packer *pk, const char *s) {
   s = skip_ws(s);
-  if (*s == '"') return json_string(pk, s);
+  if (*s == '"' || *s == '\'') return json_string(pk, s);
   if (*s == '[' || *s == '{') {
     bool obj = *s == '{';
     char close = obj ? '}' : ']';
@@ -324,4 +325,247 @@ Test(te, vadd_vectorize_metadata) {
   te_compile(VADD(CPU_SPLIT), "cpu", &a);
   cr_assert(strstr(a.llvm_ir, "x float>"), "the vectorize loop was not vectorised:\n%s", a.llvm_ir);
   kiln_artifact_deinit(&a);
+}
+
+/* ---- reductions, several kernels, math, inline ------------------------------------------ */
+
+#define ROWMAX_SOFTEXP(SCHED)                                                                               \
+  "{'te': 1, 'vars': [{'name': 'n'}, {'name': 'm'}], 'tensors': ["                                         \
+  " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'n'], ['var', 'm']]},"        \
+  " {'name': 'M', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'n']], 'axes': ['i'],"            \
+  "  'reduce_axes': [{'name': 'k', 'min': 0, 'extent': ['var', 'm']}],"                                   \
+  "  'body': ['reduce', 'max', ['load', 'A', [['var', 'i'], ['var', 'k']]], ['k']]},"                     \
+  " {'name': 'E', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'n'], ['var', 'm']],"            \
+  "  'axes': ['i', 'j'], 'body': ['call', 'exp', [['sub', ['load', 'A', [['var', 'i'], ['var', 'j']]],"   \
+  "   ['load', 'M', [['var', 'i']]]]]]}],"                                                                  \
+  " 'schedule': [" SCHED "],"                                                                              \
+  " 'kernels': [{'name': 'rowmax', 'args': ['A', 'M']}, {'name': 'softexp', 'args': ['A', 'M', 'E']}]}"
+
+static void rowmax_softexp(const char *json, int n, int m) {
+  kiln_artifact_t a;
+  te_compile(json, "cpu", &a);
+  unsigned seed = (unsigned)(n * 31 + m);
+  float *x = rand_floats((size_t)n * m, &seed), *mx = calloc((size_t)n, 4), *e = calloc((size_t)n * m, 4);
+  float *want_e = malloc((size_t)n * m * 4), *want_m = malloc((size_t)n * 4);
+  for (int i = 0; i < n; i++) {
+    want_m[i] = -INFINITY;
+    for (int j = 0; j < m; j++) want_m[i] = fmaxf(want_m[i], x[i * m + j]);
+    for (int j = 0; j < m; j++) want_e[i * m + j] = expf(x[i * m + j] - want_m[i]);
+  }
+  shape_arg_t s1[2] = {{2, {n, m}}, {1, {n}}}, s2[3] = {{2, {n, m}}, {1, {n}}, {2, {n, m}}};
+  void *p1[2] = {x, mx}, *p2[3] = {x, mx, e};
+  run_cpu(&a, "rowmax", 2, p1, s1);
+  check_close(mx, want_m, (size_t)n, 0, "rowmax");
+  run_cpu(&a, "softexp", 3, p2, s2);
+  check_close(e, want_e, (size_t)n * m, 1e-6f, "softexp");
+  free(x), free(mx), free(e), free(want_e), free(want_m);
+  kiln_artifact_deinit(&a);
+}
+
+Test(te, reduction_two_kernels_symbolic) {
+  rowmax_softexp(ROWMAX_SOFTEXP(""), 5, 33);
+  rowmax_softexp(ROWMAX_SOFTEXP(""), 1, 1);
+}
+
+Test(te, reduction_split_reduce_axis_and_bind) {
+  const char *sched =
+      "{'op': 'split', 'stage': 'M', 'var': 'k', 'factor': 8},"
+      "{'op': 'split', 'stage': 'M', 'var': 'i', 'factor': 4, 'outer': 'bi', 'inner': 'ti'},"
+      "{'op': 'bind', 'stage': 'M', 'var': 'bi', 'thread': 'blockIdx.x'},"
+      "{'op': 'bind', 'stage': 'M', 'var': 'ti', 'thread': 'threadIdx.x'},"
+      "{'op': 'unroll', 'stage': 'M', 'var': 'k.inner'},"
+      "{'op': 'fuse', 'stage': 'E', 'vars': ['i', 'j'], 'fused': 'f'},"
+      "{'op': 'split', 'stage': 'E', 'var': 'f', 'factor': 32, 'outer': 'fo', 'inner': 'fi'},"
+      "{'op': 'bind', 'stage': 'E', 'var': 'fo', 'thread': 'blockIdx.x'},"
+      "{'op': 'bind', 'stage': 'E', 'var': 'fi', 'thread': 'threadIdx.x'}";
+  char json[4096];
+  snprintf(json, sizeof(json), ROWMAX_SOFTEXP("%s"), sched);
+  rowmax_softexp(json, 7, 29); /* 29 = 3*8 + 5: a partial reduce tile */
+  rowmax_softexp(json, 8, 16);
+}
+
+Test(te, inline_select_cast_reorder) {
+  /* D = A*2 is inlined into E = max(D + B, 0); F = select(E > 0.5, int(E*10), -1) as int32. */
+  const char *json =
+      "{'te': 1, 'vars': [{'name': 'n'}, {'name': 'm'}], 'tensors': ["
+      " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'n'], ['var', 'm']]},"
+      " {'name': 'B', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'n'], ['var', 'm']]},"
+      " {'name': 'D', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'n'], ['var', 'm']], 'axes': ['i', 'j'],"
+      "  'body': ['mul', ['load', 'A', [['var', 'i'], ['var', 'j']]], 2.0]},"
+      " {'name': 'E', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'n'], ['var', 'm']], 'axes': ['i', 'j'],"
+      "  'body': ['max', ['add', ['load', 'D', [['var', 'i'], ['var', 'j']]], ['load', 'B', [['var', 'i'], ['var', 'j']]]], 0.0]},"
+      " {'name': 'F', 'op': 'compute', 'dtype': 'int32', 'shape': [['var', 'n'], ['var', 'm']], 'axes': ['i', 'j'],"
+      "  'body': ['select', ['gt', ['load', 'E', [['var', 'i'], ['var', 'j']]], 0.5],"
+      "           ['cast', 'int32', ['mul', ['load', 'E', [['var', 'i'], ['var', 'j']]], 10.0]], -1]}],"
+      " 'schedule': [{'op': 'compute_inline', 'stage': 'D'}, {'op': 'compute_inline', 'stage': 'E'},"
+      "  {'op': 'reorder', 'stage': 'F', 'vars': ['j', 'i']},"
+      "  {'op': 'split', 'stage': 'F', 'var': 'j', 'nparts': 3},"
+      "  {'op': 'parallel', 'stage': 'F', 'var': 'j.outer'}],"
+      " 'kernels': [{'name': 'f', 'args': ['A', 'B', 'F']}]}";
+  kiln_artifact_t a;
+  te_compile(json, "cpu", &a);
+  int n = 9, m = 13;
+  unsigned seed = 5;
+  float *x = rand_floats((size_t)n * m, &seed), *y = rand_floats((size_t)n * m, &seed);
+  int32_t *f = calloc((size_t)n * m, 4);
+  void *ptrs[3] = {x, y, f};
+  shape_arg_t shapes[3] = {{2, {n, m}}, {2, {n, m}}, {2, {n, m}}};
+  launch_t l = run_cpu(&a, "f", 3, ptrs, shapes);
+  cr_assert_eq(l.grid[0], 3, "parallel became the work-groups");
+  for (int i = 0; i < n * m; i++) {
+    float e = fmaxf(x[i] * 2.0f + y[i], 0.0f);
+    int32_t want = e > 0.5f ? (int32_t)(e * 10.0f) : -1;
+    cr_assert_eq(f[i], want, "F[%d] = %d, want %d", i, f[i], want);
+  }
+  free(x), free(y), free(f);
+  kiln_artifact_deinit(&a);
+}
+
+/* ---- GEMM: shared-memory tiles, local accumulators ------------------------------------------ */
+
+#define GEMM(SCHED)                                                                                          \
+  "{'te': 1, 'vars': [{'name': 'M'}, {'name': 'N'}, {'name': 'K'}], 'tensors': ["                           \
+  " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'M'], ['var', 'K']]},"         \
+  " {'name': 'B', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'K'], ['var', 'N']]},"         \
+  " {'name': 'C', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'M'], ['var', 'N']], 'axes': ['i', 'j']," \
+  "  'reduce_axes': [{'name': 'k', 'extent': ['var', 'K']}],"                                              \
+  "  'body': ['reduce', 'sum', ['mul', ['load', 'A', [['var', 'i'], ['var', 'k']]],"                      \
+  "                                    ['load', 'B', [['var', 'k'], ['var', 'j']]]], ['k']]}],"             \
+  " 'schedule': [" SCHED "], 'kernels': [{'name': 'gemm', 'args': ['A', 'B', 'C']}]}"
+
+/* C tiled 8x8 per work-group, one element per work-item; A and B tiles in shared memory,
+ * loaded cooperatively (one element per work-item) at each step of k. */
+#define GEMM_SHARED                                                                                          \
+  "{'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'},"               \
+  "{'op': 'cache_read', 'tensor': 'B', 'scope': 'shared', 'readers': ['C'], 'name': 'BS'},"               \
+  "{'op': 'tile', 'stage': 'C', 'x': 'i', 'y': 'j', 'x_factor': 8, 'y_factor': 8,"                        \
+  "  'x_outer': 'bi', 'y_outer': 'bj', 'x_inner': 'ti', 'y_inner': 'tj'},"                                 \
+  "{'op': 'split', 'stage': 'C', 'var': 'k', 'factor': 8, 'outer': 'ko', 'inner': 'ki'},"                 \
+  "{'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.y'},"                                    \
+  "{'op': 'bind', 'stage': 'C', 'var': 'bj', 'thread': 'blockIdx.x'},"                                    \
+  "{'op': 'bind', 'stage': 'C', 'var': 'ti', 'thread': 'threadIdx.y'},"                                   \
+  "{'op': 'bind', 'stage': 'C', 'var': 'tj', 'thread': 'threadIdx.x'},"                                   \
+  "{'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ko'},"                                      \
+  "{'op': 'compute_at', 'stage': 'BS', 'parent': 'C', 'var': 'ko'},"                                      \
+  "{'op': 'bind', 'stage': 'AS', 'var': 'ax0', 'thread': 'threadIdx.y'},"                                 \
+  "{'op': 'bind', 'stage': 'AS', 'var': 'ax1', 'thread': 'threadIdx.x'},"                                 \
+  "{'op': 'bind', 'stage': 'BS', 'var': 'ax0', 'thread': 'threadIdx.y'},"                                 \
+  "{'op': 'bind', 'stage': 'BS', 'var': 'ax1', 'thread': 'threadIdx.x'}"
+
+/* Each work-item accumulates a 2x2 block in local memory (cache_write), reading A and B
+ * tiles of 16 rows/columns that the 8x8 work-items load together. */
+#define GEMM_LOCAL                                                                                           \
+  "{'op': 'cache_write', 'tensor': 'C', 'scope': 'local', 'name': 'CL'},"                                  \
+  "{'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['CL'], 'name': 'AS'},"              \
+  "{'op': 'cache_read', 'tensor': 'B', 'scope': 'shared', 'readers': ['CL'], 'name': 'BS'},"              \
+  "{'op': 'tile', 'stage': 'C', 'x': 'i', 'y': 'j', 'x_factor': 16, 'y_factor': 16,"                      \
+  "  'x_outer': 'bi', 'y_outer': 'bj', 'x_inner': 'ii', 'y_inner': 'jj'},"                                 \
+  "{'op': 'tile', 'stage': 'C', 'x': 'ii', 'y': 'jj', 'x_factor': 2, 'y_factor': 2,"                      \
+  "  'x_outer': 'ti', 'y_outer': 'tj', 'x_inner': 'ri', 'y_inner': 'rj'},"                                 \
+  "{'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.y'},"                                    \
+  "{'op': 'bind', 'stage': 'C', 'var': 'bj', 'thread': 'blockIdx.x'},"                                    \
+  "{'op': 'bind', 'stage': 'C', 'var': 'ti', 'thread': 'threadIdx.y'},"                                   \
+  "{'op': 'bind', 'stage': 'C', 'var': 'tj', 'thread': 'threadIdx.x'},"                                   \
+  "{'op': 'compute_at', 'stage': 'CL', 'parent': 'C', 'var': 'tj'},"                                      \
+  "{'op': 'split', 'stage': 'CL', 'var': 'k', 'factor': 4, 'outer': 'ko', 'inner': 'ki'},"                \
+  "{'op': 'reorder', 'stage': 'CL', 'vars': ['ko', 'ki', 'i', 'j']},"                                      \
+  "{'op': 'compute_at', 'stage': 'AS', 'parent': 'CL', 'var': 'ko'},"                                     \
+  "{'op': 'compute_at', 'stage': 'BS', 'parent': 'CL', 'var': 'ko'},"                                     \
+  "{'op': 'fuse', 'stage': 'AS', 'vars': ['ax0', 'ax1'], 'fused': 'af'},"                                  \
+  "{'op': 'split', 'stage': 'AS', 'var': 'af', 'factor': 8, 'outer': 'ao', 'inner': 'ax'},"               \
+  "{'op': 'split', 'stage': 'AS', 'var': 'ao', 'factor': 8, 'outer': 'aoo', 'inner': 'ay'},"              \
+  "{'op': 'bind', 'stage': 'AS', 'var': 'ay', 'thread': 'threadIdx.y'},"                                  \
+  "{'op': 'bind', 'stage': 'AS', 'var': 'ax', 'thread': 'threadIdx.x'},"                                  \
+  "{'op': 'split', 'stage': 'BS', 'var': 'ax0', 'factor': 8, 'outer': 'b0o', 'inner': 'b0i'},"            \
+  "{'op': 'split', 'stage': 'BS', 'var': 'ax1', 'factor': 8, 'outer': 'b1o', 'inner': 'b1i'},"            \
+  "{'op': 'bind', 'stage': 'BS', 'var': 'b0i', 'thread': 'threadIdx.y'},"                                 \
+  "{'op': 'bind', 'stage': 'BS', 'var': 'b1i', 'thread': 'threadIdx.x'}"
+
+/* A CPU schedule: rows spread over the pool, a 4-row block of C rows held while k runs,
+ * the j loop vectorised. */
+#define GEMM_CPU                                                                                             \
+  "{'op': 'split', 'stage': 'C', 'var': 'i', 'factor': 4, 'outer': 'io', 'inner': 'ii'},"                 \
+  "{'op': 'split', 'stage': 'C', 'var': 'j', 'factor': 64, 'outer': 'jo', 'inner': 'ji'},"                \
+  "{'op': 'reorder', 'stage': 'C', 'vars': ['io', 'jo', 'k', 'ii', 'ji']},"                                \
+  "{'op': 'parallel', 'stage': 'C', 'var': 'io'},"                                                        \
+  "{'op': 'unroll', 'stage': 'C', 'var': 'ii'},"                                                          \
+  "{'op': 'vectorize', 'stage': 'C', 'var': 'ji'}"
+
+static void gemm_check(const char *json, int M, int N, int K) {
+  kiln_artifact_t a;
+  te_compile(json, "cpu", &a);
+  unsigned seed = (unsigned)(M * 7 + N * 13 + K);
+  float *x = rand_floats((size_t)M * K, &seed), *y = rand_floats((size_t)K * N, &seed);
+  float *c = calloc((size_t)M * N, 4), *want = calloc((size_t)M * N, 4);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double acc = 0;
+      for (int k = 0; k < K; k++) acc += (double)x[i * K + k] * y[k * N + j];
+      want[i * N + j] = (float)acc;
+    }
+  void *ptrs[3] = {x, y, c};
+  shape_arg_t shapes[3] = {{2, {M, K}}, {2, {K, N}}, {2, {M, N}}};
+  run_cpu(&a, "gemm", 3, ptrs, shapes);
+  check_close(c, want, (size_t)M * N, 1e-4f, "C");
+  free(x), free(y), free(c), free(want);
+  kiln_artifact_deinit(&a);
+}
+
+Test(te, gemm_shared_tiles_run_on_cpu) {
+  gemm_check(GEMM(GEMM_SHARED), 37, 29, 19); /* partial tiles everywhere */
+  gemm_check(GEMM(GEMM_SHARED), 32, 16, 24);
+}
+
+Test(te, gemm_local_accumulators_shared_tiles) {
+  gemm_check(GEMM(GEMM_LOCAL), 45, 50, 23);
+  gemm_check(GEMM(GEMM_LOCAL), 64, 32, 16);
+}
+
+Test(te, gemm_cpu_schedule) {
+  gemm_check(GEMM(GEMM_CPU), 70, 130, 33);
+  gemm_check(GEMM(GEMM_CPU), 64, 128, 64);
+  gemm_check(GEMM(""), 9, 11, 5);
+}
+
+/* ---- GPU targets ------------------------------------------------------------------------------ */
+
+static bool have_ptxas(void) { return access(KILN_TEST_PTXAS, X_OK) == 0; }
+
+static void gpu_build(const char *json, const char *target, const char *kernel) {
+  kiln_artifact_t a;
+  te_compile(json, target, &a);
+  const kiln_kernel_t *k = kiln_artifact_kernel(&a, kernel);
+  cr_assert(k && k->launch, "%s: kernel %s with a launch recipe", target, kernel);
+  if (strncmp(target, "gfx", 3) == 0) {
+    cr_assert_eq(a.format, KILN_FORMAT_HSACO);
+    cr_assert(strstr(a.assembly, "s_barrier") || !strstr(json, "shared"), "the shared stages synchronise");
+  } else {
+    cr_assert_eq(a.format, KILN_FORMAT_PTX);
+    cr_assert(strstr((const char *)a.code, ".entry " ) != NULL);
+    if (strstr(json, "'shared'")) cr_assert(strstr((const char *)a.code, ".shared"), "PTX uses shared memory");
+    if (have_ptxas()) {
+      char path[256], cmd[600], out[4096];
+      th_write_temp(a.code, a.code_size - 1, ".ptx", path, sizeof(path));
+      snprintf(cmd, sizeof(cmd), "%s -arch=%s %s -o /dev/null 2>&1", KILN_TEST_PTXAS, target, path);
+      int rc = th_run(cmd, out, sizeof(out));
+      unlink(path);
+      cr_assert_eq(rc, 0, "ptxas rejected the PTX: %s", out);
+    }
+  }
+  kiln_artifact_deinit(&a);
+}
+
+Test(te, gpu_targets) {
+  const char *targets[] = {"gfx942", "sm_90"};
+  for (int t = 0; t < 2; t++) {
+    gpu_build(VADD(GPU_SPLIT), targets[t], "vadd");
+    gpu_build(GEMM(GEMM_SHARED), targets[t], "gemm");
+    gpu_build(GEMM(GEMM_LOCAL), targets[t], "gemm");
+    char json[4096];
+    snprintf(json, sizeof(json), ROWMAX_SOFTEXP("%s"),
+             "{'op': 'split', 'stage': 'M', 'var': 'i', 'factor': 64, 'outer': 'bi', 'inner': 'ti'},"
+             "{'op': 'bind', 'stage': 'M', 'var': 'bi', 'thread': 'blockIdx.x'},"
+             "{'op': 'bind', 'stage': 'M', 'var': 'ti', 'thread': 'threadIdx.x'}");
+    gpu_build(json, targets[t], "softexp");
+  }
 }
