@@ -142,21 +142,26 @@ static bool compile(client_t *c, const char *ir, char out[65]) {
   return module_of(c, out);
 }
 
-/* Uploads `bytes` bytes (int32 elements) and returns the tensor id. */
+/* The params of an upload of `bytes` zero bytes (int32 elements). */
+static void upload_params(pbuild_t *b, size_t bytes) {
+  pb_begin(b, 1);
+  kiln_pack_cstr(&b->p.pk, "tensor");
+  msgpack_pack_map(&b->p.pk, 3);
+  kiln_pack_kv_str(&b->p.pk, "dtype", "int32");
+  kiln_pack_cstr(&b->p.pk, "shape");
+  msgpack_pack_array(&b->p.pk, 1);
+  msgpack_pack_uint64(&b->p.pk, bytes / 4);
+  kiln_pack_cstr(&b->p.pk, "data");
+  msgpack_pack_bin(&b->p.pk, (uint32_t)bytes);
+  char *zero = calloc(1, bytes ? bytes : 1);
+  msgpack_pack_bin_body(&b->p.pk, zero, bytes);
+  free(zero);
+}
+
+/* Uploads `bytes` bytes and returns the tensor id. */
 static uint64_t upload(client_t *c, size_t bytes) {
   pbuild_t b;
-  pb_begin(&b, 1);
-  kiln_pack_cstr(&b.p.pk, "tensor");
-  msgpack_pack_map(&b.p.pk, 3);
-  kiln_pack_kv_str(&b.p.pk, "dtype", "int32");
-  kiln_pack_cstr(&b.p.pk, "shape");
-  msgpack_pack_array(&b.p.pk, 1);
-  msgpack_pack_uint64(&b.p.pk, bytes / 4);
-  kiln_pack_cstr(&b.p.pk, "data");
-  msgpack_pack_bin(&b.p.pk, (uint32_t)bytes);
-  char *zero = calloc(1, bytes ? bytes : 1);
-  msgpack_pack_bin_body(&b.p.pk, zero, bytes);
-  free(zero);
+  upload_params(&b, bytes);
   call(c, "upload", &b);
   cr_assert_eq(err_code(c), 0, "upload failed: %s", err_text(c));
   return kiln_params_find(c->msg.result, "id")->via.u64;
@@ -365,18 +370,7 @@ Test(faults, client_gone_mid_upload, .init = start_default) {
   free_tensor(&probe, upload(&probe, BYTES));
   usage_t before = usage_of(d.pid);
   pbuild_t b;
-  pb_begin(&b, 1);
-  kiln_pack_cstr(&b.p.pk, "tensor");
-  msgpack_pack_map(&b.p.pk, 3);
-  kiln_pack_kv_str(&b.p.pk, "dtype", "int32");
-  kiln_pack_cstr(&b.p.pk, "shape");
-  msgpack_pack_array(&b.p.pk, 1);
-  msgpack_pack_uint32(&b.p.pk, BYTES / 4);
-  kiln_pack_cstr(&b.p.pk, "data");
-  msgpack_pack_bin(&b.p.pk, BYTES);
-  char *zero = calloc(1, BYTES);
-  msgpack_pack_bin_body(&b.p.pk, zero, BYTES);
-  free(zero);
+  upload_params(&b, BYTES);
   kiln_buf_t msg;
   kiln_buf_init(&msg);
   kiln_packer_t pk;
