@@ -37,6 +37,7 @@ typedef struct incarnation {
   int fd;
   int pid;
   bool exited, poll_closed, proc_closed, dead;
+  bool retired; /* answered with a fault and is exiting: no longer the worker's current one */
   kiln_code_t kill_code; /* set when kilnd killed it on purpose (timeout): reported instead */
   char kill_reason[160];
   int64_t exit_status;
@@ -173,7 +174,7 @@ static void incarnation_end(incarnation_t *inc) {
     snprintf(why, sizeof(why), "signal %d (%s)", inc->term_signal, strsignal(inc->term_signal));
   else snprintf(why, sizeof(why), "exit status %lld", (long long)inc->exit_status);
   if (w) {
-    w->generation++;
+    if (!inc->retired) w->generation++;
     if (!w->destroying) {
       w->restarts++;
       kiln_metrics_worker_died(w->kind == KILN_WORKER_DEVICE, w->device_id, inc->term_signal,
@@ -231,13 +232,26 @@ static void handle_message(incarnation_t *inc, const uint8_t *bytes, size_t len)
     kill(inc->pid, SIGKILL);
     return;
   }
+  kiln_status_t err = kiln_rpc_error_to_status(m.error);
+  kiln_code_t code = err ? kiln_status_code(err) : (kiln_code_t)0;
   pending_t *p = kiln_map_remove(&inc->pending, (uint64_t)m.msgid + 1);
   if (p) {
-    kiln_status_t err = kiln_rpc_error_to_status(m.error);
     p->cb(p->ctx, err, err ? NULL : m.result);
     free(p);
+  } else {
+    kiln_status_free(err);
   }
   kiln_rpc_msg_deinit(&m);
+  /* A device worker answers E_DEVICE_FAULT or E_TIMEOUT and then exits, its context lost
+   * (device/worker/main.c). From this reply on, new requests start a fresh worker instead
+   * of racing the old one's exit; what was already sent to it fails when it ends. */
+  kiln_worker_t *w = inc->worker;
+  if (w && w->kind == KILN_WORKER_DEVICE && w->cur == inc &&
+      (code == KILN_E_DEVICE_FAULT || code == KILN_E_TIMEOUT)) {
+    inc->retired = true;
+    w->cur = NULL;
+    w->generation++; /* its modules and tensors are gone with it */
+  }
 }
 
 static void update_poll(incarnation_t *inc);

@@ -112,7 +112,8 @@ static uint64_t upload(client_t *c, const float *v, uint32_t n) {
   client_send(c, 2, "upload", &b.buf);
   pb_end(&b);
   cr_assert(client_recv(c, 10000));
-  cr_assert_eq(code_of(c), 0);
+  char why[512];
+  cr_assert_eq(code_of(c), 0, "upload to %s: %s", upload_device ? upload_device : "cpu:0", text_of(c, why, sizeof(why)));
   return kiln_params_find(c->msg.result, "id")->via.u64;
 }
 
