@@ -152,6 +152,7 @@ struct kc_te_program {
   te_tensor_t *tensors; /* TE_MAX_TENSORS */
   int nkernels;
   te_kernel_t kernels[TE_MAX_KERNELS];
+  const void *parse_tensors; /* the payload's tensor array while parsing (msgpack_object) */
 };
 
 /* te_parse.c */

@@ -200,6 +200,15 @@ static kiln_status_t want_index(parse_ctx_t *c, te_expr_t *e, const char *what) 
   return KILN_OK;
 }
 
+static bool defined_later(const kc_te_program_t *p, const char *name) {
+  const msgpack_object *ts = p->parse_tensors;
+  for (uint32_t i = 0; ts && i < ts->via.array.size; i++) {
+    char n[TE_NAME];
+    if (te_mp_str(te_mp_get(&ts->via.array.ptr[i], "name"), n, sizeof(n)) && strcmp(n, name) == 0) return true;
+  }
+  return false;
+}
+
 static kiln_status_t parse_expr(parse_ctx_t *c, const msgpack_object *o, te_expr_t **out) {
   kc_te_program_t *p = c->p;
   const char *where = c->stage >= 0 ? p->tensors[c->stage].name : "a shape";
@@ -248,6 +257,10 @@ static kiln_status_t parse_expr(parse_ctx_t *c, const msgpack_object *o, te_expr
       if (n != 3 || !te_mp_str(&a[1], name, sizeof(name)) || a[2].type != MSGPACK_OBJECT_ARRAY)
         return KC_COMPILE_ERROR("te: [\"load\", tensor, [indices]] in %s is malformed", where);
       int t = te_find_tensor(p, name);
+      if (t < 0 && defined_later(p, name))
+        return KC_COMPILE_ERROR("te: %s reads %s, which is defined after it (tensors come in dependency order; "
+                                "cycles are refused)",
+                                where, name);
       if (t < 0) return KC_COMPILE_ERROR("te: %s loads unknown tensor '%s'", where, name);
       if (t >= c->stage)
         return KC_COMPILE_ERROR("te: %s reads %s, which is not defined before it (tensors come in "
@@ -563,7 +576,9 @@ kiln_status_t te_parse(const uint8_t *bytes, size_t len, kc_te_program_t *p) {
     o = te_mp_get(root, "tensors");
     if (!o || o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size == 0)
       s = KC_COMPILE_ERROR("te: tensors must be a non-empty array");
+    p->parse_tensors = o;
     for (uint32_t i = 0; !s && i < o->via.array.size; i++) s = parse_tensor(p, &o->via.array.ptr[i]);
+    p->parse_tensors = NULL;
   }
   if (!s && (o = te_mp_get(root, "schedule"))) s = te_apply_schedule(p, o);
   if (!s) {

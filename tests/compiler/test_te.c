@@ -569,3 +569,102 @@ Test(te, gpu_targets) {
     gpu_build(json, targets[t], "softexp");
   }
 }
+
+/* ---- errors ------------------------------------------------------------------------------------ */
+
+#define PROG(TENSORS, SCHED, KERNELS)                                                                        \
+  "{'te': 1, 'vars': [{'name': 'n'}], 'tensors': ["                                                         \
+  " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'n'], 16]}," TENSORS "],"     \
+  " 'schedule': [" SCHED "], 'kernels': [" KERNELS "]}"
+#define ROWSUM                                                                                               \
+  "{'name': 'S', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'n']], 'axes': ['i'],"             \
+  " 'reduce_axes': [{'name': 'k', 'extent': 16}],"                                                         \
+  " 'body': ['reduce', 'sum', ['load', 'A', [['var', 'i'], ['var', 'k']]], ['k']]}"
+#define COPY(NAME, FROM)                                                                                     \
+  "{'name': '" NAME "', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'n'], 16], 'axes': ['i', 'j']," \
+  " 'body': ['load', '" FROM "', [['var', 'i'], ['var', 'j']]]}"
+#define K_S "{'name': 'k', 'args': ['A', 'S']}"
+
+Test(te, errors_in_the_payload) {
+  /* Not MessagePack at all (a truncated array), then trailing bytes after the map. */
+  static const uint8_t garbage[][4] = {{0x93, 0x01, 0x02}, {0x80, 0x01}};
+  static const size_t glen[] = {3, 2};
+  for (int i = 0; i < 2; i++) {
+    kiln_status_t s = th_compile_status(garbage[i], glen[i], KILN_PAYLOAD_TE, "cpu");
+    cr_assert(s && kiln_status_code(s) == KILN_E_COMPILE);
+    cr_assert(strstr(kiln_status_message(s), "not one MessagePack value"), "%s", kiln_status_message(s));
+    kiln_status_free(s);
+  }
+  expect_error("{'te': 2, 'tensors': [], 'kernels': []}", "\"te\": 1");
+  expect_error("{'te': 1, 'tensors': [], 'kernels': [], 'extra': 1}", "unknown key 'extra'");
+  expect_error(PROG(ROWSUM, "", "{'name': 'k', 'args': ['A', 'Q']}"), "unknown argument 'Q'");
+  expect_error(PROG(COPY("B", "Z"), "", "{'name': 'k', 'args': ['A', 'B']}"), "unknown tensor 'Z'");
+  expect_error(PROG("{'name': 'B', 'op': 'compute', 'dtype': 'float32', 'shape': [16], 'axes': ['i'],"
+                    " 'body': ['load', 'A', [['var', 'q'], 0]]}", "", "{'name': 'k', 'args': ['A', 'B']}"),
+               "unknown var 'q'");
+  expect_error(PROG(COPY("B", "C") "," COPY("C", "A"), "", "{'name': 'k', 'args': ['A', 'C', 'B']}"),
+               "defined after it");
+  expect_error(PROG("{'name': 'B', 'op': 'compute', 'dtype': 'float32', 'shape': [16], 'axes': ['i'],"
+                    " 'body': ['load', 'A', [['var', 'i']]]}", "", "{'name': 'k', 'args': ['A', 'B']}"),
+               "1 indices");
+  expect_error(PROG("{'name': 'B', 'op': 'compute', 'dtype': 'float32', 'shape': [16], 'axes': ['i'],"
+                    " 'body': ['add', ['load', 'A', [0, ['var', 'i']]], ['var', 'i']]}", "",
+                    "{'name': 'k', 'args': ['A', 'B']}"),
+               "insert a cast");
+  expect_error(PROG("{'name': 'B', 'op': 'compute', 'dtype': 'float32', 'shape': [16], 'axes': ['i'],"
+                    " 'reduce_axes': [{'name': 'k', 'extent': 4}],"
+                    " 'body': ['add', 1.0, ['reduce', 'sum', ['load', 'A', [['var', 'k'], ['var', 'i']]], ['k']]]}", "",
+                    "{'name': 'k', 'args': ['A', 'B']}"),
+               "whole body");
+  expect_error(PROG(ROWSUM, "", "{'name': 'k', 'args': ['S']}"), "not among its args");
+  expect_error(PROG(ROWSUM, "", K_S "," K_S), "two kernels are named");
+}
+
+Test(te, errors_in_the_schedule) {
+  expect_error(PROG(ROWSUM, "{'op': 'split', 'stage': 'S', 'var': 'i', 'factor': 4},"
+                            "{'op': 'split', 'stage': 'S', 'var': 'i', 'factor': 2}", K_S),
+               "already split or fused");
+  expect_error(PROG(ROWSUM, "{'op': 'bind', 'stage': 'S', 'var': 'k', 'thread': 'threadIdx.x'}", K_S), "reduce axis");
+  expect_error(PROG(ROWSUM, "{'op': 'bind', 'stage': 'S', 'var': 'i', 'thread': 'warpIdx.x'}", K_S),
+               "blockIdx.x/y/z");
+  expect_error(PROG(ROWSUM, "{'op': 'bind', 'stage': 'S', 'var': 'i', 'thread': 'threadIdx.x'}", K_S),
+               "not a constant");
+  expect_error(PROG(ROWSUM, "{'op': 'split', 'stage': 'S', 'var': 'i', 'factor': 2048},"
+                            "{'op': 'bind', 'stage': 'S', 'var': 'i.inner', 'thread': 'threadIdx.x'}", K_S),
+               "at most 1024");
+  expect_error(PROG(ROWSUM, "{'op': 'compute_inline', 'stage': 'S'}", K_S), "a reduction");
+  expect_error(PROG(ROWSUM, "{'op': 'fold', 'stage': 'S'}", K_S), "unknown schedule primitive 'fold'");
+  expect_error(PROG(ROWSUM, "{'op': 'split', 'stage': 'T', 'var': 'i', 'factor': 2}", K_S), "unknown stage 'T'");
+  expect_error(PROG(ROWSUM, "{'op': 'split', 'stage': 'S', 'var': 'zz', 'factor': 2}", K_S), "no var 'zz'");
+  expect_error(PROG(ROWSUM, "{'op': 'split', 'stage': 'S', 'var': 'i', 'factor': 0}", K_S), "at least 1");
+  expect_error(PROG(ROWSUM, "{'op': 'split', 'stage': 'S', 'var': 'i', 'factor': 2},"
+                            "{'op': 'cache_write', 'tensor': 'S', 'scope': 'local', 'name': 'SL'}", K_S),
+               "must come before");
+  expect_error(PROG(COPY("B", "A"), "{'op': 'split', 'stage': 'B', 'var': 'i', 'factor': 2},"
+                                    "{'op': 'fuse', 'stage': 'B', 'vars': ['i.outer', 'j']}",
+                    "{'name': 'k', 'args': ['A', 'B']}"),
+               "not consecutive");
+  /* B is neither an argument, inlined nor attached. */
+  expect_error(PROG(COPY("B", "A") "," COPY("C", "B"), "", "{'name': 'k', 'args': ['A', 'C']}"), "has no storage");
+  expect_error(PROG(COPY("B", "A") "," COPY("C", "B"),
+                    "{'op': 'compute_at', 'stage': 'B', 'parent': 'C', 'var': 'i'},"
+                    "{'op': 'compute_at', 'stage': 'C', 'parent': 'B', 'var': 'i'}",
+                    "{'name': 'k', 'args': ['A', 'C']}"),
+               "cycle");
+  /* Attached at i, B's region is one row of 16: fine; attached nowhere useful: error. */
+  kiln_status_t s = te_compile_status(PROG(COPY("B", "A") "," COPY("C", "B"),
+                                           "{'op': 'compute_at', 'stage': 'B', 'parent': 'C', 'var': 'i'}",
+                                           "{'name': 'k', 'args': ['A', 'C']}"),
+                                      "cpu", NULL);
+  cr_assert(!s, "compute_at of a copy: %s", s ? kiln_status_message(s) : "");
+  expect_error(PROG(COPY("B", "A") "," COPY("C", "B"), "{'op': 'compute_inline', 'stage': 'C'}",
+                    "{'name': 'k', 'args': ['A', 'C']}"),
+               "inlined");
+}
+
+Test(te, format_names) {
+  kiln_payload_kind_t k;
+  cr_assert(!kiln_payload_kind_parse("te", &k));
+  cr_assert_eq(k, KILN_PAYLOAD_TE);
+  cr_assert_str_eq(kiln_payload_kind_name(KILN_PAYLOAD_TE), "te");
+}
