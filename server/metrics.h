@@ -15,7 +15,7 @@
 #include "base/status.h"
 #include "server/server.h"
 
-/* Starts the HTTP endpoint on `spec` ("tcp:HOST:PORT", port 0 picks one) and writes its
+/* Starts the HTTP endpoint (metrics_http.c) on `spec` ("tcp:HOST:PORT", port 0 picks one) and writes its
  * URL ("http://127.0.0.1:40123/metrics") to out_url. */
 kiln_status_t kiln_metrics_start(kiln_server_t *s, const char *spec, char *out_url, size_t cap);
 /* Stops the endpoint (at the end of a drain); open scrapes are cut. */
@@ -26,6 +26,7 @@ void kiln_metrics_stop(kiln_server_t *s);
 void kiln_metrics_request_done(int method, kiln_code_t code, uint64_t duration_ns);
 void kiln_metrics_bytes(uint64_t in, uint64_t out);
 void kiln_metrics_conn_accepted(void);
+void kiln_metrics_http_answered(unsigned code); /* 200, 404 or 405 (metrics_http.c) */
 /* A launch or timing handed to the device worker of (device, tenant). */
 void kiln_metrics_launch(const kiln_device_entry_t *d, const kiln_tenant_t *t, bool timed);
 /* A worker process died while kilnd still needed it (it is replaced). `label` is the
