@@ -131,7 +131,7 @@ static void head(FILE *f, const char *name, const char *type, const char *help) 
   fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* One sample with up to three labels (names NULL-terminated in pairs). */
+/* One sample; `labels` holds name, value pairs and ends with NULL (or is NULL). */
 static void sample(FILE *f, const char *name, const char *const *labels, double v) {
   fputs(name, f);
   if (labels && labels[0]) {
