@@ -29,11 +29,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
+# "pack": B copied into bn-wide column panels first (topi.matmul(A, B, pack=bn))
 CPU_KNOBS = [
-    {"bm": 32, "bn": 32, "bk": 4, "unroll_k": True},
-    {"bm": 16, "bn": 64, "bk": 4, "unroll_k": True},
-    {"bm": 8, "bn": 64, "bk": 8, "unroll_k": True},
-    {"bm": 32, "bn": 64, "bk": 2, "unroll_k": False},
+    {"pack": True, "bm": 8, "bn": 32, "bk": 4, "order": "ji", "unroll_k": False},
+    {"pack": True, "bm": 4, "bn": 64, "bk": 4, "order": "ji", "unroll_k": False},
+    {"pack": True, "bm": 8, "bn": 32, "bk": 1, "order": "ji", "unroll_k": False},
+    {"pack": False, "bm": 8, "bn": 32, "bk": 4, "order": "ji", "unroll_k": False},
 ]
 GPU_KNOBS = [
     {"block_m": 64, "block_n": 64, "thread_m": 16, "thread_n": 16, "k_tile": 8},
@@ -46,6 +47,9 @@ CONV_KNOBS = [
     {"oc_block": 32, "ow_block": 8, "inline_pad": False, "unroll": False},
     {"oc_block": 16, "ow_block": 8, "inline_pad": True, "unroll": True},
 ]
+# fused multiply-adds (LLVM contracts a*b+c only under fast-math flags; TVM's LLVM backend
+# contracts by default)
+FAST = {"fast_math": True}
 CONV = dict(N=1, C=64, H=56, W=56, O=64, K=3, pad=1)
 
 
@@ -225,9 +229,11 @@ def kiln_sgemm(s, dev, n, knobs, target):
     from kiln import te, topi
     A = te.placeholder((n, n), name="A")
     B = te.placeholder((n, n), name="B")
-    C = topi.matmul(A, B)
+    knobs = dict(knobs)
+    pack = knobs.pop("pack", False)
+    C = topi.matmul(A, B, pack=knobs["bn"] if pack else None)
     sch = topi.schedule_matmul(C, "gpu" if target != "llvm" else "cpu", **knobs)
-    f = kiln.build(sch, [A, B, C], target, name="sgemm", session=s)
+    f = kiln.build(sch, [A, B, C], target, name="sgemm", session=s, options=FAST)
     rng = np.random.default_rng(n)
     a = rng.uniform(-1, 1, (n, n)).astype("float32")
     b = rng.uniform(-1, 1, (n, n)).astype("float32")
@@ -247,7 +253,8 @@ def kiln_conv(s, dev, knobs):
     X = te.placeholder((c["N"], c["C"], c["H"], c["W"]), name="X")
     W = te.placeholder((c["O"], c["C"], c["K"], c["K"]), name="W")
     Y = topi.conv2d_nchw(X, W, 1, c["pad"], 1)
-    f = kiln.build(topi.schedule_conv2d_nchw(Y, "cpu", **knobs), [X, W, Y], "llvm", name="conv", session=s)
+    f = kiln.build(topi.schedule_conv2d_nchw(Y, "cpu", **knobs), [X, W, Y], "llvm", name="conv", session=s,
+                   options=FAST)
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (c["N"], c["C"], c["H"], c["W"])).astype("float32")
     w = rng.uniform(-1, 1, (c["O"], c["C"], c["K"], c["K"])).astype("float32")

@@ -176,6 +176,22 @@ def test_knobs():
         topi.schedule_matmul(C, "tpu")
 
 
+@pytest.mark.parametrize("M,N,K,bn", [(67, 45, 77, 16), (64, 96, 50, 32)])
+def test_matmul_packed_cpu(ts, M, N, K, bn):
+    """pack=bn: B in column panels (the last one partial when bn does not divide N)."""
+    A, B = te.placeholder((M, K), name="A"), te.placeholder((K, N), name="B")
+    C = topi.matmul(A, B, pack=bn)
+    f = kiln.build(topi.schedule_matmul(C, "cpu", bm=4), [A, B, C], "llvm", session=ts, options={"fast_math": True})
+    assert len(f.module.kernels) == 2
+    a, b = rand((M, K)), rand((K, N))
+    dev = ts.cpu(0)
+    o = kiln.nd.empty((M, N), "float32", dev)
+    f(kiln.nd.array(a, dev), kiln.nd.array(b, dev), o)
+    np.testing.assert_allclose(o.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(kiln.InvalidArgument, match="CPU layout"):
+        topi.schedule_matmul(C, "gpu")
+
+
 def test_matmul_knobs_change_the_program(ts):
     M = N = K = 96
     A, B = te.placeholder((M, K), name="A"), te.placeholder((K, N), name="B")

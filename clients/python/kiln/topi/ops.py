@@ -22,15 +22,28 @@ def _const(d):
     return d.value if isinstance(d, IntImm) else None
 
 
-def matmul(A, B, out_dtype=None, name="matmul"):
-    """C[i, j] = sum_k A[i, k] * B[k, j] (A: M x K, B: K x N)."""
+def matmul(A, B, out_dtype=None, name="matmul", pack=None):
+    """C[i, j] = sum_k A[i, k] * B[k, j] (A: M x K, B: K x N). ``pack=bn`` (a CPU layout)
+    first copies B into column panels PB[N/bn, K, bn] (its own kernel), so the inner loop of
+    the CPU schedule reads B contiguously; the schedule's bn is then ``pack``."""
     if len(A.shape) != 2 or len(B.shape) != 2:
         raise InvalidArgument("matmul takes 2-d tensors")
     k = te.reduce_axis((0, A.shape[1]), name="k")
     dt = out_dtype or A.dtype
-    return te.compute((A.shape[0], B.shape[1]),
-                      lambda i, j: te.sum(A[i, k].astype(dt) * B[k, j].astype(dt), axis=k),
-                      name=name, tag="matmul")
+    if pack is None:
+        return te.compute((A.shape[0], B.shape[1]),
+                          lambda i, j: te.sum(A[i, k].astype(dt) * B[k, j].astype(dt), axis=k),
+                          name=name, tag="matmul")
+    if not isinstance(pack, int) or pack < 1:
+        raise InvalidArgument("matmul pack= is the panel width (a positive int), not %r" % (pack,))
+    K, N = B.shape
+    bn = pack
+    PB = te.compute(((N + bn - 1) // bn, K, bn),
+                    lambda jo, kk, ji: te.if_then_else(jo * bn + ji < N, B[kk, jo * bn + ji],
+                                                       te.const(0, B.dtype)), name=name + "_packB", tag="pack")
+    return te.compute((A.shape[0], N),
+                      lambda i, j: te.sum(A[i, k].astype(dt) * PB[j // bn, k, j % bn].astype(dt), axis=k),
+                      name=name, tag="matmul", attrs={"pack": bn})
 
 
 def dense(data, weight, bias=None, out_dtype=None, name="dense"):

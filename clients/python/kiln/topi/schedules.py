@@ -14,7 +14,7 @@ __all__ = ["schedule_matmul", "schedule_dense", "schedule_batch_matmul", "schedu
 # template -> target kind -> knob -> default
 KNOBS = {
     "matmul": {
-        "cpu": {"bm": 32, "bn": 32, "bk": 4, "unroll_k": True},
+        "cpu": {"bm": 8, "bn": 32, "bk": 4, "order": "ji", "unroll_k": False},
         "gpu": {"block_m": 64, "block_n": 64, "thread_m": 16, "thread_n": 16, "k_tile": 8},
     },
     "batch_matmul": {
@@ -124,8 +124,19 @@ def schedule_matmul(C, target="cpu", **kw):
     k = _knobs("matmul", target, kw)
     A, B = C.op.input_tensors
     s = te.create_schedule(C.op)
+    pack = C.op.attrs.get("pack")
     if gpu:
+        if pack:
+            raise InvalidArgument("matmul(pack=...) is a CPU layout; build the GPU schedule from matmul(A, B)")
         return _matmul_gpu(s, C, A, B, k)
+    if pack:
+        if "bn" in kw and kw["bn"] != pack:
+            raise InvalidArgument("bn=%r differs from the matmul's pack=%d" % (kw["bn"], pack))
+        k["bn"] = pack
+        st = s[B]
+        jo, kk, ji = st.op.axis
+        st.parallel(jo)
+        st.vectorize(ji)
     return _matmul_cpu(s, C, A, B, k)
 
 
@@ -135,17 +146,32 @@ schedule_dense = schedule_matmul
 def _matmul_cpu(s, C, A, B, k):
     bm, bn, bk = k["bm"], k["bn"], k["bk"]
     CC = s.cache_write(C, "local")
-    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], bm, bn)
-    s[CC].compute_at(s[C], no)
+    i, j = C.op.axis
+    io, ii = s[C].split(i, factor=bm)
+    jo, ji = s[C].split(j, factor=bn)
+    if k["order"] == "ji":
+        # column panels over the pool: a K x bn panel of B stays in cache while the
+        # row tiles pass over it
+        s[C].reorder(jo, io, ii, ji)
+        s[C].parallel(jo)
+        at = io
+    elif k["order"] == "ij":
+        s[C].reorder(io, jo, ii, ji)
+        s[C].parallel(io)
+        at = jo
+    else:
+        raise InvalidArgument("matmul knob order is 'ij' or 'ji', not %r" % (k["order"],))
+    s[C].vectorize(ji)
+    s[CC].compute_at(s[C], at)
     mc, nc = s[CC].op.axis
     (kaxis,) = s[CC].op.reduce_axis
     ko, ki = s[CC].split(kaxis, factor=bk)
-    s[CC].reorder(ko, mc, ki, nc)
+    # bm x bn accumulators: rows unrolled, columns one vector each, so they live in registers
+    s[CC].reorder(ko, ki, mc, nc)
     s[CC].vectorize(nc)
+    s[CC].unroll(mc)
     if k["unroll_k"]:
         s[CC].unroll(ki)
-    s[C].parallel(mo)
-    s[C].vectorize(ni)
     return s
 
 
