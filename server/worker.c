@@ -38,6 +38,7 @@ typedef struct incarnation {
   int pid;
   bool exited, poll_closed, proc_closed, dead;
   bool retired; /* answered with a fault and is exiting: no longer the worker's current one */
+  struct incarnation *next_retired; /* in worker->retired while retired and not yet dead */
   kiln_code_t kill_code; /* set when kilnd killed it on purpose (timeout): reported instead */
   char kill_reason[160];
   int64_t exit_status;
@@ -55,6 +56,7 @@ struct kiln_worker {
   char *argv[16];
   int argc;
   incarnation_t *cur;
+  incarnation_t *retired; /* retired incarnations still exiting (they point back here) */
   uint32_t next_msgid;
   uint32_t generation;
   uint32_t restarts;
@@ -173,6 +175,13 @@ static void incarnation_end(incarnation_t *inc) {
   if (inc->term_signal)
     snprintf(why, sizeof(why), "signal %d (%s)", inc->term_signal, strsignal(inc->term_signal));
   else snprintf(why, sizeof(why), "exit status %lld", (long long)inc->exit_status);
+  if (w && inc->retired) {
+    for (incarnation_t **pp = &w->retired; *pp; pp = &(*pp)->next_retired)
+      if (*pp == inc) {
+        *pp = inc->next_retired;
+        break;
+      }
+  }
   if (w) {
     if (!inc->retired) w->generation++;
     if (!w->destroying) {
@@ -249,6 +258,8 @@ static void handle_message(incarnation_t *inc, const uint8_t *bytes, size_t len)
   if (w && w->kind == KILN_WORKER_DEVICE && w->cur == inc &&
       (code == KILN_E_DEVICE_FAULT || code == KILN_E_TIMEOUT)) {
     inc->retired = true;
+    inc->next_retired = w->retired;
+    w->retired = inc;
     w->cur = NULL;
     w->generation++; /* its modules and tensors are gone with it */
   }
@@ -435,21 +446,30 @@ void kiln_worker_kill(kiln_worker_t *w, kiln_code_t code, const char *reason) {
   kill(inc->pid, SIGKILL);
 }
 
+/* Cuts an incarnation loose from its worker at shutdown: its calls fail now, and its exit
+ * callbacks (which free it) never reach back into the worker. */
+static void abandon(incarnation_t *inc) {
+  /* Closing the channel asks the worker to exit; SIGTERM makes sure. */
+  kill(inc->pid, SIGTERM);
+  inc->worker = NULL;
+  inc->next_retired = NULL;
+  inc->dead = true;
+  incarnation_fail_all(inc, KILN_STATUS(KILN_E_CANCELLED, "the server is shutting down"));
+  if (!uv_is_closing((uv_handle_t *)&inc->poll)) {
+    uv_poll_stop(&inc->poll);
+    uv_close((uv_handle_t *)&inc->poll, on_poll_closed);
+  }
+}
+
 void kiln_worker_destroy(kiln_worker_t *w) {
   w->destroying = true;
-  incarnation_t *inc = w->cur;
-  if (inc) {
-    /* Closing the channel asks the worker to exit; SIGTERM makes sure. */
-    kill(inc->pid, SIGTERM);
-    inc->worker = NULL;
-    w->cur = NULL;
-    inc->dead = true;
-    incarnation_fail_all(inc, KILN_STATUS(KILN_E_CANCELLED, "the server is shutting down"));
-    if (!uv_is_closing((uv_handle_t *)&inc->poll)) {
-      uv_poll_stop(&inc->poll);
-      uv_close((uv_handle_t *)&inc->poll, on_poll_closed);
-    }
+  for (incarnation_t *r = w->retired, *next; r; r = next) {
+    next = r->next_retired;
+    if (!r->dead) abandon(r);
   }
+  w->retired = NULL;
+  if (w->cur) abandon(w->cur);
+  w->cur = NULL;
   for (int i = 1; i < w->argc; i++) free(w->argv[i]);
   free(w);
 }
