@@ -149,6 +149,7 @@ struct kc_te_program {
   int nshape;
   int shape_vars[64];
   int ntensors;
+  int nuser_tensors;    /* the payload's tensors; cache stages follow */
   te_tensor_t *tensors; /* TE_MAX_TENSORS */
   int nkernels;
   te_kernel_t kernels[TE_MAX_KERNELS];

@@ -177,8 +177,11 @@ static LLVMValueRef emit_bin(em_t *m, te_expr_t *e) {
     int64_t c;
     if (un) return is_div ? LLVMBuildUDiv(B, a, b, "") : LLVMBuildURem(B, a, b, "");
     /* Non-negative numerator, positive divisor: C division is floor division. */
-    if (te_const(e->args[1], &c) && c > 0 && te_const_bounds(p, e->args[0], &lo, &hi) && lo >= 0)
+    int64_t dlo, dhi;
+    if (te_const_bounds(p, e->args[1], &dlo, &dhi) && dlo >= 0 && te_const_bounds(p, e->args[0], &lo, &hi) &&
+        lo >= 0)
       return is_div ? LLVMBuildUDiv(B, a, b, "") : LLVMBuildURem(B, a, b, "");
+    (void)c;
     LLVMValueRef q = LLVMBuildSDiv(B, a, b, ""), r = LLVMBuildSRem(B, a, b, "");
     LLVMValueRef zero = LLVMConstInt(LLVMTypeOf(a), 0, 0);
     LLVMValueRef nz = LLVMBuildICmp(B, LLVMIntNE, r, zero, "");
@@ -387,13 +390,34 @@ static void statement(em_t *m, int st, int mode, uint32_t consumed) {
   } else {
     int dt = t->dtype;
     bool fp = is_fp(dt), un = is_unsigned(dt);
-    LLVMValueRef src = emit(m, in_leaves(m, st, body->args[0]));
+    te_expr_t *source = in_leaves(m, st, body->args[0]);
+    /* acc + a*b contracts to llvm.fmuladd, as C compilers do by default (FP_CONTRACT on):
+     * an FMA where the target has one. */
+    bool contract = fp && body->op == TE_RSUM && source && source->kind == TE_BIN && source->op == TE_MUL;
+    LLVMValueRef src = NULL, fa = NULL, fb = NULL;
+    if (contract) {
+      fa = emit(m, source->args[0]);
+      fb = emit(m, source->args[1]);
+      src = fa && fb ? fa : NULL;
+    } else {
+      src = emit(m, source);
+    }
     LLVMValueRef cond = body->args[1] ? emit(m, in_leaves(m, st, body->args[1])) : NULL;
     LLVMValueRef acc = load_elem(m, st, idx);
     if (src && acc) {
       LLVMValueRef r;
       switch (body->op) {
-      case TE_RSUM: r = fp ? LLVMBuildFAdd(m->b, acc, src, "") : LLVMBuildAdd(m->b, acc, src, ""); break;
+      case TE_RSUM:
+        if (contract) {
+          LLVMTypeRef et = LLVMTypeOf(acc);
+          unsigned id = LLVMLookupIntrinsicID("llvm.fmuladd", 12);
+          LLVMValueRef fn = LLVMGetIntrinsicDeclaration(m->mod, id, &et, 1);
+          LLVMValueRef ops[3] = {fa, fb, acc};
+          r = LLVMBuildCall2(m->b, LLVMIntrinsicGetType(m->ctx, id, &et, 1), fn, ops, 3, "");
+        } else {
+          r = fp ? LLVMBuildFAdd(m->b, acc, src, "") : LLVMBuildAdd(m->b, acc, src, "");
+        }
+        break;
       case TE_RPROD: r = fp ? LLVMBuildFMul(m->b, acc, src, "") : LLVMBuildMul(m->b, acc, src, ""); break;
       default: {
         bool mx = body->op == TE_RMAX;

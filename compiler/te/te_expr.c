@@ -130,12 +130,22 @@ bool te_const_bounds(const kc_te_program_t *p, const te_expr_t *e, int64_t *lo, 
     }
     case TE_FLOORDIV:
     case TE_DIV:
+      if (bl != bh && bl >= 0 && al >= 0) { /* non-negative by a non-negative range (0 is UB) */
+        *lo = 0;
+        *hi = bl > 0 ? ah / bl : ah;
+        return true;
+      }
       if (bl != bh || bl <= 0 || (e->op == TE_DIV && al < 0)) return false;
       *lo = fdiv(al, bl);
       *hi = fdiv(ah, bl);
       return true;
     case TE_FLOORMOD:
     case TE_MOD:
+      if (bl != bh && bl >= 0 && al >= 0) {
+        *lo = 0;
+        *hi = ah < bh - 1 ? ah : bh - 1;
+        return true;
+      }
       if (bl != bh || bl <= 0 || (e->op == TE_MOD && al < 0)) return false;
       if (fdiv(al, bl) == fdiv(ah, bl)) {
         *lo = al - fdiv(al, bl) * bl;

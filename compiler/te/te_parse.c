@@ -501,7 +501,7 @@ static kiln_status_t parse_kernel(kc_te_program_t *p, const msgpack_object *o, t
       return KC_COMPILE_ERROR("te: kernel %s: argument %u is not a name", k->name, i);
     int t = te_find_tensor(p, name), v = t < 0 ? te_find_var(p, -1, name) : -1;
     if (t < 0 && v < 0) return KC_COMPILE_ERROR("te: kernel %s: unknown argument '%s'", k->name, name);
-    if (t >= 0 && p->tensors[t].scope != TE_SCOPE_GLOBAL)
+    if (t >= 0 && t >= p->nuser_tensors)
       return KC_COMPILE_ERROR("te: kernel %s: %s is a cache stage, not an argument", k->name, name);
     for (int j = 0; j < k->nargs; j++)
       if (k->args[j] == (t >= 0 ? t : -v - 1))
@@ -579,6 +579,7 @@ kiln_status_t te_parse(const uint8_t *bytes, size_t len, kc_te_program_t *p) {
     p->parse_tensors = o;
     for (uint32_t i = 0; !s && i < o->via.array.size; i++) s = parse_tensor(p, &o->via.array.ptr[i]);
     p->parse_tensors = NULL;
+    p->nuser_tensors = p->ntensors;
   }
   if (!s && (o = te_mp_get(root, "schedule"))) s = te_apply_schedule(p, o);
   if (!s) {

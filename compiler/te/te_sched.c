@@ -130,9 +130,11 @@ static kiln_status_t new_stage(kc_te_program_t *p, const msgpack_object *o, int 
   n->attach_stage = n->attach_var = -1;
   n->kernel_arg = -1;
   char sc[16];
-  if (!te_mp_str(te_mp_get(o, "scope"), sc, sizeof(sc)) || (strcmp(sc, "shared") && strcmp(sc, "local")))
-    return KC_COMPILE_ERROR("te: cache stage %s needs scope \"shared\" or \"local\"", name);
-  n->scope = sc[0] == 's' ? TE_SCOPE_SHARED : TE_SCOPE_LOCAL;
+  if (!te_mp_str(te_mp_get(o, "scope"), sc, sizeof(sc)) ||
+      (strcmp(sc, "shared") && strcmp(sc, "local") && strcmp(sc, "global")))
+    return KC_COMPILE_ERROR("te: cache stage %s needs scope \"shared\", \"local\" or \"global\"", name);
+  /* "global" (TVM's CPU spelling) is storage the stage's attach point decides (§5). */
+  n->scope = sc[0] == 's' ? TE_SCOPE_SHARED : sc[0] == 'l' ? TE_SCOPE_LOCAL : TE_SCOPE_GLOBAL;
   *out = p->ntensors++;
   return KILN_OK;
 }
@@ -175,7 +177,7 @@ static kiln_status_t cache_write(kc_te_program_t *p, const msgpack_object *o) {
   KILN_RETURN_IF_ERROR(te_mp_check_keys(o, "cache_write", keys));
   int src;
   KILN_RETURN_IF_ERROR(get_stage(p, o, "tensor", &src));
-  if (p->tensors[src].scheduled || p->tensors[src].scope != TE_SCOPE_GLOBAL)
+  if (p->tensors[src].scheduled || p->tensors[src].attach_stage >= 0 || p->tensors[src].inlined)
     return KC_COMPILE_ERROR("te: cache_write of %s must come before any other primitive on it",
                             p->tensors[src].name);
   int id;
@@ -519,6 +521,13 @@ static bool binds_threads(const kc_te_program_t *p, const te_tensor_t *t) {
 /* The region of `st` that its parent reads in one iteration of the attach var. */
 static kiln_status_t infer_region(kc_te_program_t *p, int st) {
   te_tensor_t *t = &p->tensors[st], *c = &p->tensors[t->attach_stage];
+  /* A var split or fused after compute_at: one iteration of it is one iteration of its inner
+   * part, or of the fused var (TVM moves the attachment the same way). */
+  for (int r = 0; r < c->nrels; r++) {
+    const te_rel_t *rel = &c->rels[r];
+    if (rel->kind == 0 && rel->a == t->attach_var) t->attach_var = rel->c;
+    else if (rel->kind == 1 && (rel->a == t->attach_var || rel->b == t->attach_var)) t->attach_var = rel->c;
+  }
   int apos = leaf_pos(c, t->attach_var);
   if (apos < 0)
     return KC_COMPILE_ERROR("te: %s is computed at %s.%s, which is not a leaf var of %s (it was split or fused)",

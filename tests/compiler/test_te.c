@@ -406,6 +406,21 @@ Test(te, inline_select_cast_reorder) {
   "{'op': 'unroll', 'stage': 'C', 'var': 'ii'},"                                                          \
   "{'op': 'vectorize', 'stage': 'C', 'var': 'ji'}"
 
+/* TVM's CPU GEMM recipe: a 32x32 block of C accumulated in a cache_write("global") stage
+ * at the block, k split by 4 and unrolled, the j loop vectorised, blocks over the pool. */
+#define GEMM_CPU_BLOCKED                                                                                     \
+  "{'op': 'cache_write', 'tensor': 'C', 'scope': 'global', 'name': 'CC'},"                                 \
+  "{'op': 'tile', 'stage': 'C', 'x': 'i', 'y': 'j', 'x_factor': 32, 'y_factor': 32,"                      \
+  "  'x_outer': 'mo', 'y_outer': 'no', 'x_inner': 'mi', 'y_inner': 'ni'},"                                 \
+  "{'op': 'compute_at', 'stage': 'CC', 'parent': 'C', 'var': 'no'},"                                      \
+  "{'op': 'split', 'stage': 'CC', 'var': 'k', 'factor': 4, 'outer': 'ko', 'inner': 'ki'},"                \
+  "{'op': 'reorder', 'stage': 'CC', 'vars': ['ko', 'i', 'ki', 'j']},"                                      \
+  "{'op': 'vectorize', 'stage': 'CC', 'var': 'j'},"                                                       \
+  "{'op': 'unroll', 'stage': 'CC', 'var': 'ki'},"                                                         \
+  "{'op': 'vectorize', 'stage': 'C', 'var': 'ni'},"                                                       \
+  "{'op': 'fuse', 'stage': 'C', 'vars': ['mo', 'no'], 'fused': 'blk'},"                                    \
+  "{'op': 'parallel', 'stage': 'C', 'var': 'blk'}"
+
 static void gemm_check(const char *json, int M, int N, int K) {
   kiln_artifact_t a;
   te_compile(json, "cpu", &a);
@@ -440,6 +455,8 @@ Test(te, gemm_cpu_schedule) {
   gemm_check(GEMM(GEMM_CPU), 70, 130, 33);
   gemm_check(GEMM(GEMM_CPU), 64, 128, 64);
   gemm_check(GEMM(""), 9, 11, 5);
+  gemm_check(GEMM(GEMM_CPU_BLOCKED), 96, 64, 40);
+  gemm_check(GEMM(GEMM_CPU_BLOCKED), 50, 70, 13);
 }
 
 /* ---- GPU targets ------------------------------------------------------------------------------ */
