@@ -331,6 +331,7 @@ void kiln_conn_accept(kiln_listener_t *l) {
 
 void kiln_conns_sweep(kiln_server_t *s) {
   kiln_tensors_sweep(s);
+  kiln_devices_watchdog(s);
   uint64_t now = kiln_now_ns();
   uint64_t idle = (uint64_t)(s->cfg.idle_timeout_s * 1e9);
   uint64_t partial = (uint64_t)(s->cfg.partial_timeout_s * 1e9);

@@ -141,6 +141,15 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
   return st;
 }
 
+void kiln_devices_watchdog(kiln_server_t *s) {
+  uint64_t now = kiln_now_ns();
+  for (uint32_t i = 0; i < s->num_devices; i++) {
+    size_t it = 0;
+    void *v;
+    while (kiln_map_next(&s->devices[i].slots, &it, NULL, &v)) kiln_worker_watchdog(((kiln_dslot_t *)v)->worker, now);
+  }
+}
+
 kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                kiln_dslot_t **out) {
   kiln_dslot_t *sl = kiln_map_get(&d->slots, t->index);

@@ -15,6 +15,7 @@ typedef struct launch_op {
   kiln_dslot_t *slot;
   uint8_t key[KILN_HASH_BYTES];
   const char *method;
+  uint64_t budget_ms; /* the watchdog's budget (launch only; 0 = none) */
   kiln_buf_t params;
 } launch_op_t;
 
@@ -116,7 +117,8 @@ static void launch_go(void *ctx, kiln_status_t st) {
     st = kiln_module_find(s, NULL, hex, 2 * KILN_HASH_BYTES, &m);
   }
   if (!st) st = ensure_loaded(op->slot, m);
-  if (!st) st = kiln_worker_call(op->slot->worker, op->method, &op->params, NULL, 0, on_reply, op);
+  if (!st)
+    st = kiln_worker_call_budget(op->slot->worker, op->method, &op->params, NULL, 0, op->budget_ms, on_reply, op);
   if (!st) kiln_metrics_launch(op->slot->device, op->slot->tenant, op->method[0] == 't');
   if (st) {
     op->slot->tenant->launches--;
@@ -193,15 +195,20 @@ static kiln_status_t start(kiln_call_t *call, bool timed) {
   kiln_packer_init(&pk, &op->params);
   msgpack_pack_array(&pk.pk, 1);
   const msgpack_object *p = call->params;
-  static const char *const local[] = {"device", "module", "wait"};
+  static const char *const local[] = {"device", "module", "wait", "timeout_ms"};
   uint32_t n = 0;
   for (uint32_t i = 0; i < p->via.map.size; i++) {
     bool skip = false;
     for (size_t j = 0; j < KILN_ARRAY_SIZE(local); j++) skip |= kiln_obj_str_eq(&p->via.map.ptr[i].key, local[j]);
     n += !skip;
   }
-  msgpack_pack_map(&pk.pk, n + 1);
+  /* The deadline: the worker stops the kernel's run at it where the device can (work-groups
+   * not yet started on the cpu, the completion wait on GPUs) and answers E_TIMEOUT; kilnd's
+   * watchdog ends a worker that stays silent past it (a kernel that never returns). */
+  uint64_t timeout_ms = lp.timeout_ms ? lp.timeout_ms : (uint64_t)(call->server->cfg.launch_timeout_s * 1000.0);
+  msgpack_pack_map(&pk.pk, n + 1 + (timeout_ms ? 1 : 0));
   kiln_pack_kv_str(&pk.pk, "module", m->hex);
+  if (timeout_ms) kiln_pack_kv_u64(&pk.pk, "deadline_ms", timeout_ms);
   for (uint32_t i = 0; i < p->via.map.size; i++) {
     const msgpack_object_kv *kv = &p->via.map.ptr[i];
     bool skip = false;
@@ -218,6 +225,7 @@ static kiln_status_t start(kiln_call_t *call, bool timed) {
   op->req = call->req;
   op->slot = slot;
   op->method = method;
+  op->budget_ms = timed ? 0 : timeout_ms; /* a `time` call runs many launches: no watchdog */
   memcpy(op->key, m->key, KILN_HASH_BYTES);
   bool now;
   st = kiln_device_gate(call->server, d, tenant, wait, launch_go, op, &now);

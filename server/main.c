@@ -45,6 +45,7 @@ static void usage(FILE *f) {
           "                        (no authentication; see docs/operations.md)\n"
           "  --compile-workers N   compile worker processes (default: number of cores)\n"
           "  --compile-timeout S   time limit of one compile (default 60)\n"
+          "  --launch-timeout S    default deadline of one launch (default 60; 0: none)\n"
           "  --compile-max-memory BYTES  address-space limit of a compile worker (default 8 GiB)\n"
           "  --cache-max-bytes BYTES     disk bound of the artifact cache (default 4 GiB)\n"
           "  --version, --help\n");
@@ -84,7 +85,7 @@ static bool parse_u64(const char *s, uint64_t *out) {
 
 static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
-         O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_CMEM,
+         O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_LTIMEOUT, O_CMEM,
          O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
@@ -102,6 +103,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"help", no_argument, 0, O_HELP},
       {"compile-workers", required_argument, 0, O_CWORKERS},
       {"compile-timeout", required_argument, 0, O_CTIMEOUT},
+      {"launch-timeout", required_argument, 0, O_LTIMEOUT},
       {"compile-max-memory", required_argument, 0, O_CMEM},
       {"cache-max-bytes", required_argument, 0, O_CACHEMAX},
       {"tokens", required_argument, 0, O_TOKENS},
@@ -148,6 +150,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         cfg->compile_workers = (uint32_t)u;
         break;
       case O_CTIMEOUT: if (!parse_double(optarg, &cfg->compile_timeout_s) || cfg->compile_timeout_s <= 0) goto bad; break;
+      case O_LTIMEOUT: if (!parse_double(optarg, &cfg->launch_timeout_s) || cfg->launch_timeout_s < 0) goto bad; break;
       case O_CMEM:
         if (!parse_u64(optarg, &u) || u < (64u << 20)) goto bad;
         cfg->compile_max_memory = u;
@@ -288,6 +291,7 @@ int main(int argc, char **argv) {
                                                                   : sysconf(_SC_NPROCESSORS_ONLN);
   cfg->compile_workers = ncpu > 0 ? (uint32_t)ncpu : 1;
   cfg->compile_timeout_s = 60;
+  cfg->launch_timeout_s = 60;
   cfg->compile_max_memory = 8ull << 30;
   cfg->cache_max_bytes = 4ull << 30;
   default_cache_dir(cfg->cache_dir, sizeof(cfg->cache_dir));

@@ -69,10 +69,10 @@ static kiln_status_t check_dims(const msgpack_object *params, const char *name) 
 kiln_status_t kiln_launch_params_parse(const msgpack_object *p, bool timed,
                                        kiln_launch_params_t *out) {
   static const char *const lfields[] = {"module", "kernel", "device", "grid", "block", "args",
-                                        "shared", "wait", NULL};
+                                        "shared", "wait", "timeout_ms", NULL};
   static const char *const tfields[] = {"module", "kernel", "device", "grid", "block", "args",
-                                        "shared", "wait", "number", "repeat", "min_repeat_ms",
-                                        "warmup", "flush", NULL};
+                                        "shared", "wait", "timeout_ms", "number", "repeat",
+                                        "min_repeat_ms", "warmup", "flush", NULL};
   KILN_RETURN_IF_ERROR(kiln_params_check(p, timed ? "time" : "launch", timed ? tfields : lfields));
   kiln_launch_params_t l = {.wait = true};
   KILN_RETURN_IF_ERROR(kiln_params_str(p, "module", true, &l.module, &l.module_len));
@@ -94,6 +94,9 @@ kiln_status_t kiln_launch_params_parse(const msgpack_object *p, bool timed,
     KILN_RETURN_IF_ERROR(kiln_params_bool(p, "flush", false, &b));
   }
   KILN_RETURN_IF_ERROR(kiln_params_bool(p, "wait", false, &l.wait));
+  KILN_RETURN_IF_ERROR(kiln_params_u64(p, "timeout_ms", false, &l.timeout_ms));
+  if (l.timeout_ms > 7ull * 24 * 3600 * 1000)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "timeout_ms must be at most 604800000 (7 days)");
   KILN_RETURN_IF_ERROR(kiln_params_array(p, "args", true, &l.args));
   *out = l;
   return KILN_OK;

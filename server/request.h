@@ -36,6 +36,7 @@ typedef struct kiln_launch_params {
   const char *module, *kernel, *device; /* device may be NULL (the default device) */
   uint32_t module_len, kernel_len, device_len;
   bool wait;
+  uint64_t timeout_ms; /* 0: the server's --launch-timeout */
   const msgpack_object_array *args;
 } kiln_launch_params_t;
 

@@ -52,6 +52,7 @@ typedef struct kiln_config {
   uint64_t max_unsent_bytes; /* per connection, before reading pauses */
   uint32_t compile_workers;
   double compile_timeout_s;
+  double launch_timeout_s; /* default deadline of one launch; 0 = none */
   uint64_t compile_max_memory; /* RLIMIT_AS of each compile worker */
   uint64_t cache_max_bytes;    /* disk store bound */
 } kiln_config_t;
@@ -197,6 +198,8 @@ typedef struct kiln_dslot {
   kiln_map_t loaded; /* module key64 -> worker generation + 1 it was loaded in */
 } kiln_dslot_t;
 
+/* Once a second: ends device workers silent past their launches' deadlines. */
+void kiln_devices_watchdog(kiln_server_t *s);
 /* The slot of (device, tenant), created (and its worker set up) on first use. */
 kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                kiln_dslot_t **out);
@@ -243,6 +246,14 @@ void kiln_worker_kill(kiln_worker_t *w, kiln_code_t code, const char *reason);
  * with the reply, or with E_DEVICE_FAULT/E_COMPILER_CRASHED when the worker dies. */
 kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
                                const int *fds, int nfds, kiln_worker_cb cb, void *ctx);
+/* kiln_worker_call with a time budget: when the worker has answered nothing for the largest
+ * budget among its calls plus a grace period, kiln_worker_watchdog ends it with E_TIMEOUT.
+ * A call with budget 0 (unbounded) in flight turns the watchdog off until it is answered. */
+kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+                                      const int *fds, int nfds, uint64_t budget_ms, kiln_worker_cb cb,
+                                      void *ctx);
+#define KILN_WORKER_WATCHDOG_GRACE_MS 5000
+void kiln_worker_watchdog(kiln_worker_t *w, uint64_t now_ns);
 /* Called when a worker restarts: the server drops what lived in it. */
 kiln_status_t kiln_worker_find_binary(const kiln_server_t *s, const char *name, char *out,
                                       size_t cap);

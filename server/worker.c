@@ -20,6 +20,7 @@
 typedef struct pending {
   kiln_worker_cb cb;
   void *ctx;
+  uint64_t budget_ms; /* 0: unbounded */
 } pending_t;
 
 typedef struct outmsg {
@@ -45,6 +46,7 @@ typedef struct incarnation {
   int term_signal;
   kiln_reader_t reader;
   kiln_map_t pending; /* msgid -> pending_t* */
+  uint64_t last_progress_ns; /* the last answer, or the first call made to an idle worker */
   outmsg_t *head, *tail;
 } incarnation_t;
 
@@ -241,6 +243,7 @@ static void handle_message(incarnation_t *inc, const uint8_t *bytes, size_t len)
     kill(inc->pid, SIGKILL);
     return;
   }
+  inc->last_progress_ns = kiln_now_ns();
   kiln_status_t err = kiln_rpc_error_to_status(m.error);
   kiln_code_t code = err ? kiln_status_code(err) : (kiln_code_t)0;
   pending_t *p = kiln_map_remove(&inc->pending, (uint64_t)m.msgid + 1);
@@ -397,6 +400,33 @@ static kiln_status_t spawn(kiln_worker_t *w) {
 
 kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
                                const int *fds, int nfds, kiln_worker_cb cb, void *ctx) {
+  return kiln_worker_call_budget(w, method, params, fds, nfds, 0, cb, ctx);
+}
+
+void kiln_worker_watchdog(kiln_worker_t *w, uint64_t now_ns) {
+  incarnation_t *inc = w->cur;
+  if (!inc || inc->dead || inc->kill_code || inc->pending.count == 0) return;
+  uint64_t budget = 0;
+  size_t it = 0;
+  void *v;
+  while (kiln_map_next(&inc->pending, &it, NULL, &v)) {
+    const pending_t *p = v;
+    if (!p->budget_ms) return;
+    if (p->budget_ms > budget) budget = p->budget_ms;
+  }
+  uint64_t silent_ms = (now_ns - inc->last_progress_ns) / 1000000u;
+  if (silent_ms <= budget + KILN_WORKER_WATCHDOG_GRACE_MS) return;
+  char why[160];
+  snprintf(why, sizeof(why), "kernel past its deadline of %llu ms (device worker silent %.1f s): worker ended, its tensors lost",
+           (unsigned long long)budget, (double)silent_ms / 1e3);
+  KILN_LOG_WARN("worker_watchdog", "device=%s pid=%d budget_ms=%llu silent_ms=%llu", w->device_id, inc->pid,
+                (unsigned long long)budget, (unsigned long long)silent_ms);
+  kiln_worker_kill(w, KILN_E_TIMEOUT, why);
+}
+
+kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+                                      const int *fds, int nfds, uint64_t budget_ms, kiln_worker_cb cb,
+                                      void *ctx) {
   kiln_status_t st = KILN_OK;
   if (w->destroying) st = KILN_STATUS(KILN_E_UNAVAILABLE, "the server is shutting down");
   if (!st && !w->cur) st = spawn(w);
@@ -426,6 +456,8 @@ kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_
   if (nfds) memcpy(m->fds, fds, sizeof(int) * (size_t)nfds);
   p->cb = cb;
   p->ctx = ctx;
+  p->budget_ms = budget_ms;
+  if (inc->pending.count == 0) inc->last_progress_ns = kiln_now_ns();
   kiln_map_put(&inc->pending, (uint64_t)msgid + 1, p);
   if (inc->tail) inc->tail->next = m;
   else inc->head = m;

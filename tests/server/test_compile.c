@@ -560,3 +560,88 @@ Test(compile_timeout, compile_past_its_limit_times_out) {
   client_close(&c);
   daemon_stop(&d);
 }
+
+/* A kernel that stores to one address `n` times per work-item. */
+static const char spin_ir[] =
+    "define void @spin(ptr %out, i64 %n) section \"kiln.kernel\" {\n"
+    "entry:\n"
+    "  br label %loop\n"
+    "loop:\n"
+    "  %i = phi i64 [0, %entry], [%j, %loop]\n"
+    "  store volatile i64 %i, ptr %out\n"
+    "  %j = add i64 %i, 1\n"
+    "  %c = icmp ult i64 %j, %n\n"
+    "  br i1 %c, label %loop, label %done\n"
+    "done:\n"
+    "  ret void\n"
+    "}\n";
+
+static void send_spin(client_t *c, uint32_t msgid, const char *mod, uint64_t out, uint32_t groups, int64_t n,
+                      uint64_t timeout_ms) {
+  pbuild_t b;
+  pb_begin(&b, 6);
+  kiln_pack_kv_str(&b.p.pk, "module", mod);
+  kiln_pack_kv_str(&b.p.pk, "kernel", "spin");
+  kiln_pack_cstr(&b.p.pk, "grid");
+  msgpack_pack_array(&b.p.pk, 1);
+  msgpack_pack_uint32(&b.p.pk, groups);
+  kiln_pack_cstr(&b.p.pk, "block");
+  msgpack_pack_array(&b.p.pk, 1);
+  msgpack_pack_uint32(&b.p.pk, 1);
+  kiln_pack_cstr(&b.p.pk, "args");
+  msgpack_pack_array(&b.p.pk, 2);
+  msgpack_pack_map(&b.p.pk, 1);
+  kiln_pack_kv_u64(&b.p.pk, "tensor", out);
+  msgpack_pack_int64(&b.p.pk, n);
+  kiln_pack_kv_u64(&b.p.pk, "timeout_ms", timeout_ms);
+  client_send(c, msgid, "launch", &b.buf);
+  pb_end(&b);
+}
+
+/* After a launch past its deadline, the tenant's next launch runs on a fresh worker. */
+static void next_launch_works(client_t *c) {
+  char vmod[65], t[512];
+  char *ir = vadd_ir("after a timeout");
+  compile_ok(c, ir, "cpu", vmod);
+  float v[4] = {1, 2, 3, 4};
+  uint64_t ts[3] = {upload(c, v, 4), upload(c, v, 4), upload(c, v, 4)};
+  int64_t n = 4;
+  send_launch(c, 9, "launch", vmod, "vadd", NULL, 1, 4, ts, 3, &n, 1, 0);
+  cr_assert(client_recv(c, 60000));
+  cr_assert_eq(code_of(c), 0, "launch after the timeout failed: %s", text_of(c, t, sizeof(t)));
+  free(ir);
+}
+
+/* Many work-groups past the deadline: the cpu device starts no new group after it, the worker
+ * answers E_TIMEOUT and exits, and kilnd sends the next launch to a new worker. */
+Test(compile, launch_past_its_deadline_times_out) {
+  client_t c;
+  client_connect_tcp(&c, &d);
+  char mod[65], t[512];
+  compile_ok(&c, spin_ir, "cpu", mod);
+  float z[2] = {0, 0};
+  uint64_t out = upload(&c, z, 2);
+  send_spin(&c, 3, mod, out, 100000, 2000000, 100);
+  cr_assert(client_recv(&c, 60000));
+  cr_assert_eq(code_of(&c), 11, "expected E_TIMEOUT: %s", text_of(&c, t, sizeof(t)));
+  cr_assert(strstr(text_of(&c, t, sizeof(t)), "deadline"), "%s", t);
+  next_launch_works(&c);
+  client_close(&c);
+}
+
+/* One work-group that never ends cannot be stopped inside the worker: kilnd's watchdog ends
+ * the silent worker (deadline + 5 s) and the launch gets E_TIMEOUT. */
+Test(compile, endless_kernel_is_ended_by_the_watchdog) {
+  client_t c;
+  client_connect_tcp(&c, &d);
+  char mod[65], t[512];
+  compile_ok(&c, spin_ir, "cpu", mod);
+  float z[2] = {0, 0};
+  uint64_t out = upload(&c, z, 2);
+  send_spin(&c, 3, mod, out, 1, INT64_MAX, 200);
+  cr_assert(client_recv(&c, 60000));
+  cr_assert_eq(code_of(&c), 11, "expected E_TIMEOUT: %s", text_of(&c, t, sizeof(t)));
+  cr_log_info("watchdog: %s", text_of(&c, t, sizeof(t)));
+  next_launch_works(&c);
+  client_close(&c);
+}
