@@ -43,8 +43,7 @@ GPU_KNOBS = [
 ]
 CONV_KNOBS = [
     {"oc_block": 16, "ow_block": 8, "inline_pad": False, "unroll": True},
-    {"oc_block": 8, "ow_block": 16, "inline_pad": False, "unroll": True},
-    {"oc_block": 32, "ow_block": 8, "inline_pad": False, "unroll": False},
+    {"oc_block": 8, "ow_block": 8, "inline_pad": False, "unroll": True},
     {"oc_block": 16, "ow_block": 8, "inline_pad": True, "unroll": True},
 ]
 # fused multiply-adds (LLVM contracts a*b+c only under fast-math flags; TVM's LLVM backend
@@ -80,24 +79,36 @@ def wall(fn, min_s=0.3, repeat=5):
 
 # -- peers in the venv --------------------------------------------------------------------
 
-def peer_ort(threads):
+def conv_onnx_model():
+    """The conv2d layer as ONNX bytes (needs the onnx package)."""
     import numpy as np
-    import onnx
     from onnx import helper, TensorProto
-    import onnxruntime as ort
     c = CONV
     w = np.random.default_rng(1).uniform(-1, 1, (c["O"], c["C"], c["K"], c["K"])).astype("float32")
-    x = np.random.default_rng(2).uniform(-1, 1, (c["N"], c["C"], c["H"], c["W"])).astype("float32")
+    x_shape = (c["N"], c["C"], c["H"], c["W"])
     node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])
-    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
+    return model.SerializeToString()
+
+
+def peer_ort(threads, model_path=None):
+    import numpy as np
+    import onnxruntime as ort
+    c = CONV
+    x = np.random.default_rng(2).uniform(-1, 1, (c["N"], c["C"], c["H"], c["W"])).astype("float32")
+    if model_path:
+        with open(model_path, "rb") as f:
+            model = f.read()
+    else:
+        model = conv_onnx_model()
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     t = wall(lambda: sess.run(None, {"x": x}))
     return {"seconds": t, "version": ort.__version__}
 
@@ -324,13 +335,21 @@ def main():
                                                    os.path.expanduser("~/.cache"), "kiln-te-bench"))
     ap.add_argument("--sizes", default="1024,2048,4096")
     ap.add_argument("--no-peers", action="store_true", help="skip the venv (onnxruntime, TVM)")
-    ap.add_argument("--gpu-only", action="store_true")
+    ap.add_argument("--gpu-only", action="store_true", help="= --parts gpu")
+    ap.add_argument("--parts", default="sgemm,conv,gpu", help="which of sgemm (CPU), conv (CPU), gpu to run")
     ap.add_argument("--peer", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--peer-python", help="run onnxruntime with this python instead of the venv (machines "
+                    "without network: with --onnx-model, a model file made by --peer onnx-model PATH)")
+    ap.add_argument("--onnx-model")
     a = ap.parse_args()
     if a.peer:
         kind = a.peer[0]
         if kind == "ort":
-            out = peer_ort(int(a.peer[1]))
+            out = peer_ort(int(a.peer[1]), a.peer[2] if len(a.peer) > 2 else None)
+        elif kind == "onnx-model":
+            with open(a.peer[1], "wb") as f:
+                f.write(conv_onnx_model())
+            out = {"written": a.peer[1]}
         elif kind == "tvm-conv":
             out = peer_tvm_conv(a.peer[1])
         else:
@@ -351,10 +370,11 @@ def main():
         print(line, flush=True)
 
     sizes = [int(x) for x in a.sizes.split(",")]
+    parts = {"gpu"} if a.gpu_only else set(a.parts.split(","))
     d = kiln.start_daemon(a.kilnd)
     s = kiln.connect(d.urls[0])
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = os.environ.get("KILN_COMMIT") or subprocess.run(
+        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
                      platform.processor())
     import io
@@ -366,16 +386,24 @@ def main():
         "/usr/lib/x86_64-linux-gnu/libblas.so.3").find("openblas") >= 0 else "reference BLAS"
     out("# te benchmarks (bench/te_bench.py)")
     out()
-    out("- date: %s UTC; kiln %s" % (datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), commit))
+    out("- date: %s UTC; kiln %s" % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"), commit))
     out("- machine: %s, %d cores (%s); numpy %s with %s (libblas.so.3 -> %s)"
         % (cpu_model, os.cpu_count(), platform.platform(), np.__version__, blas,
            os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")))
+    out("- load average at start: %.2f %.2f %.2f (other work on the machine slows both sides)" % os.getloadavg())
     devs = s.devices_info()
     out("- kilnd devices: %s" % ", ".join("%s (%s)" % (x["id"], x.get("name")) for x in devs))
     out()
 
     venv_py, venv_status = (None, {})
-    if not a.no_peers and not a.gpu_only:
+    if a.peer_python:
+        venv_py = a.peer_python
+        ok = subprocess.run([venv_py, "-c", "import onnxruntime"], capture_output=True).returncode == 0
+        venv_status = {"onnxruntime": "ok" if ok else "not importable", "onnx": "ok" if ok else "-",
+                       "apache-tvm": "not installed on this machine"}
+        out("- peers: %s (%s)" % (venv_py, ", ".join("%s %s" % kv for kv in venv_status.items())))
+        out()
+    elif not a.no_peers and parts & {"sgemm", "conv"}:
         try:
             venv_py, venv_status = ensure_venv(a.venv, log)
         except Exception as e:  # noqa: BLE001 (reported)
@@ -383,8 +411,8 @@ def main():
         out("- peers venv (%s): %s" % (a.venv, ", ".join("%s %s" % kv for kv in venv_status.items())))
         out()
 
-    if not a.gpu_only:
-        dev = s.cpu(0)
+    dev = s.cpu(0)
+    if "sgemm" in parts:
         out("## SGEMM float32 on the CPU: kiln topi.matmul vs numpy (%s)" % blas)
         out()
         best, best_t = None, None
@@ -421,6 +449,7 @@ def main():
         out("Best CPU knobs: %s" % (best,))
         out()
 
+    if "conv" in parts:
         out("## conv2d 3x3 64->64 56x56 batch 1 (pad 1) on the CPU: kiln topi.conv2d_nchw vs onnxruntime")
         out()
         cbest, cbest_t = None, None
@@ -434,7 +463,7 @@ def main():
                 out("- %s: failed: %s" % (kn, e))
         out()
         flop = 2.0 * 64 * 64 * 9 * 56 * 56
-        ort_r = run_peer(venv_py, ["ort", "2"]) if venv_py and venv_status.get("onnxruntime") == "ok" \
+        ort_r = run_peer(venv_py, ["ort", "2"] + ([a.onnx_model] if a.onnx_model else [])) if venv_py and venv_status.get("onnxruntime") == "ok" \
             and venv_status.get("onnx") == "ok" else {"error": "onnxruntime not installed"}
         tvm_r = run_peer(venv_py, ["tvm-conv", json.dumps(cbest or CONV_KNOBS[0])]) \
             if venv_py and venv_status.get("apache-tvm") == "ok" else {"error": "apache-tvm not installed"}
@@ -452,7 +481,7 @@ def main():
         out()
 
     gdev = s.cuda(0)
-    if gdev.exist:
+    if "gpu" in parts and gdev.exist:
         out("## SGEMM float32 on %s: kiln topi.matmul (GPU template) vs cuBLAS" % gdev.name)
         out()
         gbest, gbest_t = None, None
