@@ -489,6 +489,17 @@ static te_expr_t *tighten(em_t *m, const te_tensor_t *t, int pos, te_expr_t *g) 
   return ok ? bound : NULL;
 }
 
+/* Does g use no leaf of t after position pos (all its vars have values here)? */
+static bool defined_at(em_t *m, const te_tensor_t *t, int pos, const te_expr_t *g) {
+  kc_te_program_t *p = m->p;
+  bool *inner = calloc((size_t)p->nvars, sizeof(bool));
+  if (!inner) return false;
+  for (int i = pos + 1; i < t->nleaves; i++) inner[t->leaves[i]] = true;
+  bool ok = !te_uses_var(g, inner);
+  free(inner);
+  return ok;
+}
+
 static void nest(em_t *m, int st, int pos, int mode, uint32_t consumed) {
   kc_te_program_t *p = m->p;
   te_tensor_t *t = &p->tensors[st];
@@ -513,7 +524,9 @@ static void nest(em_t *m, int st, int pos, int mode, uint32_t consumed) {
     v->value = builtin_id(m, v->bind);
   } else {
     te_expr_t *ext = v->extent;
-    if (!attached_inside(m, st, pos)) {
+    /* An unrolled loop keeps its constant trip count (register tiles stay registers): its
+     * guards stay predicates on the statement. */
+    if (v->ann != TE_ANN_UNROLL && !attached_inside(m, st, pos)) {
       for (int i = 0; i < t->nguards; i++) {
         if (consumed >> i & 1 || (mode == MODE_INIT && t->guard_red[i])) continue;
         te_expr_t *b = tighten(m, t, pos, t->guards[i]);
@@ -525,7 +538,31 @@ static void nest(em_t *m, int st, int pos, int mode, uint32_t consumed) {
     loop_begin(m, v, ext, &l);
   }
   if (mode != MODE_INIT) attached_at(m, st, t->leaves[pos]);
+  /* Guards whose vars are all defined by now wrap the rest of the nest instead of each
+   * statement (not around barriers: only without stages attached further in). */
+  LLVMBasicBlockRef merge = NULL;
+  if (!attached_inside(m, st, pos + 1)) {
+    te_expr_t *g = NULL;
+    for (int i = 0; i < t->nguards; i++) {
+      if (consumed >> i & 1 || (mode == MODE_INIT && t->guard_red[i])) continue;
+      if (!defined_at(m, t, pos, t->guards[i])) continue;
+      g = g ? te_bin(p, TE_AND, g, t->guards[i]) : t->guards[i];
+      consumed |= 1u << i;
+    }
+    if (g) {
+      LLVMValueRef c = emit(m, te_simplify(p, g));
+      if (!c) return;
+      LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard");
+      merge = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard.end");
+      LLVMBuildCondBr(m->b, c, then, merge);
+      LLVMPositionBuilderAtEnd(m->b, then);
+    }
+  }
   nest(m, st, pos + 1, mode, consumed);
+  if (merge) {
+    LLVMBuildBr(m->b, merge);
+    LLVMPositionBuilderAtEnd(m->b, merge);
+  }
   if (v->bind < 0) loop_end(m, &l);
 }
 

@@ -429,6 +429,14 @@ static kiln_status_t add_guard(kc_te_program_t *p, te_tensor_t *t, te_expr_t *g,
   return KILN_OK;
 }
 
+static bool reads_argument(const kc_te_program_t *p, const te_expr_t *e) {
+  if (!e) return false;
+  if (e->kind == TE_LOAD && p->tensors[e->ref].kernel_arg >= 0) return true;
+  for (int i = 0; i < e->nargs; i++)
+    if (reads_argument(p, e->args[i])) return true;
+  return false;
+}
+
 static kiln_status_t derive(kc_te_program_t *p, int st) {
   te_tensor_t *t = &p->tensors[st];
   int dt = p->index_dtype;
@@ -477,8 +485,11 @@ static kiln_status_t derive(kc_te_program_t *p, int st) {
     int v = t->axes[d];
     te_expr_t *rel_v = val[v] ? val[v] : te_varref(p, v);
     t->val[d] = simp(p, te_bin(p, TE_ADD, t->rmin[d], rel_v));
-    if (t->attach_stage >= 0) {
-      /* An attached region may run past the tensor (partial tiles). */
+    if (t->attach_stage >= 0 && reads_argument(p, t->body)) {
+      /* An attached region may run past the tensor (partial tiles): the reads of argument
+       * tensors there must not happen. A stage that reads only other attached stages reads
+       * inside their regions (which cover all of its own region) and writes its own
+       * storage, so the elements past the tensor are computed and never used. */
       if (!s) s = add_guard(p, t, te_bin(p, TE_GE, t->val[d], te_int(p, 0, dt)), false);
       if (!s) s = add_guard(p, t, te_bin(p, TE_LT, t->val[d], t->shape[d]), false);
     }

@@ -20,31 +20,70 @@ static void stop(void) {
 
 TestSuite(te, .init = start, .fini = stop, .timeout = 300);
 
-static const char gemm[] =
-    "{'te': 1, 'vars': [{'name': 'M'}, {'name': 'N'}, {'name': 'K'}], 'tensors': ["
-    " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'M'], ['var', 'K']]},"
-    " {'name': 'B', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'K'], ['var', 'N']]},"
-    " {'name': 'C', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'M'], ['var', 'N']], 'axes': ['i', 'j'],"
-    "  'reduce_axes': [{'name': 'k', 'extent': ['var', 'K']}],"
-    "  'body': ['reduce', 'sum', ['mul', ['load', 'A', [['var', 'i'], ['var', 'k']]],"
-    "                                    ['load', 'B', [['var', 'k'], ['var', 'j']]]], ['k']]}],"
-    " 'schedule': ["
-    "  {'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'},"
-    "  {'op': 'cache_read', 'tensor': 'B', 'scope': 'shared', 'readers': ['C'], 'name': 'BS'},"
-    "  {'op': 'tile', 'stage': 'C', 'x': 'i', 'y': 'j', 'x_factor': 16, 'y_factor': 16,"
-    "   'x_outer': 'bi', 'y_outer': 'bj', 'x_inner': 'ti', 'y_inner': 'tj'},"
-    "  {'op': 'split', 'stage': 'C', 'var': 'k', 'factor': 16, 'outer': 'ko', 'inner': 'ki'},"
-    "  {'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.y'},"
-    "  {'op': 'bind', 'stage': 'C', 'var': 'bj', 'thread': 'blockIdx.x'},"
-    "  {'op': 'bind', 'stage': 'C', 'var': 'ti', 'thread': 'threadIdx.y'},"
-    "  {'op': 'bind', 'stage': 'C', 'var': 'tj', 'thread': 'threadIdx.x'},"
-    "  {'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ko'},"
-    "  {'op': 'compute_at', 'stage': 'BS', 'parent': 'C', 'var': 'ko'},"
-    "  {'op': 'bind', 'stage': 'AS', 'var': 'ax0', 'thread': 'threadIdx.y'},"
-    "  {'op': 'bind', 'stage': 'AS', 'var': 'ax1', 'thread': 'threadIdx.x'},"
-    "  {'op': 'bind', 'stage': 'BS', 'var': 'ax0', 'thread': 'threadIdx.y'},"
-    "  {'op': 'bind', 'stage': 'BS', 'var': 'ax1', 'thread': 'threadIdx.x'}],"
-    " 'kernels': [{'name': 'gemm', 'args': ['A', 'B', 'C']}]}";
+#define GEMM_PROGRAM(SCHED) \
+    "{'te': 1, 'vars': [{'name': 'M'}, {'name': 'N'}, {'name': 'K'}], 'tensors': [" \
+    " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'M'], ['var', 'K']]}," \
+    " {'name': 'B', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'K'], ['var', 'N']]}," \
+    " {'name': 'C', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'M'], ['var', 'N']], 'axes': ['i', 'j']," \
+    "  'reduce_axes': [{'name': 'k', 'extent': ['var', 'K']}]," \
+    "  'body': ['reduce', 'sum', ['mul', ['load', 'A', [['var', 'i'], ['var', 'k']]]," \
+    "                                    ['load', 'B', [['var', 'k'], ['var', 'j']]]], ['k']]}]," \
+    " 'schedule': [" SCHED "]," \
+    " 'kernels': [{'name': 'gemm', 'args': ['A', 'B', 'C']}]}"
+
+/* 16x16 work-items, one element of C each; A and B tiles of 16x16 in shared memory. */
+#define GEMM_SHARED \
+    "  {'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'}," \
+    "  {'op': 'cache_read', 'tensor': 'B', 'scope': 'shared', 'readers': ['C'], 'name': 'BS'}," \
+    "  {'op': 'tile', 'stage': 'C', 'x': 'i', 'y': 'j', 'x_factor': 16, 'y_factor': 16," \
+    "   'x_outer': 'bi', 'y_outer': 'bj', 'x_inner': 'ti', 'y_inner': 'tj'}," \
+    "  {'op': 'split', 'stage': 'C', 'var': 'k', 'factor': 16, 'outer': 'ko', 'inner': 'ki'}," \
+    "  {'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.y'}," \
+    "  {'op': 'bind', 'stage': 'C', 'var': 'bj', 'thread': 'blockIdx.x'}," \
+    "  {'op': 'bind', 'stage': 'C', 'var': 'ti', 'thread': 'threadIdx.y'}," \
+    "  {'op': 'bind', 'stage': 'C', 'var': 'tj', 'thread': 'threadIdx.x'}," \
+    "  {'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ko'}," \
+    "  {'op': 'compute_at', 'stage': 'BS', 'parent': 'C', 'var': 'ko'}," \
+    "  {'op': 'bind', 'stage': 'AS', 'var': 'ax0', 'thread': 'threadIdx.y'}," \
+    "  {'op': 'bind', 'stage': 'AS', 'var': 'ax1', 'thread': 'threadIdx.x'}," \
+    "  {'op': 'bind', 'stage': 'BS', 'var': 'ax0', 'thread': 'threadIdx.y'}," \
+    "  {'op': 'bind', 'stage': 'BS', 'var': 'ax1', 'thread': 'threadIdx.x'}"
+
+/* 64x64 blocks of C, 4x4 per work-item accumulated in registers (cache_write local, loops
+ * unrolled), k in steps of 8 through shared A and B tiles loaded two elements per work-item. */
+#define GEMM_REGISTERS \
+    "  {'op': 'cache_write', 'tensor': 'C', 'scope': 'local', 'name': 'CL'}," \
+    "  {'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['CL'], 'name': 'AS'}," \
+    "  {'op': 'cache_read', 'tensor': 'B', 'scope': 'shared', 'readers': ['CL'], 'name': 'BS'}," \
+    "  {'op': 'tile', 'stage': 'C', 'x': 'i', 'y': 'j', 'x_factor': 64, 'y_factor': 64," \
+    "   'x_outer': 'bi', 'y_outer': 'bj', 'x_inner': 'ii', 'y_inner': 'jj'}," \
+    "  {'op': 'tile', 'stage': 'C', 'x': 'ii', 'y': 'jj', 'x_factor': 4, 'y_factor': 4," \
+    "   'x_outer': 'ti', 'y_outer': 'tj', 'x_inner': 'ri', 'y_inner': 'rj'}," \
+    "  {'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.y'}," \
+    "  {'op': 'bind', 'stage': 'C', 'var': 'bj', 'thread': 'blockIdx.x'}," \
+    "  {'op': 'bind', 'stage': 'C', 'var': 'ti', 'thread': 'threadIdx.y'}," \
+    "  {'op': 'bind', 'stage': 'C', 'var': 'tj', 'thread': 'threadIdx.x'}," \
+    "  {'op': 'unroll', 'stage': 'C', 'var': 'ri'}, {'op': 'unroll', 'stage': 'C', 'var': 'rj'}," \
+    "  {'op': 'compute_at', 'stage': 'CL', 'parent': 'C', 'var': 'tj'}," \
+    "  {'op': 'split', 'stage': 'CL', 'var': 'k', 'factor': 8, 'outer': 'ko', 'inner': 'ki'}," \
+    "  {'op': 'reorder', 'stage': 'CL', 'vars': ['ko', 'ki', 'i', 'j']}," \
+    "  {'op': 'unroll', 'stage': 'CL', 'var': 'ki'}, {'op': 'unroll', 'stage': 'CL', 'var': 'i'}," \
+    "  {'op': 'unroll', 'stage': 'CL', 'var': 'j'}," \
+    "  {'op': 'compute_at', 'stage': 'AS', 'parent': 'CL', 'var': 'ko'}," \
+    "  {'op': 'compute_at', 'stage': 'BS', 'parent': 'CL', 'var': 'ko'}," \
+    "  {'op': 'fuse', 'stage': 'AS', 'vars': ['ax0', 'ax1'], 'fused': 'af'}," \
+    "  {'op': 'split', 'stage': 'AS', 'var': 'af', 'factor': 256, 'outer': 'ao', 'inner': 'ai'}," \
+    "  {'op': 'split', 'stage': 'AS', 'var': 'ai', 'factor': 16, 'outer': 'ay', 'inner': 'ax'}," \
+    "  {'op': 'bind', 'stage': 'AS', 'var': 'ay', 'thread': 'threadIdx.y'}," \
+    "  {'op': 'bind', 'stage': 'AS', 'var': 'ax', 'thread': 'threadIdx.x'}," \
+    "  {'op': 'fuse', 'stage': 'BS', 'vars': ['ax0', 'ax1'], 'fused': 'bf'}," \
+    "  {'op': 'split', 'stage': 'BS', 'var': 'bf', 'factor': 256, 'outer': 'bo', 'inner': 'bi2'}," \
+    "  {'op': 'split', 'stage': 'BS', 'var': 'bi2', 'factor': 16, 'outer': 'by', 'inner': 'bx'}," \
+    "  {'op': 'bind', 'stage': 'BS', 'var': 'by', 'thread': 'threadIdx.y'}," \
+    "  {'op': 'bind', 'stage': 'BS', 'var': 'bx', 'thread': 'threadIdx.x'}"
+
+static const char gemm[] = GEMM_PROGRAM(GEMM_SHARED);
+static const char gemm_regs[] = GEMM_PROGRAM(GEMM_REGISTERS);
 
 static uint64_t code_of(const client_t *c) {
   const msgpack_object *e = c->msg.error;
@@ -173,10 +212,10 @@ static void send_launch(client_t *c, const char *method, const char *module, con
   pb_end(&b);
 }
 
-static void gemm_on(const char *dev, int64_t M, int64_t N, int64_t K) {
+static void gemm_on(const char *prog, int64_t tile, const char *dev, int64_t M, int64_t N, int64_t K) {
   client_t c;
   client_connect_tcp(&c, &d);
-  send_te(&c, gemm, dev);
+  send_te(&c, prog, dev);
   char mod[65], txt[1024];
   const msgpack_object *m = kiln_params_find(c.msg.result, "module");
   memcpy(mod, m->via.str.ptr, 64);
@@ -184,8 +223,8 @@ static void gemm_on(const char *dev, int64_t M, int64_t N, int64_t K) {
   recipe_t r = recipe_of(&c, M, N, K);
   cr_assert_eq(r.block[0], 16);
   cr_assert_eq(r.block[1], 16);
-  cr_assert_eq(r.grid[0], (uint32_t)((N + 15) / 16));
-  cr_assert_eq(r.grid[1], (uint32_t)((M + 15) / 16));
+  cr_assert_eq(r.grid[0], (uint32_t)((N + tile - 1) / tile));
+  cr_assert_eq(r.grid[1], (uint32_t)((M + tile - 1) / tile));
 
   float *a = malloc((size_t)(M * K) * 4), *b = malloc((size_t)(K * N) * 4), *out = malloc((size_t)(M * N) * 4);
   unsigned seed = 11;
@@ -213,15 +252,25 @@ static void gemm_on(const char *dev, int64_t M, int64_t N, int64_t K) {
   send_launch(&c, "time", mod, dev, &r, t);
   cr_assert(client_recv(&c, 60000));
   cr_assert_eq(code_of(&c), 0, "time on %s failed: %s", dev, text_of(&c, txt, sizeof(txt)));
-  cr_log_info("%s: te gemm %lldx%lldx%lld (16x16 shared tiles), min %.3f ms", dev, (long long)M, (long long)N,
-              (long long)K, kiln_params_find(c.msg.result, "min")->via.f64 * 1e3);
+  double mn = kiln_params_find(c.msg.result, "min")->via.f64;
+  cr_log_info("%s: te gemm %lldx%lldx%lld (%lldx%lld blocks), min %.3f ms, %.1f GFLOP/s", dev, (long long)M,
+              (long long)N, (long long)K, (long long)tile, (long long)tile, mn * 1e3, 2.0 * M * N * K / mn / 1e9);
   free(a), free(b), free(out);
   client_close(&c);
 }
 
 Test(te, gemm_runs_from_the_launch_recipe) {
   const char *dev = getenv("KILN_TEST_DEVICE");
-  gemm_on(dev && dev[0] ? dev : "cpu:0", 83, 61, 45); /* partial tiles in every dimension */
+  dev = dev && dev[0] ? dev : "cpu:0";
+  gemm_on(gemm, 16, dev, 83, 61, 45); /* partial tiles in every dimension */
+  gemm_on(gemm_regs, 64, dev, 150, 77, 29);
+  /* KILN_TEST_TE_SIZE=n adds n x n x n runs (checked the same way; their times are logged). */
+  const char *size = getenv("KILN_TEST_TE_SIZE");
+  int n = size ? atoi(size) : 0;
+  if (n > 0) {
+    gemm_on(gemm, 16, dev, n, n, n);
+    gemm_on(gemm_regs, 64, dev, n, n, n);
+  }
 }
 
 Test(te, recipe_survives_the_cache_and_gpu_targets) {
