@@ -11,6 +11,7 @@
  * "compile_ms": float}. LLVM may end this process on input it cannot handle; kilnd reports
  * that job as E_COMPILER_CRASHED and starts a new worker. */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +201,12 @@ int main(int argc, char **argv) {
   kiln_log_set_process("compile-worker");
   signal(SIGINT, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
+  /* Compiling is throughput work: as SCHED_BATCH at a lower priority it yields the cores to
+   * kilnd's event loop (cache hits, pings, launches), so a busy compile pool (or the warm-up
+   * of a fresh one) does not delay the requests that need no compiler. */
+  struct sched_param sp = {0};
+  sched_setscheduler(0, SCHED_BATCH, &sp);
+  setpriority(PRIO_PROCESS, 0, 5);
 #if !defined(__SANITIZE_ADDRESS__)
   /* AddressSanitizer reserves terabytes of shadow address space: no RLIMIT_AS there. */
   if (max_memory) {
