@@ -288,7 +288,7 @@ Test(faults, compile_worker_killed_mid_job, .init = start_one_compile_worker) {
     free(ir);
     ir = kernel_ir(salt, 6000);
     send_compile(&c, 20, ir);
-    while (stat_u64(&probe, "compile.workers_busy") == 0) usleep(1000);
+    for (int i = 0; i < 5000 && stat_u64(&probe, "compile.workers_busy") == 0; i++) usleep(1000);
     pid_t w = daemon_child_named(d.pid, "kiln-compile-wo");
     cr_assert(w > 0, "no compile worker process");
     kill(w, SIGKILL);
@@ -318,6 +318,15 @@ static const msgpack_object *cpu_worker(client_t *probe) {
   return NULL;
 }
 
+/* The cpu:0 worker's stats entry once a launch has reached it (borrowed from probe->msg). */
+static const msgpack_object *wait_inflight(client_t *probe) {
+  const msgpack_object *w = NULL;
+  for (int i = 0; i < 5000 && (!(w = cpu_worker(probe)) || kiln_params_find(w, "inflight")->via.u64 < 1); i++)
+    usleep(1000);
+  cr_assert(w && kiln_params_find(w, "inflight")->via.u64 >= 1, "no launch reached the device worker");
+  return w;
+}
+
 Test(faults, device_worker_killed_with_launches_in_flight, .init = start_default) {
   client_t c, probe;
   client_connect_tcp(&c, &d);
@@ -330,8 +339,7 @@ Test(faults, device_worker_killed_with_launches_in_flight, .init = start_default
   usage_t before = usage_of(d.pid);
   enum { N = 16 };
   for (uint32_t i = 0; i < N; i++) send_spin(&c, 100 + i, mod, t, 200u * 1000 * 1000);
-  const msgpack_object *w;
-  while (!(w = cpu_worker(&probe)) || kiln_params_find(w, "inflight")->via.u64 < 1) usleep(1000);
+  const msgpack_object *w = wait_inflight(&probe);
   pid_t pid = (pid_t)kiln_params_find(w, "pid")->via.u64;
   kill(pid, SIGKILL);
   bool seen[N] = {false};
@@ -405,8 +413,7 @@ Test(faults, client_gone_with_launches_in_flight, .init = start_default) {
   usage_t before = usage_of(d.pid);
   client_connect_tcp(&c, &d);
   for (uint32_t i = 0; i < 16; i++) send_spin(&c, 100 + i, mod, t, 20u * 1000 * 1000);
-  const msgpack_object *w;
-  while (!(w = cpu_worker(&probe)) || kiln_params_find(w, "inflight")->via.u64 < 1) usleep(1000);
+  wait_inflight(&probe);
   client_close(&c);
   expect_no_leaks(&before, 0, &probe, "client gone with launches in flight");
   /* The tenant's launch count came back down, and launches run. */
