@@ -177,17 +177,32 @@ def peer_tvm_sgemm(n, knobs_json):
     A = te.placeholder((n, n), name="A")
     B = te.placeholder((n, n), name="B")
     r = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    bn = k["bn"]
+    if k.get("pack"):
+        # as topi.matmul(pack=bn): B in column panels first
+        PB = te.compute((n // bn, n, bn), lambda jo, kk, ji: B[kk, jo * bn + ji], name="PB")
+        C = te.compute((n, n), lambda i, j: te.sum(A[i, r] * PB[j // bn, r, j % bn], axis=r), name="C")
+    else:
+        C = te.compute((n, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    if k.get("pack"):
+        pb = sch.get_sblock("PB")
+        p0, _, p2 = sch.get_loops(pb)
+        sch.parallel(p0)
+        sch.vectorize(p2)
     blk = sch.get_sblock("C")
     i, j, kk = sch.get_loops(blk)
     io, ii = sch.split(i, [None, k["bm"]])
     jo, ji = sch.split(j, [None, k["bn"]])
     ko, ki = sch.split(kk, [None, k["bk"]])
-    sch.reorder(io, jo, ko, ii, ki, ji)
+    # kiln's order: column panels over the pool ("ji") or row tiles ("ij"); k, then the
+    # bm x bn accumulators
+    outer, inner = (jo, io) if k.get("order", "ij") == "ji" else (io, jo)
+    sch.reorder(outer, inner, ko, ki, ii, ji)
+    sch.unroll(ii)
     cw = sch.cache_write(blk, 0, "local")
-    sch.reverse_compute_at(cw, jo)
-    sch.parallel(io)
+    sch.reverse_compute_at(cw, inner)
+    sch.parallel(outer)
     sch.vectorize(sch.get_loops(cw)[-1])
     init = sch.decompose_reduction(blk, ko)
     sch.vectorize(sch.get_loops(init)[-1])
