@@ -42,9 +42,10 @@ GPU_KNOBS = [
     {"block_m": 128, "block_n": 64, "thread_m": 16, "thread_n": 16, "k_tile": 16},
 ]
 CONV_KNOBS = [
-    {"oc_block": 16, "ow_block": 8, "inline_pad": False, "unroll": True},
-    {"oc_block": 8, "ow_block": 8, "inline_pad": False, "unroll": True},
-    {"oc_block": 16, "ow_block": 8, "inline_pad": True, "unroll": True},
+    {"oc_block": 4, "ow_block": 0, "vec": 8, "inline_pad": False, "unroll": True},
+    {"oc_block": 2, "ow_block": 0, "vec": 8, "inline_pad": False, "unroll": True},
+    {"oc_block": 8, "ow_block": 8, "vec": 8, "inline_pad": False, "unroll": True},
+    {"oc_block": 4, "ow_block": 0, "vec": 8, "inline_pad": True, "unroll": True},
 ]
 # fused multiply-adds (LLVM contracts a*b+c only under fast-math flags; TVM's LLVM backend
 # contracts by default)
@@ -146,15 +147,21 @@ def peer_tvm_conv(knobs_json):
     conv = sch.get_sblock("conv2d_nchw")
     n, f, y, x, rc, ry, rx = sch.get_loops(conv)
     fo, fi = sch.split(f, [None, k["oc_block"]])
-    xo, xi = sch.split(x, [None, k["ow_block"]])
-    sch.reorder(n, fo, y, xo, rc, ry, rx, fi, xi)
+    xo, xi = sch.split(x, [None, k["ow_block"] or c["W"]])
+    xio, xii = sch.split(xi, [None, k["vec"]])
+    sch.reorder(n, fo, y, xo, rc, ry, rx, fi, xio, xii)
     cw = sch.cache_write(conv, 0, "local")
     sch.reverse_compute_at(cw, xo)
     g = sch.fuse(n, fo, y)
     sch.parallel(g)
-    sch.vectorize(xi)
+    sch.vectorize(xii)
+    sch.unroll(xio)
+    sch.unroll(fi)
     sch.vectorize(sch.get_loops(cw)[-1])
-    sch.compute_at(pad, g) if k.get("inline_pad") is None else None
+    if k.get("inline_pad"):
+        sch.compute_inline(pad)
+    else:
+        sch.parallel(sch.get_loops(pad)[1])
     target = _tvm_target(tvm)
     lib = tvm.compile(sch.mod, target=target)
     dev = tvm.cpu(0)

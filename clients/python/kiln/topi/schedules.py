@@ -5,6 +5,7 @@ A knob that does not divide a size still works: the lowering guards partial tile
 
 from .. import te
 from ..errors import InvalidArgument
+from ..te.expr import IntImm
 from ..te.tensor import ComputeOp, PlaceholderOp
 
 __all__ = ["schedule_matmul", "schedule_dense", "schedule_batch_matmul", "schedule_conv2d_nchw",
@@ -22,7 +23,7 @@ KNOBS = {
         "gpu": {"tile": 16},
     },
     "conv2d_nchw": {
-        "cpu": {"oc_block": 16, "ow_block": 8, "inline_pad": False, "unroll": True},
+        "cpu": {"oc_block": 4, "ow_block": 0, "vec": 8, "inline_pad": False, "unroll": True},
         "gpu": {"num_thread": 128, "oc_block": 4},
     },
     "depthwise_conv2d_nchw": {"cpu": {"ow_block": 8}, "gpu": {"num_thread": 128}},
@@ -252,9 +253,10 @@ def _conv_like_cpu(s, st, ow_block):
 
 
 def schedule_conv2d_nchw(C, target="cpu", **kw):
-    """CPU: oc_block output channels x ow_block columns accumulated in a local block per
-    work-item, (n, channel block, row) over the pool, columns vectorized, the padded input
-    made first by its own kernel (``inline_pad=False``) or inlined. GPU: output channels in
+    """CPU: oc_block output channels x ow_block columns (0: the whole output row up to 64)
+    accumulated in registers (vectors of ``vec`` columns, unrolled), (n, channel block, row)
+    over the pool, the padded input made first by its own kernel (``inline_pad=False``) or
+    inlined. GPU: output channels in
     blocks of oc_block per work-item, num_thread work-items per group."""
     gpu = is_gpu(target)
     k = _knobs("conv2d_nchw", target, kw)
@@ -280,8 +282,12 @@ def schedule_conv2d_nchw(C, target="cpu", **kw):
             _injective_stage(s, st, False, KNOBS["injective"]["cpu"])
     CC = s.cache_write(C, "local")
     n, f, y, x = C.op.axis
+    owb = k["ow_block"]
+    if not owb:
+        ow = C.shape[3]
+        owb = ow.value if isinstance(ow, IntImm) and ow.value <= 64 else 32
     fo, fi = s[C].split(f, factor=k["oc_block"])
-    xo, xi = s[C].split(x, factor=k["ow_block"])
+    xo, xi = s[C].split(x, factor=owb)
     s[C].reorder(n, fo, y, xo, fi, xi)
     g = s[C].fuse(n, fo)
     g = s[C].fuse(g, y)
@@ -290,12 +296,16 @@ def schedule_conv2d_nchw(C, target="cpu", **kw):
     s[CC].compute_at(s[C], xo)
     _, fc, yc, xc = s[CC].op.axis
     rc, ry, rx = s[CC].op.reduce_axis
-    s[CC].reorder(rc, ry, rx, fc, xc)
-    s[CC].vectorize(xc)
+    # oc_block x ow_block accumulators: columns in vectors of vec, all of them unrolled, so
+    # one input vector load feeds oc_block FMAs and one weight broadcast feeds ow_block/vec
+    xco, xci = s[CC].split(xc, factor=k["vec"])
+    s[CC].reorder(rc, ry, rx, fc, xco, xci)
+    s[CC].vectorize(xci)
+    s[CC].unroll(xco)
+    s[CC].unroll(fc)
     if k["unroll"]:
         s[CC].unroll(ry)
         s[CC].unroll(rx)
-        s[CC].unroll(fc)
     return s
 
 
