@@ -3,7 +3,8 @@
  * AMDGPU: ROCm's ocml (__ocml_exp_f32 ...), linked from the device libraries afterwards.
  * NVPTX: kiln's own functions (__kiln_math_exp_f32 ..., compiler/mathlib), no libdevice.
  * Both: functions with a direct machine equivalent become LLVM intrinsics.
- * cpu never comes here: libm provides the names and LLVM lowers the intrinsics to libm. */
+ * cpu: libm provides the names and LLVM lowers the intrinsics to libm; kc_math_pure_cpu only
+ * declares the names free of errno. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,26 @@ static void scalarize_vector_calls(kc_job_t *job) {
     if (!LLVMGetFirstUse(f)) LLVMDeleteFunction(f);
   }
   LLVMDisposeBuilder(b);
+}
+
+/* kiln's math never reads or sets errno (GPUs have none), so on the cpu the C math names are
+ * declared memory(none): LLVM may then treat them as pure, turn sqrtf into llvm.sqrt and
+ * vectorise it in a work-item loop, and move or merge the calls like any arithmetic. */
+void kc_math_pure_cpu(kc_job_t *job) {
+  unsigned memory = LLVMGetEnumAttributeKindForName("memory", 6);
+  LLVMAttributeRef none = LLVMCreateEnumAttribute(job->ctx, memory, 0);
+  LLVMTypeRef types[2] = {LLVMFloatTypeInContext(job->ctx), LLVMDoubleTypeInContext(job->ctx)};
+  for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++) {
+    for (int f64 = 0; f64 < 2; f64++) {
+      char name[32];
+      snprintf(name, sizeof(name), "%s%s", funcs[i].base, f64 ? "" : "f");
+      LLVMValueRef fn = LLVMGetNamedFunction(job->mod, name);
+      if (!fn || !LLVMIsDeclaration(fn) || !has_signature(LLVMGlobalGetValueType(fn), types[f64], funcs[i].ar))
+        continue;
+      LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, memory);
+      LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, none);
+    }
+  }
 }
 
 kiln_status_t kc_map_math(kc_job_t *job) {

@@ -199,3 +199,34 @@ Test(cpu, math_functions_match_libm) {
   th_cpu_unload(&m);
   kiln_artifact_deinit(&a);
 }
+
+/* The C math names are pure for kiln (no errno): sqrtf in a work-item loop becomes the
+ * vector square root instead of one libm call per work-item. */
+Test(cpu, sqrt_in_a_work_item_loop_is_vectorised) {
+  static const char src[] =
+      "#include <kiln/kernel.h>\n"
+      "#include <math.h>\n"
+      "KILN_KERNEL void roots(const float *x, float *y, int n) {\n"
+      "  int i = (int)kiln_global_id(0);\n"
+      "  if (i < n) y[i] = sqrtf(x[i]);\n"
+      "}\n";
+  size_t n;
+  uint8_t *bc = th_source_bc(src, &n);
+  kiln_artifact_t a;
+  th_compile(bc, n, "cpu", NULL, &a);
+  free(bc);
+  cr_assert(strstr(a.llvm_ir, "@llvm.sqrt.v"), "sqrtf stayed a scalar call:\n%s", a.llvm_ir);
+  th_cpu_module_t m;
+  th_cpu_load(&a, &m);
+  enum { N = 300 };
+  float x[N], y[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i * 1.7f, y[i] = -1;
+  int cnt = N - 5; /* the last 5 stay untouched */
+  void *px = x, *py = y;
+  void *args[] = {&px, &py, &cnt};
+  uint32_t grid[3] = {3, 1, 1}, blk[3] = {100, 1, 1};
+  th_cpu_run(&m, &a, "roots", grid, blk, 0, args);
+  for (int i = 0; i < N; i++) cr_assert_eq(y[i], i < cnt ? sqrtf(x[i]) : -1.0f, "y[%d] = %g", i, y[i]);
+  th_cpu_unload(&m);
+  kiln_artifact_deinit(&a);
+}
