@@ -116,9 +116,12 @@ bool te_const_bounds(const kc_te_program_t *p, const te_expr_t *e, int64_t *lo, 
     case TE_ADD: *lo = clampv(al + bl); *hi = clampv(ah + bh); return true;
     case TE_SUB: *lo = clampv(al - bh); *hi = clampv(ah - bl); return true;
     case TE_MUL: {
-      int64_t c[4] = {al * bl, al * bh, ah * bl, ah * bh};
-      if (al < -BIG || ah > BIG || bl < -BIG || bh > BIG) return false;
-      if ((al <= -BIG || ah >= BIG) && (bl != bh)) return false;
+      int64_t c[4];
+      /* Unbounded stays unbounded: products past BIG are clamped (bounds of indices, never
+       * values that must be exact). */
+      if (__builtin_mul_overflow(al, bl, &c[0]) || __builtin_mul_overflow(al, bh, &c[1]) ||
+          __builtin_mul_overflow(ah, bl, &c[2]) || __builtin_mul_overflow(ah, bh, &c[3]))
+        return false;
       *lo = *hi = c[0];
       for (int i = 1; i < 4; i++) {
         if (c[i] < *lo) *lo = c[i];
@@ -270,7 +273,7 @@ te_expr_t *te_simplify(kc_te_program_t *p, te_expr_t *e) {
   n->f = e->f;
   for (int i = 0; i < e->nargs; i++) n->args[i] = te_simplify(p, e->args[i]);
   e = n;
-  int64_t a, b;
+  int64_t a = 0, b = 0;
   te_expr_t *x = e->args[0], *y = e->nargs > 1 ? e->args[1] : NULL;
   switch (e->kind) {
   case TE_CAST:

@@ -530,17 +530,16 @@ static kiln_status_t parse_kernel(kc_te_program_t *p, const msgpack_object *o, t
   return KILN_OK;
 }
 
+static void *arena_alloc(void *ud, size_t n) { return te_alloc(ud, n); }
+
 kiln_status_t te_parse(const uint8_t *bytes, size_t len, kc_te_program_t *p) {
-  msgpack_unpacked u;
-  msgpack_unpacked_init(&u);
-  size_t off = 0;
   kiln_status_t s = KILN_OK;
-  int r = msgpack_unpack_next(&u, (const char *)bytes, len, &off);
-  if (r != MSGPACK_UNPACK_SUCCESS || off != len) {
-    msgpack_unpacked_destroy(&u);
-    return KC_COMPILE_ERROR("te: the payload is not one MessagePack value (send the program map of docs/te.md)");
-  }
-  const msgpack_object *root = &u.data;
+  msgpack_object top;
+  if (!te_mp_decode(bytes, len, arena_alloc, p, &top))
+    return KC_COMPILE_ERROR("te: the payload is not one MessagePack value nested at most %d deep (send the "
+                            "program map of docs/te.md)",
+                            TE_MP_MAX_DEPTH);
+  const msgpack_object *root = &top;
   static const char *const keys[] = {"te", "index_dtype", "vars", "tensors", "schedule", "kernels", NULL};
   s = te_mp_check_keys(root, "the program", keys);
   const msgpack_object *o;
@@ -594,7 +593,6 @@ kiln_status_t te_parse(const uint8_t *bytes, size_t len, kc_te_program_t *p) {
           s = KC_COMPILE_ERROR("te: two kernels are named %s", p->kernels[i].name);
     }
   }
-  msgpack_unpacked_destroy(&u);
   return s;
 }
 

@@ -600,3 +600,26 @@ Test(te, format_names) {
   cr_assert_eq(k, KILN_PAYLOAD_TE);
   cr_assert_str_eq(kiln_payload_kind_name(KILN_PAYLOAD_TE), "te");
 }
+
+Test(te, deep_expression) {
+  /* C[i] = ((A[i] + 1) + 1) ... 60 times: nested deeper than msgpack-c's own unpacker allows. */
+  enum { DEPTH = 60 };
+  char body[8192] = "", json[12288];
+  for (int i = 0; i < DEPTH; i++) strcat(body, "['add', ");
+  strcat(body, "['load', 'A', [['var', 'i']]]");
+  for (int i = 0; i < DEPTH; i++) strcat(body, ", 1.0]");
+  snprintf(json, sizeof(json),
+           "{'te': 1, 'vars': [{'name': 'n'}], 'tensors': ["
+           " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'n']]},"
+           " {'name': 'C', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'n']], 'axes': ['i'], 'body': %s}],"
+           " 'kernels': [{'name': 'deep', 'args': ['A', 'C']}]}",
+           body);
+  kiln_artifact_t a;
+  te_compile(json, "cpu", &a);
+  float x[5] = {0, 1, 2, 3, 4}, c[5] = {0};
+  void *ptrs[2] = {x, c};
+  shape_arg_t shapes[2] = {{1, {5}}, {1, {5}}};
+  run_cpu(&a, "deep", 2, ptrs, shapes);
+  for (int i = 0; i < 5; i++) cr_assert_eq(c[i], x[i] + DEPTH, "C[%d] = %g", i, c[i]);
+  kiln_artifact_deinit(&a);
+}
