@@ -157,3 +157,34 @@ def test_device_fault_costs_one_worker(s, dev, vadd):
     a, b, ad, bd, cd = arrays(dev, n)  # the restarted worker serves again
     vadd["myadd"](ad, bd, cd, n, grid=1, block=64)
     np.testing.assert_allclose(cd.numpy(), a + b)
+
+
+SPIN = """
+define void @spin(ptr %out, i64 %n) section "kiln.kernel" {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%j, %loop]
+  store volatile i64 %i, ptr %out
+  %j = add i64 %i, 1
+  %c = icmp ult i64 %j, %n
+  br i1 %c, label %loop, label %done
+done:
+  ret void
+}
+"""
+
+
+def test_launch_past_its_deadline(s, dev, vadd):
+    with needs("compile"):
+        m = s.compile(SPIN, target="cpu")
+    out = kiln.nd.empty((1,), "int64", dev)
+    with needs("launch"):
+        m["spin"](out, 1000, grid=1, block=1, timeout_ms=5000)  # well inside its deadline
+        with pytest.raises(kiln.Timeout) as e:
+            m["spin"](out, 2_000_000, grid=100000, block=1, timeout_ms=100)
+    assert e.value.code == 11 and "deadline" in e.value.message
+    n = 64
+    a, b, ad, bd, cd = arrays(dev, n)  # a fresh worker serves the next launch
+    vadd["myadd"](ad, bd, cd, n, grid=1, block=64)
+    np.testing.assert_allclose(cd.numpy(), a + b)

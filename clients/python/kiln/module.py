@@ -153,7 +153,7 @@ class Function:
         self.name = name
         self.kernel = kernel
 
-    def _params(self, args, grid, block, shared=None, device=None):
+    def _params(self, args, grid, block, shared=None, device=None, timeout_ms=None):
         from .nd import NDArray
         sig = self.kernel.args if self.kernel is not None and self.kernel.args else None
         if sig is not None and len(args) != len(sig):
@@ -192,19 +192,25 @@ class Function:
              "grid": _dim3(grid, "grid"), "block": _dim3(block, "block"), "args": wire}
         if shared:
             p["shared"] = int(shared)
+        if timeout_ms is not None:
+            p["timeout_ms"] = int(timeout_ms)
         return p
 
-    def launch_async(self, *args, grid=None, block=None, shared=None, device=None):
+    def launch_async(self, *args, grid=None, block=None, shared=None, device=None, timeout_ms=None):
         """As calling the function; returns a Future of the daemon's answer."""
-        return self.module.session._conn.request("launch", self._params(args, grid, block, shared, device))
+        return self.module.session._conn.request("launch", self._params(args, grid, block, shared, device,
+                                                                         timeout_ms))
 
-    def __call__(self, *args, grid=None, block=None, shared=None, device=None):
-        """Launches the kernel and waits until it finished; returns the daemon's answer."""
-        return self.launch_async(*args, grid=grid, block=block, shared=shared, device=device).result()
+    def __call__(self, *args, grid=None, block=None, shared=None, device=None, timeout_ms=None):
+        """Launches the kernel and waits until it finished; returns the daemon's answer.
+        ``timeout_ms``: the kernel's deadline (default: the daemon's --launch-timeout); past it
+        the launch raises kiln.Timeout and the tenant's tensors on that device are lost."""
+        return self.launch_async(*args, grid=grid, block=block, shared=shared, device=device,
+                                 timeout_ms=timeout_ms).result()
 
     def time_async(self, *args, grid=None, block=None, shared=None, device=None, number=10, repeat=3,
-                   min_repeat_ms=0, warmup=None, flush=None):
-        p = self._params(args, grid, block, shared, device)
+                   min_repeat_ms=0, warmup=None, flush=None, timeout_ms=None):
+        p = self._params(args, grid, block, shared, device, timeout_ms)
         p.update(number=int(number), repeat=int(repeat), min_repeat_ms=int(min_repeat_ms))
         if warmup is not None:
             p["warmup"] = int(warmup)
