@@ -614,6 +614,17 @@ kiln_status_t te_emit_kernel(kc_job_t *job, kc_te_program_t *p, int kernel) {
   }
   m.fn = LLVMAddFunction(m.mod, k->name, ft);
   LLVMSetSection(m.fn, KC_KERNEL_SECTION);
+  /* The block is known: GPU back ends get it as the launch bound (more registers per
+   * work-item than the 1024 default allows), unless the request sets max_block. */
+  int64_t threads = k->block[0] * k->block[1] * k->block[2];
+  if (job->target.kind != KILN_TARGET_CPU && !job->req->options.max_block) {
+    bool amd = job->target.kind == KILN_TARGET_AMDGPU;
+    const char *attr = amd ? "amdgpu-flat-work-group-size" : "nvvm.maxntid";
+    char bound[32];
+    snprintf(bound, sizeof(bound), amd ? "1,%lld" : "%lld", (long long)threads);
+    LLVMAddAttributeAtIndex(m.fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateStringAttribute(m.ctx, attr, (unsigned)strlen(attr), bound, (unsigned)strlen(bound)));
+  }
   unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
   for (int a = 0; a < k->nargs; a++) {
     LLVMValueRef prm = LLVMGetParam(m.fn, (unsigned)a);

@@ -470,11 +470,20 @@ static void gpu_build(const char *json, const char *target, const char *kernel) 
   cr_assert(k && k->launch, "%s: kernel %s with a launch recipe", target, kernel);
   if (strncmp(target, "gfx", 3) == 0) {
     cr_assert_eq(a.format, KILN_FORMAT_HSACO);
-    cr_assert(strstr(a.assembly, "s_barrier") || !strstr(json, "shared"), "the shared stages synchronise");
+    /* Shared stages live in LDS (a group of one wave needs no s_barrier: LLVM drops it). */
+    cr_assert(strstr(a.assembly, "ds_") || !strstr(json, "'shared'"), "the shared stages use LDS");
+    /* The block the schedule binds is the kernel's launch bound. */
+    shape_arg_t ones[8];
+    for (int i = 0; i < 8; i++) ones[i] = (shape_arg_t){2, {1, 1}};
+    launch_t l = launch_of(&a, kernel, ones);
+    cr_assert_eq(k->max_block, l.block[0] * l.block[1] * l.block[2], "max_flat_workgroup_size %u", k->max_block);
   } else {
     cr_assert_eq(a.format, KILN_FORMAT_PTX);
     cr_assert(strstr((const char *)a.code, ".entry " ) != NULL);
-    if (strstr(json, "'shared'")) cr_assert(strstr((const char *)a.code, ".shared"), "PTX uses shared memory");
+    if (strstr(json, "'shared'")) {
+      cr_assert(strstr((const char *)a.code, ".shared"), "PTX uses shared memory");
+      cr_assert(strstr((const char *)a.code, "bar.sync"), "the shared stages synchronise");
+    }
     if (have_ptxas()) {
       char path[256], cmd[600], out[4096];
       th_write_temp(a.code, a.code_size - 1, ".ptx", path, sizeof(path));
