@@ -135,10 +135,14 @@ static launch_t run_cpu(const kiln_artifact_t *a, const char *name, int ntensors
   th_cpu_load(a, &m);
   void *args[16];
   int32_t vals[8];
+  int64_t vals64[8];
+  const kiln_kernel_t *k = kiln_artifact_kernel(a, name);
   for (int i = 0; i < ntensors; i++) args[i] = &ptrs[i];
   for (int i = 0; i < l.nvars; i++) {
     vals[i] = (int32_t)l.values[i];
-    args[l.arg[i]] = &vals[i];
+    vals64[i] = l.values[i];
+    bool wide = k->args[l.arg[i]].type == KILN_ARG_I64; /* index_dtype int64 */
+    args[l.arg[i]] = wide ? (void *)&vals64[i] : (void *)&vals[i];
   }
   th_cpu_run(&m, a, name, l.grid, l.block, 0, args);
   th_cpu_unload(&m);
@@ -630,5 +634,48 @@ Test(te, deep_expression) {
   shape_arg_t shapes[2] = {{1, {5}}, {1, {5}}};
   run_cpu(&a, "deep", 2, ptrs, shapes);
   for (int i = 0; i < 5; i++) cr_assert_eq(c[i], x[i] + DEPTH, "C[%d] = %g", i, c[i]);
+  kiln_artifact_deinit(&a);
+}
+
+Test(te, dtypes_and_int64_indices) {
+  /* float16 and int8 in, float64 and bool out, int64 shape vars and indices. */
+  const char *json =
+      "{'te': 1, 'index_dtype': 'int64', 'vars': [{'name': 'n', 'dtype': 'int64'}], 'tensors': ["
+      " {'name': 'H', 'op': 'placeholder', 'dtype': 'float16', 'shape': [['var', 'n']]},"
+      " {'name': 'Q', 'op': 'placeholder', 'dtype': 'int8', 'shape': [['var', 'n']]},"
+      " {'name': 'D', 'op': 'compute', 'dtype': 'float64', 'shape': [['var', 'n']], 'axes': ['i'],"
+      "  'body': ['add', ['cast', 'float64', ['call', 'sqrt', [['call', 'abs', [['load', 'H', [['var', 'i']]]]]]]],"
+      "                  ['cast', 'float64', ['floordiv', ['load', 'Q', [['var', 'i']]], 3]]]},"
+      " {'name': 'P', 'op': 'compute', 'dtype': 'bool', 'shape': [['var', 'n']], 'axes': ['i'],"
+      "  'body': ['or', ['gt', ['load', 'H', [['var', 'i']]], ['const', 'float16', 0.5]],"
+      "                 ['eq', ['floormod', ['load', 'Q', [['var', 'i']]], 4], 3]]}],"
+      " 'schedule': [{'op': 'split', 'stage': 'D', 'var': 'i', 'factor': 8},"
+      "              {'op': 'vectorize', 'stage': 'D', 'var': 'i.inner'}],"
+      " 'kernels': [{'name': 'd', 'args': ['H', 'Q', 'D']}, {'name': 'p', 'args': ['H', 'Q', 'P']}]}";
+  kiln_artifact_t a;
+  te_compile(json, "cpu", &a);
+  cr_assert_eq(kiln_artifact_kernel(&a, "d")->args[3].type, KILN_ARG_I64);
+  enum { N = 37 };
+  _Float16 h[N];
+  int8_t q[N];
+  double dd[N];
+  uint8_t pp[N];
+  unsigned seed = 3;
+  for (int i = 0; i < N; i++) {
+    h[i] = (_Float16)((float)rand_r(&seed) / (float)RAND_MAX * 4.0f - 2.0f);
+    q[i] = (int8_t)(rand_r(&seed) % 256 - 128);
+  }
+  void *p1[3] = {h, q, dd}, *p2[3] = {h, q, pp};
+  shape_arg_t shapes[3] = {{1, {N}}, {1, {N}}, {1, {N}}};
+  run_cpu(&a, "d", 3, p1, shapes);
+  run_cpu(&a, "p", 3, p2, shapes);
+  for (int i = 0; i < N; i++) {
+    int fq = q[i] / 3 - ((q[i] % 3 != 0) && (q[i] < 0));
+    int mq = q[i] - 3 * 0 - 4 * (q[i] / 4 - ((q[i] % 4 != 0) && (q[i] < 0)));
+    double want = (double)(_Float16)sqrtf(fabsf((float)h[i])) + fq;
+    cr_assert(fabs(dd[i] - want) < 1e-9, "D[%d] = %g, want %g", i, dd[i], want);
+    uint8_t wp = (float)h[i] > 0.5f || mq == 3;
+    cr_assert_eq(pp[i], wp, "P[%d] = %u, want %u (h %g q %d)", i, pp[i], wp, (double)h[i], q[i]);
+  }
   kiln_artifact_deinit(&a);
 }
