@@ -42,10 +42,10 @@ GPU_KNOBS = [
     {"block_m": 128, "block_n": 64, "thread_m": 16, "thread_n": 16, "k_tile": 16},
 ]
 CONV_KNOBS = [
-    {"oc_block": 4, "ow_block": 0, "vec": 8, "inline_pad": False, "unroll": True},
-    {"oc_block": 2, "ow_block": 0, "vec": 8, "inline_pad": False, "unroll": True},
+    {"oc_block": 16, "ow_block": 8, "vec": 8, "inline_pad": False, "unroll": True},
     {"oc_block": 8, "ow_block": 8, "vec": 8, "inline_pad": False, "unroll": True},
-    {"oc_block": 4, "ow_block": 0, "vec": 8, "inline_pad": True, "unroll": True},
+    {"oc_block": 4, "ow_block": 0, "vec": 8, "inline_pad": False, "unroll": True},
+    {"oc_block": 16, "ow_block": 8, "vec": 8, "inline_pad": True, "unroll": True},
 ]
 # fused multiply-adds (LLVM contracts a*b+c only under fast-math flags; TVM's LLVM backend
 # contracts by default)

@@ -23,7 +23,7 @@ KNOBS = {
         "gpu": {"tile": 16},
     },
     "conv2d_nchw": {
-        "cpu": {"oc_block": 4, "ow_block": 0, "vec": 8, "inline_pad": False, "unroll": True},
+        "cpu": {"oc_block": 16, "ow_block": 8, "vec": 8, "inline_pad": False, "unroll": True},
         "gpu": {"num_thread": 128, "oc_block": 4},
     },
     "depthwise_conv2d_nchw": {"cpu": {"ow_block": 8}, "gpu": {"num_thread": 128}},
@@ -298,10 +298,14 @@ def schedule_conv2d_nchw(C, target="cpu", **kw):
     rc, ry, rx = s[CC].op.reduce_axis
     # oc_block x ow_block accumulators: columns in vectors of vec, all of them unrolled, so
     # one input vector load feeds oc_block FMAs and one weight broadcast feeds ow_block/vec
-    xco, xci = s[CC].split(xc, factor=k["vec"])
-    s[CC].reorder(rc, ry, rx, fc, xco, xci)
-    s[CC].vectorize(xci)
-    s[CC].unroll(xco)
+    if owb > k["vec"]:
+        xco, xci = s[CC].split(xc, factor=k["vec"])
+        s[CC].reorder(rc, ry, rx, fc, xco, xci)
+        s[CC].vectorize(xci)
+        s[CC].unroll(xco)
+    else:
+        s[CC].reorder(rc, ry, rx, fc, xc)
+        s[CC].vectorize(xc)
     s[CC].unroll(fc)
     if k["unroll"]:
         s[CC].unroll(ry)
