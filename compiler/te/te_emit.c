@@ -307,6 +307,12 @@ static void loop_begin(em_t *m, te_var_t *v, te_expr_t *extent, loop_t *l) {
   v->value = l->phi;
 }
 
+/* GPUs have no vector loop: a vectorised loop is unrolled there, and LLVM's load/store
+ * vectoriser merges the adjacent accesses where it can. */
+static int effective_ann(const em_t *m, const te_var_t *v) {
+  return v->ann == TE_ANN_VECTORIZE && m->job->target.kind != KILN_TARGET_CPU ? TE_ANN_UNROLL : v->ann;
+}
+
 static LLVMMetadataRef md_flag(em_t *m, const char *name, LLVMValueRef val) {
   LLVMMetadataRef ops[2] = {LLVMMDStringInContext2(m->ctx, name, strlen(name)), NULL};
   if (val) ops[1] = LLVMValueAsMetadata(val);
@@ -322,10 +328,11 @@ static void loop_end(em_t *m, loop_t *l) {
   LLVMAddIncoming(l->phi, &next, &latch, 1);
   LLVMMetadataRef ops[4];
   unsigned n = 1;
-  if (v->ann == TE_ANN_UNROLL) {
+  int ann = effective_ann(m, v);
+  if (ann == TE_ANN_UNROLL) {
     if (v->cext > 0 && v->cext <= 64) ops[n++] = md_flag(m, "llvm.loop.unroll.full", NULL);
     else ops[n++] = md_flag(m, "llvm.loop.unroll.count", LLVMConstInt(m->i32, 8, 0));
-  } else if (v->ann == TE_ANN_VECTORIZE) {
+  } else if (ann == TE_ANN_VECTORIZE) {
     ops[n++] = md_flag(m, "llvm.loop.vectorize.enable", LLVMConstInt(m->i1, 1, 0));
   }
   if (n > 1) {
@@ -526,7 +533,7 @@ static void nest(em_t *m, int st, int pos, int mode, uint32_t consumed) {
     te_expr_t *ext = v->extent;
     /* An unrolled loop keeps its constant trip count (register tiles stay registers): its
      * guards stay predicates on the statement. */
-    if (v->ann != TE_ANN_UNROLL && !attached_inside(m, st, pos)) {
+    if (effective_ann(m, v) != TE_ANN_UNROLL && !attached_inside(m, st, pos)) {
       for (int i = 0; i < t->nguards; i++) {
         if (consumed >> i & 1 || (mode == MODE_INIT && t->guard_red[i])) continue;
         te_expr_t *b = tighten(m, t, pos, t->guards[i]);

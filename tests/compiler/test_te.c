@@ -679,3 +679,34 @@ Test(te, dtypes_and_int64_indices) {
   }
   kiln_artifact_deinit(&a);
 }
+
+Test(te, reduction_attached_into_its_consumer) {
+  /* The row maximum is computed per row inside E's row loop (a local scalar), not stored. */
+  const char *sched = "{'op': 'compute_at', 'stage': 'M', 'parent': 'E', 'var': 'i'},"
+                      "{'op': 'split', 'stage': 'E', 'var': 'j', 'factor': 8},"
+                      "{'op': 'vectorize', 'stage': 'E', 'var': 'j.inner'},"
+                      "{'op': 'parallel', 'stage': 'E', 'var': 'i'}";
+  char json[4096];
+  snprintf(json, sizeof(json), ROWMAX_SOFTEXP("%s"), sched);
+  /* Only the second kernel: M is no argument of it. */
+  char *k = strstr(json, "'kernels': [");
+  cr_assert(k);
+  strcpy(k, "'kernels': [{'name': 'softexp', 'args': ['A', 'E']}]}");
+  kiln_artifact_t a;
+  te_compile(json, "cpu", &a);
+  int n = 6, m = 21;
+  unsigned seed = 9;
+  float *x = rand_floats((size_t)n * m, &seed), *e = calloc((size_t)n * m, 4), *want = malloc((size_t)n * m * 4);
+  for (int i = 0; i < n; i++) {
+    float mx = -INFINITY;
+    for (int j = 0; j < m; j++) mx = fmaxf(mx, x[i * m + j]);
+    for (int j = 0; j < m; j++) want[i * m + j] = expf(x[i * m + j] - mx);
+  }
+  void *ptrs[2] = {x, e};
+  shape_arg_t shapes[2] = {{2, {n, m}}, {2, {n, m}}};
+  launch_t l = run_cpu(&a, "softexp", 2, ptrs, shapes);
+  cr_assert_eq(l.grid[0], (uint32_t)n);
+  check_close(e, want, (size_t)n * m, 1e-6f, "softexp");
+  free(x), free(e), free(want);
+  kiln_artifact_deinit(&a);
+}
