@@ -3,6 +3,8 @@ run through a real kilnd on the CPU against numpy on fresh random inputs (odd si
 partial tiles, symbolic shapes). GPU schedules compile for gfx942 and sm_90 and run on a
 CUDA device where the daemon has one."""
 
+import os
+
 import msgpack
 import numpy as np
 import pytest
@@ -327,6 +329,35 @@ def test_gpu_schedules_compile(ts, target):
     assert ("s_endpgm" in asm) if target.startswith("gfx") else (".entry" in asm or "ret;" in asm)
     launch = f.module.kernels[0].info["launch"]
     assert launch["block"][:2] == [16, 16]
+
+
+def test_ptx_assembles_with_ptxas(ts, tmp_path):
+    import shutil
+    import subprocess
+    ptxas = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
+                                      else None)
+    if ptxas is None:
+        pytest.skip("no ptxas on this machine")
+    s, A, B, C = _mm_gpu_schedule(te.var("M"), te.var("N"), te.var("K"))
+    f = kiln.build(s, [A, B, C], "sm_90", name="mm", session=ts)
+    ptx = tmp_path / "mm.ptx"
+    ptx.write_text(f.get_source("ptx"))
+    r = subprocess.run([ptxas, "-arch=sm_90", str(ptx), "-o", str(tmp_path / "mm.cubin")], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_int64_shape_vars(ts):
+    n = te.var("n", "int64")
+    m = te.var("m")
+    A = te.placeholder((n, m), name="A")
+    C = te.compute((n, m), lambda i, j: A[i, j] * 3.0, name="C")
+    s = te.create_schedule(C.op)
+    prog = te.lower(s, [A, C]).program
+    assert prog["index_dtype"] == "int64" and {v["dtype"] for v in prog["vars"]} == {"int64"}
+    a = rand((5, 7))
+    (c,), _ = run(ts, s, [A, C], [a], [((5, 7), "float32")])
+    np.testing.assert_allclose(c, a * 3, rtol=1e-6)
 
 
 def test_gpu_schedule_runs_on_cuda(ts):

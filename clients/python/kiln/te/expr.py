@@ -268,7 +268,8 @@ class Not(PrimExpr):
 
 
 class Select(PrimExpr):
-    """``te.if_then_else(cond, t, f)``: only the taken side is evaluated."""
+    """``te.if_then_else(cond, t, f)``. The payload's select evaluates both sides, so the
+    encoder clamps the indices of loads inside either side into their tensor."""
 
     __slots__ = ("cond", "t", "f")
 

@@ -260,7 +260,8 @@ def lower(s, args, name="default_function"):
                         "compute": tensor_names[id(st.orig_op.output(0))]})
     if not kernels:
         raise InvalidArgument("the schedule computes nothing: no compute stage at the root")
-    program = {"te": 1, "index_dtype": index_dtype, "vars": [{"name": var_names[id(v)], "dtype": v.dtype}
+    # one index dtype for all shape vars (docs/te.md: a var's dtype must equal it)
+    program = {"te": 1, "index_dtype": index_dtype, "vars": [{"name": var_names[id(v)], "dtype": index_dtype}
                                                                for v in shape_vars],
                "tensors": tensors, "schedule": schedule, "kernels": kernels}
     names = dict(tensor_names)
