@@ -507,23 +507,79 @@ static bool defined_at(em_t *m, const te_tensor_t *t, int pos, const te_expr_t *
   return ok;
 }
 
-static void nest(em_t *m, int st, int pos, int mode, uint32_t consumed) {
+/* The condition under which every guard of t that depends on the leaves from `pos` on
+ * holds for all their values (leaves from pos range over their extents), or NULL if none
+ * can be bounded so. *out_mask gets the guards it covers. */
+static te_expr_t *full_tile(em_t *m, const te_tensor_t *t, int pos, int mode, uint32_t consumed,
+                            uint32_t *out_mask) {
+  kc_te_program_t *p = m->p;
+  bool *relax = calloc((size_t)p->nvars * 2, sizeof(bool)), *bound = relax + p->nvars;
+  if (!relax) return NULL;
+  /* Bound leaves take the work-item's id, which may exceed the var's extent (a guard says
+   * so): guards on them stay. */
+  for (int i = pos; i < t->nleaves; i++) {
+    relax[t->leaves[i]] = p->vars[t->leaves[i]].bind < 0;
+    bound[t->leaves[i]] = p->vars[t->leaves[i]].bind >= 0;
+  }
+  te_expr_t *cond = NULL;
+  for (int i = 0; i < t->nguards; i++) {
+    te_expr_t *g = t->guards[i];
+    if (consumed >> i & 1 || (mode == MODE_INIT && t->guard_red[i]) || !te_uses_var(g, relax) ||
+        te_uses_var(g, bound))
+      continue;
+    if (g->kind != TE_BIN || g->op < TE_LT || g->op > TE_GE || g->args[0]->dtype != p->index_dtype) continue;
+    te_expr_t *d = te_simplify(p, te_bin(p, TE_SUB, g->args[0], g->args[1])), *lo, *hi;
+    if (!d || !te_sym_bounds(p, d, relax, &lo, &hi)) continue;
+    int dt = p->index_dtype;
+    te_expr_t *c = g->op == TE_LT ? te_bin(p, TE_LT, hi, te_int(p, 0, dt))
+                 : g->op == TE_LE ? te_bin(p, TE_LE, hi, te_int(p, 0, dt))
+                 : g->op == TE_GT ? te_bin(p, TE_GT, lo, te_int(p, 0, dt))
+                                  : te_bin(p, TE_GE, lo, te_int(p, 0, dt));
+    cond = cond ? te_bin(p, TE_AND, cond, c) : c;
+    *out_mask |= 1u << i;
+  }
+  free(relax);
+  return cond;
+}
+
+static void nest(em_t *m, int st, int pos, int mode, uint32_t consumed, bool versioned) {
   kc_te_program_t *p = m->p;
   te_tensor_t *t = &p->tensors[st];
   if (m->err) return;
   int p0 = first_reduce_leaf(p, t);
   if (mode == MODE_PLAIN && pos == p0) {
-    nest(m, st, pos, MODE_INIT, consumed);
-    nest(m, st, pos, MODE_MAIN, consumed);
+    nest(m, st, pos, MODE_INIT, consumed, versioned);
+    nest(m, st, pos, MODE_MAIN, consumed, versioned);
     return;
   }
   if (pos == t->nleaves) {
     statement(m, st, mode, consumed);
     return;
   }
+  if (!versioned && !attached_inside(m, st, pos)) {
+    uint32_t full = 0;
+    te_expr_t *c = full_tile(m, t, pos, mode, consumed, &full);
+    if (c) {
+      /* Loop versioning: a whole tile inside the tensor runs without guards. */
+      LLVMValueRef cv = emit(m, te_simplify(p, c));
+      if (!cv) return;
+      LLVMBasicBlockRef fast = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "tile.full");
+      LLVMBasicBlockRef slow = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "tile.partial");
+      LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "tile.end");
+      LLVMBuildCondBr(m->b, cv, fast, slow);
+      LLVMPositionBuilderAtEnd(m->b, fast);
+      nest(m, st, pos, mode, consumed | full, true);
+      LLVMBuildBr(m->b, done);
+      LLVMPositionBuilderAtEnd(m->b, slow);
+      nest(m, st, pos, mode, consumed, true);
+      LLVMBuildBr(m->b, done);
+      LLVMPositionBuilderAtEnd(m->b, done);
+      return;
+    }
+  }
   te_var_t *v = &p->vars[t->leaves[pos]];
   if (mode == MODE_INIT && v->reduce) {
-    nest(m, st, pos + 1, mode, consumed);
+    nest(m, st, pos + 1, mode, consumed, versioned);
     return;
   }
   loop_t l = {0};
@@ -565,7 +621,7 @@ static void nest(em_t *m, int st, int pos, int mode, uint32_t consumed) {
       LLVMPositionBuilderAtEnd(m->b, then);
     }
   }
-  nest(m, st, pos + 1, mode, consumed);
+  nest(m, st, pos + 1, mode, consumed, versioned);
   if (merge) {
     LLVMBuildBr(m->b, merge);
     LLVMPositionBuilderAtEnd(m->b, merge);
@@ -596,7 +652,7 @@ static void stage(em_t *m, int st) {
       LLVMSetAlignment(t->buf, 16);
     }
   }
-  nest(m, st, 0, MODE_PLAIN, 0);
+  nest(m, st, 0, MODE_PLAIN, 0, false);
 }
 
 /* ---- the kernel ------------------------------------------------------------------------ */

@@ -139,6 +139,15 @@ class Program:
         self.shape_vars = shape_vars
         self.names = names
 
+    def __str__(self):
+        import json
+        p = self.program
+        lines = ["te program: vars %s" % [v["name"] for v in p["vars"]]]
+        lines += ["  tensor " + json.dumps(t) for t in p["tensors"]]
+        lines += ["  schedule " + json.dumps(m) for m in p["schedule"]]
+        lines += ["  kernel " + json.dumps(k) for k in p["kernels"]]
+        return "\n".join(lines)
+
 
 def _collect_vars(e, out, bound):
     """Free Vars of ``e`` (not in ``bound``), in first-seen order."""
@@ -165,9 +174,13 @@ def _collect_vars(e, out, bound):
                     stack.append(c)
 
 
-def lower(s, args, name="default_function"):
+def lower(s, args, name="default_function", simple_mode=False, binds=None):
     """The te program of schedule ``s`` with kernel arguments ``args`` (Tensors and shape
-    Vars, in the order the built function takes them)."""
+    Vars, in the order the built function takes them). ``simple_mode`` is accepted for
+    TVM's spelling (``print(tvm.lower(s, [A, B, C], simple_mode=True))`` prints the
+    program); ``binds`` (TVM's buffer bindings) is refused."""
+    if binds:
+        raise InvalidArgument("lower: binds= (explicit buffers) is not supported by kiln")
     if not isinstance(s, Schedule):
         raise InvalidArgument("build takes a schedule from te.create_schedule, not %r" % (s,))
     if not isinstance(args, (list, tuple)) or not args:
