@@ -345,6 +345,11 @@ static kiln_status_t parse_expr(parse_ctx_t *c, const msgpack_object *o, te_expr
         if (v < 0 || p->vars[v].kind != TE_V_REDUCE)
           return KC_COMPILE_ERROR("te: the reduce in %s names '%s', which is not one of its reduce_axes", where,
                                   v < 0 ? "?" : name);
+        for (uint32_t j = 0; j < i; j++) {
+          char other[TE_NAME];
+          if (te_mp_str(&a[3].via.array.ptr[j], other, sizeof(other)) && strcmp(other, name) == 0)
+            return KC_COMPILE_ERROR("te: the reduce in %s names '%s' twice", where, name);
+        }
       }
       e = te_node(p, TE_REDUCE, rop, 0, 2);
       if (!e) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");

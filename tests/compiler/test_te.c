@@ -562,6 +562,10 @@ Test(te, errors_in_the_payload) {
                     "{'name': 'k', 'args': ['A', 'B']}"),
                "whole body");
   expect_error(PROG(ROWSUM, "", "{'name': 'k', 'args': ['S']}"), "not among its args");
+  expect_error(PROG("{'name': 'S', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'n']], 'axes': ['i'],"
+                    " 'reduce_axes': [{'name': 'k', 'extent': 4}, {'name': 'l', 'extent': 4}],"
+                    " 'body': ['reduce', 'sum', ['load', 'A', [['var', 'i'], ['var', 'k']]], ['k', 'k']]}", "", K_S),
+               "names 'k' twice");
   expect_error(PROG(ROWSUM, "", K_S "," K_S), "two kernels are named");
 }
 
