@@ -21,6 +21,7 @@ typedef struct em {
   LLVMTypeRef ity, i1, i8, i32, i64, ptr;
   LLVMValueRef ids[6];
   te_expr_t **sub;
+  uint64_t shared_bytes;
   kiln_status_t err;
 } em_t;
 
@@ -641,6 +642,18 @@ static void stage(em_t *m, int st) {
     }
     LLVMTypeRef at = LLVMArrayType2(ty(m, t->dtype, true), (uint64_t)n);
     if (t->eff_scope == TE_SCOPE_SHARED) {
+      /* Static work-group memory the GPUs have: 48 KiB without opt-in on NVIDIA, 64 KiB of
+       * LDS on AMD (the CPU has no such bound). */
+      m->shared_bytes += (uint64_t)n * LLVMABISizeOfType(LLVMGetModuleDataLayout(m->mod), ty(m, t->dtype, true));
+      uint64_t cap = m->job->target.kind == KILN_TARGET_NVPTX ? 48 * 1024
+                   : m->job->target.kind == KILN_TARGET_AMDGPU ? 64 * 1024 : UINT64_MAX;
+      if (m->shared_bytes > cap) {
+        fail(m, KC_COMPILE_ERROR("te: kernel %s needs %llu bytes of shared memory with %s; %s allows %llu: use "
+                                 "smaller tiles",
+                                 m->k->name, (unsigned long long)m->shared_bytes, t->name, m->job->target.id,
+                                 (unsigned long long)cap));
+        return;
+      }
       char gname[256];
       snprintf(gname, sizeof(gname), "%s.%s", m->k->name, t->name);
       t->buf = LLVMAddGlobalInAddressSpace(m->mod, at, gname, 3);

@@ -714,3 +714,22 @@ Test(te, reduction_attached_into_its_consumer) {
   free(x), free(e), free(want);
   kiln_artifact_deinit(&a);
 }
+
+Test(te, shared_memory_bound_on_gpus) {
+  /* A 256x64 float tile of A in shared memory is 64 KiB: too much for sm_90's static 48 KiB,
+   * fine for gfx942's 64 KiB of LDS and for the cpu. */
+  const char *json = GEMM(
+      "{'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'},"
+      "{'op': 'split', 'stage': 'C', 'var': 'i', 'factor': 256, 'outer': 'bi', 'inner': 'ti'},"
+      "{'op': 'split', 'stage': 'C', 'var': 'k', 'factor': 64, 'outer': 'ko', 'inner': 'ki'},"
+      "{'op': 'reorder', 'stage': 'C', 'vars': ['bi', 'ko', 'ti', 'j', 'ki']},"
+      "{'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.x'},"
+      "{'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ko'}");
+  kiln_status_t s = te_compile_status(json, "sm_90", NULL);
+  cr_assert(s && kiln_status_code(s) == KILN_E_COMPILE);
+  cr_assert(strstr(kiln_status_message(s), "65536 bytes of shared memory"), "%s", kiln_status_message(s));
+  kiln_status_free(s);
+  s = te_compile_status(json, "gfx942", NULL);
+  cr_assert(!s, "gfx942: %s", s ? kiln_status_message(s) : "");
+  gemm_check(json, 300, 5, 70);
+}
