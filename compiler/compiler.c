@@ -245,6 +245,7 @@ static kiln_status_t compile_module(kc_job_t *job, kiln_artifact_t *out) {
     return kc_nvptx_build(job, out);
   case KILN_TARGET_CPU:
     KILN_RETURN_IF_ERROR(kc_lower_cpu(job));
+    if (job->req->kind == KILN_PAYLOAD_TE) kc_te_tune_cpu(job);
     return kc_cpu_build(job, out);
   }
   return KILN_STATUS(KILN_E_INTERNAL, "unhandled target kind %d", (int)job->target.kind);

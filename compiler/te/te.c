@@ -128,3 +128,12 @@ kiln_status_t kc_te_attach_launch(const kc_te_program_t *p, kiln_artifact_t *art
   }
   return KILN_OK;
 }
+
+void kc_te_tune_cpu(kc_job_t *job) {
+  if (!strstr(job->target.features, "+avx512f")) return;
+  static const char attr[] = "prefer-vector-width", val[] = "512";
+  for (LLVMValueRef f = LLVMGetFirstFunction(job->mod); f; f = LLVMGetNextFunction(f))
+    if (!LLVMIsDeclaration(f))
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                              LLVMCreateStringAttribute(job->ctx, attr, sizeof(attr) - 1, val, sizeof(val) - 1));
+}

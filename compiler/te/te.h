@@ -21,6 +21,9 @@ kiln_status_t kc_te_build(kc_job_t *job, kc_te_program_t **out_prog);
 /* Copies each kernel's launch recipe into the artifact's kernel table. */
 kiln_status_t kc_te_attach_launch(const kc_te_program_t *p, kiln_artifact_t *art);
 void kc_te_free(kc_te_program_t *p);
+/* After CPU lowering: te kernels are loop nests written for the vector unit, so on hosts
+ * with 512-bit vectors the vectoriser may use them (LLVM prefers 256 bits by default). */
+void kc_te_tune_cpu(kc_job_t *job);
 
 /* ---- the program ------------------------------------------------------------------- */
 
