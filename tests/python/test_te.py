@@ -65,6 +65,9 @@ def test_expression_types():
     with pytest.raises(kiln.InvalidArgument):
         bool(n < 3)
     k = te.reduce_axis((0, n), name="k")
+    cond = k == 0                               # an expression, not Python's identity test
+    assert isinstance(te.if_then_else(cond, 1, 2), te.Select) and bool(k == k) and not bool(k != k)
+    assert k in [k] and {k: 1}[k] == 1
     with pytest.raises(kiln.InvalidArgument):   # a reduction inside an expression
         te.compute((1,), lambda i: te.sum(A[k], axis=k) + 1)
 

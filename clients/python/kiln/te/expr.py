@@ -177,7 +177,8 @@ class EqualOp:
         self.a, self.b, self.op = a, b, op
 
     def __bool__(self):
-        same = self.a is self.b
+        base = lambda x: x.var if isinstance(x, IterVar) else x
+        same = base(self.a) is base(self.b)
         return same if self.op == "==" else not same
 
     def asobject(self):
@@ -381,6 +382,20 @@ def _iv_forward(op):
     f.__name__ = op
     return f
 
+
+def _iv_eq(self, o):
+    return EqualOp(self.var, o, "==")
+
+
+def _iv_ne(self, o):
+    return EqualOp(self.var, o, "!=")
+
+
+# ``k == 0`` on a reduce axis is an expression (as on its var); in a truth test it is
+# identity, so IterVars still work in lists and as dict keys.
+IterVar.__eq__ = _iv_eq
+IterVar.__ne__ = _iv_ne
+IterVar.__hash__ = object.__hash__
 
 for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
             "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__lt__", "__le__", "__gt__",
