@@ -402,6 +402,7 @@ def main():
     ap.add_argument("--compile-nice", type=int, default=0,
                     help="renice kilnd's compile workers by this much once they run (an experiment "
                     "on where tenant 1's latency goes; kilnd has no such option)")
+    ap.add_argument("--compile-workers", type=int, default=0, help="kilnd --compile-workers (0: its default)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "chaos.md"))
     a = ap.parse_args()
 
@@ -413,7 +414,8 @@ def main():
         for w, t in tokens.items():
             f.write("%s tenant%d\n" % (t, w))
     d = kiln.start_daemon(a.kilnd, tmpdir=tmp, listen=["tcp:127.0.0.1:0"], log_level="warn",
-                          args=["--tokens", tok_path, "--metrics", "tcp:127.0.0.1:0"])
+                          args=["--tokens", tok_path, "--metrics", "tcp:127.0.0.1:0"] +
+                          (["--compile-workers", str(a.compile_workers)] if a.compile_workers else []))
     url = d.urls[0]
     metrics_url = next((u for u in d.urls if u.startswith("http://")), None)
     t_start = time.time()
