@@ -226,12 +226,12 @@ static void gemm_on(const char *prog, int64_t tile, const char *dev, int64_t M, 
   cr_assert_eq(r.grid[0], (uint32_t)((N + tile - 1) / tile));
   cr_assert_eq(r.grid[1], (uint32_t)((M + tile - 1) / tile));
 
-  float *a = malloc((size_t)(M * K) * 4), *b = malloc((size_t)(K * N) * 4), *out = malloc((size_t)(M * N) * 4);
+  float *a = malloc((size_t)(M * K) * 4), *b = malloc((size_t)(K * N) * 4), *out = calloc((size_t)(M * N), 4);
   unsigned seed = 11;
   for (int64_t i = 0; i < M * K; i++) a[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
   for (int64_t i = 0; i < K * N; i++) b[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
   uint64_t t[3] = {upload(&c, dev, a, (uint32_t)M, (uint32_t)K), upload(&c, dev, b, (uint32_t)K, (uint32_t)N),
-                   upload(&c, dev, a, (uint32_t)M, (uint32_t)N)};
+                   upload(&c, dev, out, (uint32_t)M, (uint32_t)N)};
   send_launch(&c, "launch", mod, dev, &r, t);
   cr_assert(client_recv(&c, 60000));
   cr_assert_eq(code_of(&c), 0, "launch on %s failed: %s", dev, text_of(&c, txt, sizeof(txt)));
