@@ -332,7 +332,7 @@ static void loop_end(em_t *m, loop_t *l) {
   int ann = effective_ann(m, v);
   if (ann == TE_ANN_UNROLL) {
     if (v->cext > 0 && v->cext <= 64) ops[n++] = md_flag(m, "llvm.loop.unroll.full", NULL);
-    else ops[n++] = md_flag(m, "llvm.loop.unroll.count", LLVMConstInt(m->i32, 8, 0));
+    else ops[n++] = md_flag(m, "llvm.loop.unroll.enable", NULL); /* a symbolic extent: LLVM's cost model decides */
   } else if (ann == TE_ANN_VECTORIZE) {
     ops[n++] = md_flag(m, "llvm.loop.vectorize.enable", LLVMConstInt(m->i1, 1, 0));
   }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "tests/compiler/harness.h"
 #include "tests/compiler/te_json.h"
 
@@ -732,4 +733,71 @@ Test(te, shared_memory_bound_on_gpus) {
   s = te_compile_status(json, "gfx942", NULL);
   cr_assert(!s, "gfx942: %s", s ? kiln_status_message(s) : "");
   gemm_check(json, 300, 5, 70);
+}
+
+/* ---- random schedules ------------------------------------------------------------------- */
+
+/* GEMM under random schedules: each of i, j, k split (or not) by a random factor, the leaves
+ * in a random order (reduce loops outside data loops too), random unroll/vectorize marks,
+ * sometimes a parallel outer data var or a cache_write stage attached at a random data leaf;
+ * run on random odd sizes against the reference. */
+Test(te, random_schedules, .timeout = 300) {
+  unsigned seed = 20261202;
+  for (int trial = 0; trial < 24; trial++) {
+    char sched[4096] = "";
+    const char *vars[3] = {"i", "j", "k"};
+    char leaves[6][16];
+    int nleaves = 0;
+    bool cw = rand_r(&seed) % 3 == 0;
+    const char *st = cw ? "CC" : "C";
+    size_t len = 0;
+    if (cw) len += (size_t)snprintf(sched + len, sizeof(sched) - len,
+                                    "{'op': 'cache_write', 'tensor': 'C', 'scope': 'local', 'name': 'CC'},");
+    for (int v = 0; v < 3; v++) {
+      int f = 1 + rand_r(&seed) % 7;
+      if (rand_r(&seed) % 4 == 0) {
+        snprintf(leaves[nleaves++], 16, "%s", vars[v]);
+        continue;
+      }
+      len += (size_t)snprintf(sched + len, sizeof(sched) - len,
+                              "{'op': 'split', 'stage': '%s', 'var': '%s', 'factor': %d},", st, vars[v], f);
+      snprintf(leaves[nleaves++], 16, "%s.outer", vars[v]);
+      snprintf(leaves[nleaves++], 16, "%s.inner", vars[v]);
+    }
+    for (int i = nleaves - 1; i > 0; i--) { /* shuffle */
+      int j = rand_r(&seed) % (i + 1);
+      char tmp[16];
+      memcpy(tmp, leaves[i], 16);
+      memcpy(leaves[i], leaves[j], 16);
+      memcpy(leaves[j], tmp, 16);
+    }
+    len += (size_t)snprintf(sched + len, sizeof(sched) - len, "{'op': 'reorder', 'stage': '%s', 'vars': [", st);
+    for (int i = 0; i < nleaves; i++)
+      len += (size_t)snprintf(sched + len, sizeof(sched) - len, "%s'%s'", i ? ", " : "", leaves[i]);
+    len += (size_t)snprintf(sched + len, sizeof(sched) - len, "]},");
+    for (int i = 0; i < nleaves; i++) {
+      int r = rand_r(&seed) % 4;
+      if (r == 0) len += (size_t)snprintf(sched + len, sizeof(sched) - len,
+                                          "{'op': 'unroll', 'stage': '%s', 'var': '%s'},", st, leaves[i]);
+      if (r == 1) len += (size_t)snprintf(sched + len, sizeof(sched) - len,
+                                          "{'op': 'vectorize', 'stage': '%s', 'var': '%s'},", st, leaves[i]);
+    }
+    if (cw) {
+      /* C keeps i, j; CC is computed per element of C (per row its extent is N, which is
+       * symbolic: local storage needs a constant extent). */
+      len += (size_t)snprintf(sched + len, sizeof(sched) - len,
+                              "{'op': 'compute_at', 'stage': 'CC', 'parent': 'C', 'var': 'j'},"
+                              "{'op': 'parallel', 'stage': 'C', 'var': 'i'},");
+    } else if (leaves[0][0] != 'k' && rand_r(&seed) % 2) {
+      len += (size_t)snprintf(sched + len, sizeof(sched) - len, "{'op': 'parallel', 'stage': 'C', 'var': '%s'},",
+                              leaves[0]);
+    }
+    if (len) sched[len - 1] = 0; /* the last comma */
+    char json[8192];
+    snprintf(json, sizeof(json), GEMM("%s"), sched);
+    int M = 1 + rand_r(&seed) % 19, N = 1 + rand_r(&seed) % 19, K = 1 + rand_r(&seed) % 19;
+    uint64_t t0 = kiln_now_ns();
+    gemm_check(json, M, N, K);
+    cr_log_info("trial %d: %dx%dx%d in %.0f ms, schedule %s", trial, M, N, K, (kiln_now_ns() - t0) / 1e6, sched);
+  }
 }
