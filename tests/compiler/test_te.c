@@ -801,3 +801,43 @@ Test(te, random_schedules, .timeout = 300) {
     cr_log_info("trial %d: %dx%dx%d in %.0f ms, schedule %s", trial, M, N, K, (kiln_now_ns() - t0) / 1e6, sched);
   }
 }
+
+/* GPU-style GEMM schedules with random tile sizes: blocks and threads bound, k split, A and B
+ * tiles cached in shared memory at ko and loaded cooperatively through a fused, split and
+ * bound copy (threads past the tile are guarded), run on the cpu harness. */
+Test(te, random_gpu_schedules, .timeout = 300) {
+  unsigned seed = 7;
+  for (int trial = 0; trial < 10; trial++) {
+    int ty = 1 + rand_r(&seed) % 8, tx = 1 + rand_r(&seed) % 8, kt = 1 + rand_r(&seed) % 9;
+    int threads = tx * ty;
+    char sched[4096];
+    snprintf(sched, sizeof(sched),
+             "{'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'},"
+             "{'op': 'cache_read', 'tensor': 'B', 'scope': 'shared', 'readers': ['C'], 'name': 'BS'},"
+             "{'op': 'tile', 'stage': 'C', 'x': 'i', 'y': 'j', 'x_factor': %d, 'y_factor': %d,"
+             " 'x_outer': 'bi', 'y_outer': 'bj', 'x_inner': 'ti', 'y_inner': 'tj'},"
+             "{'op': 'split', 'stage': 'C', 'var': 'k', 'factor': %d, 'outer': 'ko', 'inner': 'ki'},"
+             "{'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.y'},"
+             "{'op': 'bind', 'stage': 'C', 'var': 'bj', 'thread': 'blockIdx.x'},"
+             "{'op': 'bind', 'stage': 'C', 'var': 'ti', 'thread': 'threadIdx.y'},"
+             "{'op': 'bind', 'stage': 'C', 'var': 'tj', 'thread': 'threadIdx.x'},"
+             "{'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ko'},"
+             "{'op': 'compute_at', 'stage': 'BS', 'parent': 'C', 'var': 'ko'},"
+             "{'op': 'fuse', 'stage': 'AS', 'vars': ['ax0', 'ax1'], 'fused': 'af'},"
+             "{'op': 'split', 'stage': 'AS', 'var': 'af', 'factor': %d, 'outer': 'ao', 'inner': 'ai'},"
+             "{'op': 'split', 'stage': 'AS', 'var': 'ai', 'factor': %d, 'outer': 'ay', 'inner': 'ax'},"
+             "{'op': 'bind', 'stage': 'AS', 'var': 'ay', 'thread': 'threadIdx.y'},"
+             "{'op': 'bind', 'stage': 'AS', 'var': 'ax', 'thread': 'threadIdx.x'},"
+             "{'op': 'fuse', 'stage': 'BS', 'vars': ['ax0', 'ax1'], 'fused': 'bf'},"
+             "{'op': 'split', 'stage': 'BS', 'var': 'bf', 'factor': %d, 'outer': 'bo', 'inner': 'bi2'},"
+             "{'op': 'split', 'stage': 'BS', 'var': 'bi2', 'factor': %d, 'outer': 'by', 'inner': 'bx'},"
+             "{'op': 'bind', 'stage': 'BS', 'var': 'by', 'thread': 'threadIdx.y'},"
+             "{'op': 'bind', 'stage': 'BS', 'var': 'bx', 'thread': 'threadIdx.x'}",
+             ty, tx, kt, threads, tx, threads, tx);
+    char json[8192];
+    snprintf(json, sizeof(json), GEMM("%s"), sched);
+    int M = 1 + rand_r(&seed) % 29, N = 1 + rand_r(&seed) % 29, K = 1 + rand_r(&seed) % 29;
+    cr_log_info("trial %d: %dx%dx%d, threads %dx%d, k tile %d", trial, M, N, K, ty, tx, kt);
+    gemm_check(json, M, N, K);
+  }
+}
