@@ -252,6 +252,29 @@ static LLVMValueRef emit(em_t *m, te_expr_t *e) {
     return a ? cast(m, a, e->args[0]->dtype, e->dtype) : NULL;
   }
   case TE_SELECT: {
+    if (e->op == 1) { /* if_then_else: branches; LLVM if-converts (masked loads) where legal */
+      LLVMValueRef c = emit(m, e->args[0]);
+      if (!c) return NULL;
+      LLVMBasicBlockRef tb = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "then");
+      LLVMBasicBlockRef fb = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "else");
+      LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "endif");
+      LLVMBuildCondBr(m->b, c, tb, fb);
+      LLVMPositionBuilderAtEnd(m->b, tb);
+      LLVMValueRef a = emit(m, e->args[1]);
+      LLVMBasicBlockRef ta = LLVMGetInsertBlock(m->b);
+      LLVMBuildBr(m->b, done);
+      LLVMPositionBuilderAtEnd(m->b, fb);
+      LLVMValueRef b = emit(m, e->args[2]);
+      LLVMBasicBlockRef fa = LLVMGetInsertBlock(m->b);
+      LLVMBuildBr(m->b, done);
+      LLVMPositionBuilderAtEnd(m->b, done);
+      if (!a || !b) return NULL;
+      LLVMValueRef phi = LLVMBuildPhi(m->b, LLVMTypeOf(a), "");
+      LLVMValueRef vals[2] = {a, b};
+      LLVMBasicBlockRef blocks[2] = {ta, fa};
+      LLVMAddIncoming(phi, vals, blocks, 2);
+      return phi;
+    }
     LLVMValueRef c = emit(m, e->args[0]), a = emit(m, e->args[1]), b = emit(m, e->args[2]);
     return c && a && b ? LLVMBuildSelect(m->b, c, a, b, "") : NULL;
   }

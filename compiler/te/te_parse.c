@@ -292,9 +292,10 @@ static kiln_status_t parse_expr(parse_ctx_t *c, const msgpack_object *o, te_expr
       te_expr_t *x = e->args[0];
       if (x->dtype == TE_WEAK_INT) settle(x, dt == TE_BOOL ? p->index_dtype : dt);
       else if (x->dtype == TE_WEAK_FLOAT) settle(x, te_is_float(dt) ? dt : TE_F32);
-    } else if (strcmp(head, "select") == 0) {
-      if (n != 4) return KC_COMPILE_ERROR("te: [\"select\", c, a, b] in %s is malformed", where);
-      e = te_node(p, TE_SELECT, 0, 0, 3);
+    } else if (strcmp(head, "select") == 0 || strcmp(head, "if_then_else") == 0) {
+      if (n != 4) return KC_COMPILE_ERROR("te: [\"%s\", c, a, b] in %s is malformed", head, where);
+      /* op 1: lazy (only the chosen side is evaluated, so it may guard loads) */
+      e = te_node(p, TE_SELECT, head[0] == 'i', 0, 3);
       if (!e) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
       KILN_RETURN_IF_ERROR(parse_args(c, e, o, 1));
       if (e->args[0]->dtype != TE_BOOL)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -18,6 +19,8 @@
 #include "tests/compiler/te_json.h"
 
 /* ---- compile ---------------------------------------------------------------------------- */
+
+static uint32_t opt_level = 3; /* of te_compile and te_compile_status */
 
 static kiln_status_t te_compile_status(const char *json, const char *target, kiln_artifact_t *out) {
   msgpack_sbuffer sb = te_json_to_msgpack(json);
@@ -27,6 +30,7 @@ static kiln_status_t te_compile_status(const char *json, const char *target, kil
   kiln_compile_request_t req = {.payload = (const uint8_t *)sb.data, .payload_size = sb.size,
                                 .kind = KILN_PAYLOAD_TE, .target = target,
                                 .options = kiln_compile_options_default()};
+  req.options.opt_level = opt_level;
   kiln_artifact_t a;
   s = kiln_compiler_compile(c, &req, &a);
   if (!s && out) *out = a;
@@ -840,4 +844,43 @@ Test(te, random_gpu_schedules, .timeout = 300) {
     cr_log_info("trial %d: %dx%dx%d, threads %dx%d, k tile %d", trial, M, N, K, ty, tx, kt);
     gemm_check(json, M, N, K);
   }
+}
+
+/* if_then_else evaluates only the chosen side: padding reads A[i-1] only where i >= 1. A
+ * sits right after a PROT_NONE page, so an eager load of A[-1] would fault. */
+Test(te, if_then_else_is_lazy) {
+  const char *json =
+      "{'te': 1, 'vars': [{'name': 'n'}], 'tensors': ["
+      " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'n']]},"
+      " {'name': 'P', 'op': 'compute', 'dtype': 'float32', 'shape': [['add', ['var', 'n'], 2]], 'axes': ['i'],"
+      "  'body': ['if_then_else', ['and', ['ge', ['var', 'i'], 1], ['le', ['var', 'i'], ['var', 'n']]],"
+      "           ['load', 'A', [['sub', ['var', 'i'], 1]]], 0.0]},"
+      " {'name': 'S', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'n']], 'axes': ['i'],"
+      "  'reduce_axes': [{'name': 'r', 'extent': 3}],"
+      "  'body': ['reduce', 'sum', ['load', 'P', [['add', ['var', 'i'], ['var', 'r']]]], ['r']]}],"
+      " 'schedule': [{'op': 'compute_inline', 'stage': 'P'}, {'op': 'split', 'stage': 'S', 'var': 'i', 'factor': 8},"
+      "  {'op': 'vectorize', 'stage': 'S', 'var': 'i.inner'}],"
+      " 'kernels': [{'name': 'blur', 'args': ['A', 'S']}]}";
+  long page = sysconf(_SC_PAGESIZE);
+  /* O0 keeps every load where the program puts it (O3 might sink an eager one anyway). */
+  for (opt_level = 0; opt_level <= 3; opt_level += 3) {
+    kiln_artifact_t a;
+    te_compile(json, "cpu", &a);
+    enum { N = 50 };
+    uint8_t *mem = mmap(NULL, 3 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert(mem != MAP_FAILED);
+    cr_assert(!mprotect(mem, (size_t)page, PROT_NONE));
+    float *x = (float *)(mem + page), s[N];
+    for (int i = 0; i < N; i++) x[i] = (float)(i % 7) - 3.0f;
+    void *ptrs[2] = {x, s};
+    shape_arg_t shapes[2] = {{1, {N}}, {1, {N}}};
+    run_cpu(&a, "blur", 2, ptrs, shapes);
+    for (int i = 0; i < N; i++) {
+      float want = (i >= 1 ? x[i - 1] : 0.0f) + x[i] + (i + 1 < N ? x[i + 1] : 0.0f);
+      cr_assert(fabsf(s[i] - want) < 1e-5f, "S[%d] = %g, want %g", i, s[i], want);
+    }
+    munmap(mem, 3 * (size_t)page);
+    kiln_artifact_deinit(&a);
+  }
+  opt_level = 3;
 }
