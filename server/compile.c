@@ -914,8 +914,10 @@ void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk) {
   kiln_pack_cstr(pk, "compile");
   uint32_t busy = 0;
   for (uint32_t i = 0; i < cs->nslots; i++) busy += cs->slots[i].job != NULL;
-  msgpack_pack_map(pk, 12);
+  msgpack_pack_map(pk, 14);
   kiln_pack_kv_u64(pk, "workers", cs->nslots);
+  kiln_pack_kv_u64(pk, "modules", cs->modules.count);
+  kiln_pack_kv_u64(pk, "module_bytes", cs->module_bytes);
   kiln_pack_kv_u64(pk, "workers_busy", busy);
   kiln_pack_kv_u64(pk, "queued_interactive", cs->qlen[0]);
   kiln_pack_kv_u64(pk, "queued_batch", cs->qlen[1]);

@@ -1,5 +1,6 @@
 /* Client connections: reading with the framer, coalesced writes, backpressure, timeouts,
  * close-after-reply for protocol errors. */
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -329,10 +330,26 @@ void kiln_conn_accept(kiln_listener_t *l) {
   kiln_conn_update_reading(c);
 }
 
+/* After 10 s without requests in flight, the heap's free pages go back to the system once:
+ * a burst (a compile flood, thousands of worker restarts) leaves freed memory scattered in
+ * the heap that glibc keeps otherwise. */
+static void trim_heap_when_idle(kiln_server_t *s, uint64_t now) {
+  if (s->total_inflight) {
+    s->idle_since_ns = 0;
+    s->heap_trimmed = false;
+    return;
+  }
+  if (!s->idle_since_ns) s->idle_since_ns = now;
+  if (s->heap_trimmed || now - s->idle_since_ns < 10ull * 1000000000u) return;
+  malloc_trim(0);
+  s->heap_trimmed = true;
+}
+
 void kiln_conns_sweep(kiln_server_t *s) {
   kiln_tensors_sweep(s);
   kiln_devices_watchdog(s);
   uint64_t now = kiln_now_ns();
+  trim_heap_when_idle(s, now);
   uint64_t idle = (uint64_t)(s->cfg.idle_timeout_s * 1e9);
   uint64_t partial = (uint64_t)(s->cfg.partial_timeout_s * 1e9);
   for (kiln_conn_t *c = s->conns; c;) {

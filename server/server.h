@@ -322,6 +322,8 @@ struct kiln_server {
   uint64_t errors_by_code[KILN_E_COUNT_];
   uint64_t total_requests;
   uint64_t total_inflight;
+  uint64_t idle_since_ns; /* when total_inflight last became 0 (sweep's view); 0 while busy */
+  bool heap_trimmed;      /* malloc_trim ran since the server last went idle */
 };
 
 kiln_server_t *kiln_server_get(void); /* the one server of this process */
