@@ -51,10 +51,31 @@ static int print_identity(void) {
   kiln_hex(h, KILN_HASH_BYTES, hex);
   char hoststr[200];
   snprintf(hoststr, sizeof(hoststr), "%s %s %.16s", host.triple, host.cpu, hex);
+  /* The build of this compiler: a changed lowering must not be served old artifacts from a
+   * cache written by an earlier build of the same version, so the identity (part of every
+   * cache key) carries a hash of this executable. */
+  char build[17] = "unknown";
+  FILE *exe = fopen("/proc/self/exe", "rb");
+  if (exe) {
+    kiln_hasher_t bh;
+    kiln_hasher_init(&bh);
+    static uint8_t chunk[1 << 16];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), exe)) > 0) kiln_hasher_update(&bh, chunk, n);
+    bool ok = !ferror(exe);
+    fclose(exe);
+    uint8_t bhash[KILN_HASH_BYTES];
+    kiln_hasher_final(&bh, bhash);
+    char bhex[2 * KILN_HASH_BYTES + 1];
+    kiln_hex(bhash, KILN_HASH_BYTES, bhex);
+    if (ok) snprintf(build, sizeof(build), "%.16s", bhex);
+  }
+  char ident[512];
+  snprintf(ident, sizeof(ident), "%s; build %s", kiln_compiler_identity(), build);
   msgpack_packer pk;
   msgpack_packer_init(&pk, NULL, write_stdout);
   msgpack_pack_map(&pk, 2);
-  kiln_pack_kv_str(&pk, "identity", kiln_compiler_identity());
+  kiln_pack_kv_str(&pk, "identity", ident);
   kiln_pack_kv_str(&pk, "host", hoststr);
   return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -645,3 +645,45 @@ Test(compile, endless_kernel_is_ended_by_the_watchdog) {
   next_launch_works(&c);
   client_close(&c);
 }
+
+/* A different build of the compiler (here: the same compile worker with one byte appended,
+ * which changes the hash of its executable in the identity) misses the entries an earlier
+ * build wrote; the earlier build still finds them. */
+Test(compile_restart, another_compiler_build_misses_old_entries) {
+  char dir[] = "/tmp/kiln-cache-test-XXXXXX", wdir[] = "/tmp/kiln-workers-XXXXXX";
+  cr_assert(mkdtemp(dir) && mkdtemp(wdir));
+  char build[512], cmd[2048];
+  snprintf(build, sizeof(build), "%s", getenv("KILND"));
+  *strrchr(build, '/') = 0;  /* <build>/server */
+  *strrchr(build, '/') = 0;  /* <build> */
+  snprintf(cmd, sizeof(cmd),
+           "cp '%s/compiler/worker/kiln-compile-worker' '%s/device/worker/kiln-device-worker' '%s/' && "
+           "printf '\\0' >> '%s/kiln-compile-worker'",
+           build, build, wdir, wdir);
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
+  const char *old_build[] = {"--cache-dir", dir, NULL};
+  const char *new_build[] = {"--cache-dir", dir, "--worker-dir", wdir, NULL};
+  char *ir = vadd_ir("another build");
+  char m1[65], m2[65], m3[65];
+  client_t c;
+  daemon_start(&d, old_build);
+  client_connect_tcp(&c, &d);
+  cr_assert_not(compile_ok(&c, ir, "cpu", m1));
+  client_close(&c);
+  daemon_stop(&d);
+  daemon_start(&d, new_build);
+  client_connect_tcp(&c, &d);
+  cr_assert_not(compile_ok(&c, ir, "cpu", m2), "another compiler build was served the old build's artifact");
+  cr_assert_str_neq(m1, m2, "the module id (the cache key) must differ between builds");
+  client_close(&c);
+  daemon_stop(&d);
+  daemon_start(&d, old_build);
+  client_connect_tcp(&c, &d);
+  cr_assert(compile_ok(&c, ir, "cpu", m3), "the first build lost its entry");
+  cr_assert_str_eq(m1, m3);
+  client_close(&c);
+  daemon_stop(&d);
+  free(ir);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir, wdir);
+  cr_assert(system(cmd) == 0);
+}
