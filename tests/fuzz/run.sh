@@ -5,11 +5,12 @@
 #   tests/fuzz/run.sh TARGET [SECONDS] [libFuzzer flags...]    e.g. tests/fuzz/run.sh frame 600 -jobs=2
 #   tests/fuzz/run.sh list                                      the targets
 # Targets: frame (framing decoder), request (params validation), codeobj (prebuilt code objects
-# and AMDGPU metadata), artifact (cached artifact decoding), tokens (tokens file parser).
+# and AMDGPU metadata), artifact (cached artifact decoding), tokens (tokens file parser), te
+# (tensor-expression programs: parse, schedule, inline, bounds).
 # Environment: CLANG (default /usr/lib/llvm-22/bin/clang), OUT (default build/fuzz).
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
-targets="frame request codeobj artifact tokens"
+targets="frame request codeobj artifact tokens te"
 target=${1:-}
 if [ "$target" = list ]; then echo "$targets"; exit 0; fi
 case " $targets " in
@@ -35,6 +36,10 @@ codeobj)
   max_len=65536 ;;
 artifact) srcs="protocol/artifact.c"; max_len=65536 ;;
 tokens) srcs="server/tenants.c"; max_len=8192 ;;
+te)
+  srcs="compiler/te/te_parse.c compiler/te/te_mp.c compiler/te/te_expr.c compiler/te/te_sched.c protocol/artifact.c"
+  extra_cflags="-I$(/usr/lib/llvm-22/bin/llvm-config --includedir 2>/dev/null || echo /usr/lib/llvm-22/include)"
+  max_len=65536 ;;
 esac
 files="$root/tests/fuzz/fuzz_$target.c"
 for f in $base $srcs; do files="$files $root/$f"; done
