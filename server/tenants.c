@@ -151,9 +151,8 @@ kiln_status_t kiln_tokens_parse(const char *text, size_t len, kiln_tokens_file_t
     for (uint32_t i = 0; i + 1 < out->num_tenants; i++)
       if (strcmp(out->tenants[i].name, t->name) == 0)
         st = KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                         "line %u: tenant '%s' appears twice; list all its tokens on one line, "
-                         "separated by commas",
-                         lineno, t->name);
+                         "tenant '%s' appears twice; list all its tokens on one line, separated by commas",
+                         t->name); /* "line N" is added below */
     if (!st) st = parse_tokens_field(fields[0], t);
     for (int i = 2; !st && i < nf; i++) st = parse_option(fields[i], t);
     if (st) st = kiln_status_annotate(st, "line %u", lineno);
