@@ -120,8 +120,9 @@ static bool lookup(const kc_elf_t *e, uint32_t type, const char *name, const uin
     uint64_t addr = rd64(sh + 16), off = rd64(sh + 24), ssize = rd64(sh + 32);
     if (rd32(sh + 4) == SHT_NOBITS || value < addr || value - addr > ssize || size > ssize - (value - addr))
       return false;
-    if (!in_file(e, off + (value - addr), size)) return false;
-    *out_bytes = e->data + off + (value - addr);
+    uint64_t pos = off + (value - addr);
+    if (pos < off || !in_file(e, pos, size)) return false; /* the sum must not wrap */
+    *out_bytes = e->data + pos;
     *out_size = size;
     return true;
   }
