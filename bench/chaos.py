@@ -417,7 +417,8 @@ def main():
     tok_path = os.path.join(tmp, "tokens")
     with open(tok_path, "w") as f:
         for w, t in tokens.items():
-            f.write("%s tenant%d\n" % (t, w))
+            # tenant 1's connection also reads `stats` for the whole daemon
+            f.write("%s tenant%d%s\n" % (t, w, " stats=all" if w == 1 else ""))
     d = kiln.start_daemon(a.kilnd, tmpdir=tmp, listen=["tcp:127.0.0.1:0"], log_level="warn",
                           args=["--tokens", tok_path, "--metrics", "tcp:127.0.0.1:0"] +
                           (["--compile-workers", str(a.compile_workers)] if a.compile_workers else []))

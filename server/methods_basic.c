@@ -92,8 +92,9 @@ kiln_status_t kiln_method_devices(kiln_call_t *call) {
   return KILN_OK;
 }
 
-/* "devices": what runs on each device now, and what its tensors hold. */
-static void pack_devices(kiln_server_t *s, msgpack_packer *pk) {
+/* "devices": what runs on each device now, and what its tensors hold. A tenant that may not
+ * see the others (`see_all` false) gets the lease holder's name only when it is its own. */
+static void pack_devices(kiln_server_t *s, msgpack_packer *pk, const kiln_tenant_t *me, bool see_all) {
   uint64_t bytes[KILN_MAX_DEVICES] = {0}, count[KILN_MAX_DEVICES] = {0};
   size_t it = 0;
   void *v;
@@ -109,7 +110,9 @@ static void pack_devices(kiln_server_t *s, msgpack_packer *pk) {
     msgpack_pack_map(pk, 5);
     kiln_pack_kv_str(pk, "id", d->id);
     kiln_pack_kv_u64(pk, "launches", d->running);
-    kiln_pack_kv_str(pk, "lease", d->lease_tenant ? d->lease_tenant->name : "");
+    const char *lease = !d->lease_tenant ? "" : see_all || d->lease_tenant == me ? d->lease_tenant->name
+                                                                                : "another tenant";
+    kiln_pack_kv_str(pk, "lease", lease);
     kiln_pack_kv_u64(pk, "tensors", count[i]);
     kiln_pack_kv_u64(pk, "memory", bytes[i]);
   }
@@ -120,6 +123,10 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
   KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "stats", fields));
   kiln_server_t *s = call->server;
   msgpack_packer *pk = call->pk;
+  /* With a tokens file, a tenant sees its own workers and usage, and the others only with
+   * stats=all in its line (docs/operations.md); server-wide counters are for everyone. */
+  const kiln_tenant_t *me = call->conn->tenant;
+  bool see_all = !s->tenants.auth_required || (me && me->stats_all);
   msgpack_pack_map(pk, 10 + kiln_compile_stats_fields());
   kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
   kiln_compile_pack_stats(s, pk);
@@ -141,30 +148,37 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
   kiln_pack_kv_u64(pk, "tensor_bytes", s->tensor_bytes);
   kiln_pack_cstr(pk, "workers");
   uint32_t nw = 0;
-  for (uint32_t i = 0; i < s->num_devices; i++) nw += (uint32_t)s->devices[i].slots.count;
-  msgpack_pack_array(pk, nw);
-  for (uint32_t i = 0; i < s->num_devices; i++) {
-    size_t it = 0;
-    void *v;
-    while (kiln_map_next(&s->devices[i].slots, &it, NULL, &v)) {
-      kiln_dslot_t *sl = v;
-      msgpack_pack_map(pk, 6);
-      kiln_pack_kv_str(pk, "kind", "device");
-      kiln_pack_kv_str(pk, "device", s->devices[i].id);
-      kiln_pack_kv_str(pk, "tenant", sl->tenant->name);
-      kiln_pack_kv_u64(pk, "pid", (uint64_t)kiln_worker_pid(sl->worker));
-      kiln_pack_kv_u64(pk, "restarts", kiln_worker_restarts(sl->worker));
-      kiln_pack_kv_u64(pk, "inflight", kiln_worker_inflight(sl->worker));
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass) msgpack_pack_array(pk, nw);
+    for (uint32_t i = 0; i < s->num_devices; i++) {
+      size_t it = 0;
+      void *v;
+      while (kiln_map_next(&s->devices[i].slots, &it, NULL, &v)) {
+        kiln_dslot_t *sl = v;
+        if (!see_all && sl->tenant != me) continue;
+        if (!pass) {
+          nw++;
+          continue;
+        }
+        msgpack_pack_map(pk, 6);
+        kiln_pack_kv_str(pk, "kind", "device");
+        kiln_pack_kv_str(pk, "device", s->devices[i].id);
+        kiln_pack_kv_str(pk, "tenant", sl->tenant->name);
+        kiln_pack_kv_u64(pk, "pid", (uint64_t)kiln_worker_pid(sl->worker));
+        kiln_pack_kv_u64(pk, "restarts", kiln_worker_restarts(sl->worker));
+        kiln_pack_kv_u64(pk, "inflight", kiln_worker_inflight(sl->worker));
+      }
     }
   }
-  pack_devices(s, pk);
+  pack_devices(s, pk, me, see_all);
   kiln_pack_cstr(pk, "tenants");
   uint32_t nt = 0;
-  for (uint32_t i = 0; i < s->tenants.count; i++) nt += !s->tenants.all[i]->disabled;
+  for (uint32_t i = 0; i < s->tenants.count; i++)
+    nt += !s->tenants.all[i]->disabled && (see_all || s->tenants.all[i] == me);
   msgpack_pack_array(pk, nt);
   for (uint32_t i = 0; i < s->tenants.count; i++) {
     kiln_tenant_t *t = s->tenants.all[i];
-    if (t->disabled) continue;
+    if (t->disabled || (!see_all && t != me)) continue;
     msgpack_pack_map(pk, 10);
     kiln_pack_kv_str(pk, "name", t->name);
     kiln_pack_kv_u64(pk, "connections", t->connections);

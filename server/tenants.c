@@ -73,6 +73,12 @@ static kiln_status_t parse_option(char *opt, kiln_tenant_spec_t *t) {
                        "with commas, no spaces)");
   *eq = 0;
   const char *k = opt, *v = eq + 1;
+  if (strcmp(k, "stats") == 0) {
+    if (strcmp(v, "all") != 0 && strcmp(v, "own") != 0)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "stats is 'all' or 'own'");
+    t->stats_all = strcmp(v, "all") == 0;
+    return KILN_OK;
+  }
   if (strcmp(k, "devices") == 0) {
     if (strlen(v) >= sizeof(t->devices))
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "devices list too long");
@@ -96,7 +102,7 @@ static kiln_status_t parse_option(char *opt, kiln_tenant_spec_t *t) {
   }
   bool quotable = strlen(k) < KILN_TOKEN_MIN;
   return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                     "unknown option '%s' (known: devices, memory, tensors, launches, "
+                     "unknown option '%s' (known: devices, stats, memory, tensors, launches, "
                      "compiles, message, connections)",
                      quotable ? k : "...");
 }
@@ -219,6 +225,7 @@ static kiln_status_t apply(kiln_tenants_t *t, kiln_tokens_file_t *f) {
     x->disabled = false;
     snprintf(x->devices, sizeof(x->devices), "%s", s->devices);
     x->quotas = s->quotas;
+    x->stats_all = s->stats_all;
     free(x->token_hashes);
     x->token_hashes = s->token_hashes;
     x->num_tokens = s->num_tokens;

@@ -36,6 +36,7 @@ typedef struct kiln_tenant_spec {
   uint32_t num_tokens;
   char devices[256]; /* "" = every device; else comma-separated ids or kinds */
   kiln_quotas_t quotas; /* UINT64_MAX = unlimited */
+  bool stats_all;       /* stats=all: `stats` shows every tenant, not only this one */
 } kiln_tenant_spec_t;
 
 typedef struct kiln_tokens_file {
@@ -57,6 +58,7 @@ typedef struct kiln_tenant {
   bool disabled;
   char devices[256];
   kiln_quotas_t quotas;
+  bool stats_all;
   uint8_t (*token_hashes)[KILN_HASH_BYTES];
   uint32_t num_tokens;
   /* usage */

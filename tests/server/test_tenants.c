@@ -30,7 +30,7 @@ static void start(void) {
   write_tokens("# token tenant options\n"
                TOK_A " alpha\n"
                TOK_B " bravo tensors=1 memory=1M\n"
-               TOK_C " charlie devices=cuda:0\n");
+               TOK_C " charlie devices=cuda:0 stats=all\n");
   const char *extra[] = {"--tokens", tokens_path, NULL};
   daemon_start(&d, extra);
 }
@@ -281,4 +281,50 @@ Test(tenants_start, non_loopback_needs_tokens) {
   int ws;
   waitpid(pid, &ws, 0);
   cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 1, "kilnd started on 0.0.0.0 without tokens");
+}
+
+/* With a tokens file, `stats` shows a tenant its own workers and usage only; a tenant with
+ * stats=all sees every tenant. */
+static void stats_names(client_t *c, char tenants[8][64], int *nt, char workers[8][64], int *nw) {
+  client_send(c, 7, "stats", NULL);
+  cr_assert(client_recv(c, 5000));
+  cr_assert_eq(code_of(c), 0);
+  const msgpack_object *ts = kiln_params_find(c->msg.result, "tenants");
+  const msgpack_object *ws = kiln_params_find(c->msg.result, "workers");
+  *nt = *nw = 0;
+  for (uint32_t i = 0; i < ts->via.array.size && *nt < 8; i++) {
+    const msgpack_object *n = kiln_params_find(&ts->via.array.ptr[i], "name");
+    snprintf(tenants[(*nt)++], 64, "%.*s", (int)n->via.str.size, n->via.str.ptr);
+  }
+  for (uint32_t i = 0; i < ws->via.array.size && *nw < 8; i++) {
+    const msgpack_object *n = kiln_params_find(&ws->via.array.ptr[i], "tenant");
+    snprintf(workers[(*nw)++], 64, "%.*s", (int)n->via.str.size, n->via.str.ptr);
+  }
+}
+
+Test(tenants, stats_shows_others_only_with_stats_all) {
+  client_t a, b, c;
+  client_connect_tcp(&a, &d);
+  client_connect_tcp(&b, &d);
+  client_connect_tcp(&c, &d);
+  hello(&a, TOK_A, 0);
+  hello(&b, TOK_B, 0);
+  hello(&c, TOK_C, 0);
+  upload4(&a, 0); /* each gets a device worker on cpu:0 */
+  upload4(&b, 0);
+  char tn[8][64], wn[8][64];
+  int nt, nw;
+  stats_names(&a, tn, &nt, wn, &nw);
+  cr_assert_eq(nt, 1, "alpha sees %d tenants", nt);
+  cr_assert_str_eq(tn[0], "alpha");
+  cr_assert_eq(nw, 1, "alpha sees %d workers", nw);
+  cr_assert_str_eq(wn[0], "alpha");
+  stats_names(&c, tn, &nt, wn, &nw);
+  bool alpha = false, bravo = false;
+  for (int i = 0; i < nt; i++) alpha |= strcmp(tn[i], "alpha") == 0, bravo |= strcmp(tn[i], "bravo") == 0;
+  cr_assert(alpha && bravo && nt == 3, "charlie (stats=all) sees every tenant (%d)", nt);
+  cr_assert_eq(nw, 2, "charlie sees both workers (%d)", nw);
+  client_close(&a);
+  client_close(&b);
+  client_close(&c);
 }
