@@ -914,8 +914,12 @@ void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk) {
   kiln_pack_cstr(pk, "compile");
   uint32_t busy = 0;
   for (uint32_t i = 0; i < cs->nslots; i++) busy += cs->slots[i].job != NULL;
-  msgpack_pack_map(pk, 14);
+  msgpack_pack_map(pk, 15);
   kiln_pack_kv_u64(pk, "workers", cs->nslots);
+  kiln_pack_cstr(pk, "pids"); /* of the compile workers now running (0 while one restarts) */
+  msgpack_pack_array(pk, cs->nslots);
+  for (uint32_t i = 0; i < cs->nslots; i++)
+    msgpack_pack_uint64(pk, cs->slots[i].worker ? (uint64_t)kiln_worker_pid(cs->slots[i].worker) : 0);
   kiln_pack_kv_u64(pk, "modules", cs->modules.count);
   kiln_pack_kv_u64(pk, "module_bytes", cs->module_bytes);
   kiln_pack_kv_u64(pk, "workers_busy", busy);

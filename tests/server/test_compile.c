@@ -421,6 +421,12 @@ Test(compile, killed_compile_worker_fails_one_job) {
   compile_ok(&c, warm, "cpu", mod); /* workers exist now */
   pid_t w = child_named("kiln-compile-wo");
   cr_assert(w > 0);
+  client_send(&c, 4, "stats", NULL); /* stats names the compile workers' pids */
+  cr_assert(client_recv(&c, 5000));
+  const msgpack_object *pids = kiln_params_find(kiln_params_find(c.msg.result, "compile"), "pids");
+  bool listed = false;
+  for (uint32_t i = 0; pids && i < pids->via.array.size; i++) listed |= pids->via.array.ptr[i].via.u64 == (uint64_t)w;
+  cr_assert(listed, "compile worker %d is not in stats.compile.pids", (int)w);
   /* Stop every compile worker, queue one job, kill them: the job fails alone. */
   pid_t kids[32];
   int nk = children_of(d.pid, kids, 32);
@@ -549,6 +555,12 @@ Test(compile_timeout, compile_past_its_limit_times_out) {
   compile_ok(&c, warm, "cpu", mod);
   pid_t w = child_named("kiln-compile-wo");
   cr_assert(w > 0);
+  client_send(&c, 4, "stats", NULL); /* stats names the compile workers' pids */
+  cr_assert(client_recv(&c, 5000));
+  const msgpack_object *pids = kiln_params_find(kiln_params_find(c.msg.result, "compile"), "pids");
+  bool listed = false;
+  for (uint32_t i = 0; pids && i < pids->via.array.size; i++) listed |= pids->via.array.ptr[i].via.u64 == (uint64_t)w;
+  cr_assert(listed, "compile worker %d is not in stats.compile.pids", (int)w);
   kill(w, SIGSTOP); /* a compile that never ends, as far as kilnd can tell */
   char *ir = vadd_ir("never");
   send_compile(&c, 2, ir, "cpu");
