@@ -121,9 +121,12 @@ kiln_status_t kc_lower_gpu(kc_job_t *job);
 /* mathnames.c */
 kiln_status_t kc_map_math(kc_job_t *job);
 void kc_math_pure_cpu(kc_job_t *job);
+/* cpu: kc_math_pure_cpu, then kiln's own vectorisable functions (tanhf) linked in. */
+kiln_status_t kc_map_math_cpu(kc_job_t *job);
 
 /* nvptx_math.c: kiln's own math functions for NVPTX (bitcode built from mathlib/). */
 kiln_status_t kc_link_nvptx_math(kc_job_t *job);
+kiln_status_t kc_link_cpu_math(kc_job_t *job);
 
 /* lower_cpu.c */
 kiln_status_t kc_lower_cpu(kc_job_t *job);

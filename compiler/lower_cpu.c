@@ -489,7 +489,7 @@ kiln_status_t kc_lower_cpu(kc_job_t *job) {
   for (uint32_t i = 0; i < job->num_kernels && !s; i++) s = lower_kernel(job, &job->kernels[i], b);
   LLVMDisposeBuilder(b);
   if (!s) s = check_leftovers(job);
-  if (!s) kc_math_pure_cpu(job);
+  if (!s) s = kc_map_math_cpu(job);
   if (!s) s = kc_verify(job, "the IR after lowering to cpu work-group functions");
   return s;
 }

@@ -161,6 +161,22 @@ static void scalarize_vector_calls(kc_job_t *job) {
 /* kiln's math never reads or sets errno (GPUs have none), so on the cpu the C math names are
  * declared memory(none): LLVM may then treat them as pure, turn sqrtf into llvm.sqrt and
  * vectorise it in a work-item loop, and move or merge the calls like any arithmetic. */
+/* cpu: tanhf (and its intrinsic) becomes kiln's branch-free __kiln_math_tanh_f32
+ * (mathlib/cpu_math.c), which LLVM inlines and vectorises in a work-item loop. */
+static kiln_status_t cpu_own_functions(kc_job_t *job) {
+  LLVMTypeRef f32 = LLVMFloatTypeInContext(job->ctx);
+  static const char *const names[] = {"tanhf", "llvm.tanh.f32"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    LLVMValueRef f = LLVMGetNamedFunction(job->mod, names[i]);
+    if (!f || !LLVMIsDeclaration(f)) continue;
+    LLVMTypeRef fty = LLVMGlobalGetValueType(f);
+    if (!has_signature(fty, f32, 1))
+      return KC_COMPILE_ERROR("'%s' is declared with a signature that is not the C library's", names[i]);
+    redirect(f, kc_get_function(job->mod, "__kiln_math_tanh_f32", fty));
+  }
+  return kc_link_cpu_math(job);
+}
+
 void kc_math_pure_cpu(kc_job_t *job) {
   unsigned memory = LLVMGetEnumAttributeKindForName("memory", 6);
   LLVMAttributeRef none = LLVMCreateEnumAttribute(job->ctx, memory, 0);
@@ -176,6 +192,11 @@ void kc_math_pure_cpu(kc_job_t *job) {
       LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, none);
     }
   }
+}
+
+kiln_status_t kc_map_math_cpu(kc_job_t *job) {
+  kc_math_pure_cpu(job);
+  return cpu_own_functions(job);
 }
 
 kiln_status_t kc_map_math(kc_job_t *job) {

@@ -230,3 +230,57 @@ Test(cpu, sqrt_in_a_work_item_loop_is_vectorised) {
   th_cpu_unload(&m);
   kiln_artifact_deinit(&a);
 }
+
+static int64_t float_order(float f) {
+  int32_t i;
+  memcpy(&i, &f, 4);
+  return i < 0 ? (int64_t)INT32_MIN - i : i;
+}
+
+/* tanhf on the cpu is kiln's branch-free function (mathlib/cpu_math.c): inlined and
+ * vectorised in the work-item loop, and within 2 ulp of the correctly rounded result. */
+Test(cpu, tanh_is_vectorised_and_accurate) {
+  static const char src[] =
+      "#include <kiln/kernel.h>\n"
+      "#include <math.h>\n"
+      "KILN_KERNEL void th(const float *x, float *y, int n) {\n"
+      "  int i = (int)kiln_global_id(0);\n"
+      "  if (i < n) y[i] = tanhf(x[i]);\n"
+      "}\n";
+  size_t n;
+  uint8_t *bc = th_source_bc(src, &n);
+  kiln_artifact_t a;
+  th_compile(bc, n, "cpu", NULL, &a);
+  free(bc);
+  cr_assert(!strstr(a.llvm_ir, "@tanhf"), "tanhf stayed a libm call:\n%s", a.llvm_ir);
+  cr_assert(strstr(a.llvm_ir, "x float>"), "the tanh loop was not vectorised:\n%s", a.llvm_ir);
+  th_cpu_module_t m;
+  th_cpu_load(&a, &m);
+  enum { N = 1 << 16 };
+  static float x[N], y[N];
+  unsigned seed = 5;
+  for (int i = 0; i < N; i++) {
+    /* wide magnitudes, both signs, the switch point and the edges */
+    float mag = ldexpf((float)rand_r(&seed) / (float)RAND_MAX, (int)(rand_r(&seed) % 40) - 30);
+    x[i] = rand_r(&seed) & 1 ? -mag : mag;
+  }
+  const float edges[] = {0.0f, -0.0f, 0.55f, -0.55f, 0.5499999f, 9.0f, 20.0f, -100.0f, INFINITY, -INFINITY, 1e-30f};
+  memcpy(x, edges, sizeof(edges));
+  x[sizeof(edges) / sizeof(edges[0])] = NAN;
+  int cnt = N;
+  void *px = x, *py = y;
+  void *args[] = {&px, &py, &cnt};
+  uint32_t grid[3] = {N / 256, 1, 1}, blk[3] = {256, 1, 1};
+  th_cpu_run(&m, &a, "th", grid, blk, 0, args);
+  for (int i = 0; i < N; i++) {
+    float want = (float)tanh((double)x[i]);
+    if (isnan(x[i])) {
+      cr_assert(isnan(y[i]));
+      continue;
+    }
+    int64_t d = float_order(y[i]) - float_order(want);
+    cr_assert(d >= -2 && d <= 2, "tanhf(%.9g) = %.9g, want %.9g (%lld ulp)", x[i], y[i], want, (long long)d);
+  }
+  th_cpu_unload(&m);
+  kiln_artifact_deinit(&a);
+}
