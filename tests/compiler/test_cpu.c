@@ -2,6 +2,7 @@
  * grid by the harness, checked against host references. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,21 +201,25 @@ Test(cpu, math_functions_match_libm) {
   kiln_artifact_deinit(&a);
 }
 
+/* Compiles for cpu a kernel `NAME(const float *x, float *y, int n)` doing y[i] = FN(x[i]). */
+static void compile_unary(const char *name, const char *fn, kiln_artifact_t *a) {
+  char src[512];
+  snprintf(src, sizeof(src),
+           "#include <kiln/kernel.h>\n#include <math.h>\n"
+           "KILN_KERNEL void %s(const float *x, float *y, int n) {\n"
+           "  int i = (int)kiln_global_id(0);\n  if (i < n) y[i] = %s(x[i]);\n}\n",
+           name, fn);
+  size_t n;
+  uint8_t *bc = th_source_bc(src, &n);
+  th_compile(bc, n, "cpu", NULL, a);
+  free(bc);
+}
+
 /* The C math names are pure for kiln (no errno): sqrtf in a work-item loop becomes the
  * vector square root instead of one libm call per work-item. */
 Test(cpu, sqrt_in_a_work_item_loop_is_vectorised) {
-  static const char src[] =
-      "#include <kiln/kernel.h>\n"
-      "#include <math.h>\n"
-      "KILN_KERNEL void roots(const float *x, float *y, int n) {\n"
-      "  int i = (int)kiln_global_id(0);\n"
-      "  if (i < n) y[i] = sqrtf(x[i]);\n"
-      "}\n";
-  size_t n;
-  uint8_t *bc = th_source_bc(src, &n);
   kiln_artifact_t a;
-  th_compile(bc, n, "cpu", NULL, &a);
-  free(bc);
+  compile_unary("roots", "sqrtf", &a);
   cr_assert(strstr(a.llvm_ir, "@llvm.sqrt.v"), "sqrtf stayed a scalar call:\n%s", a.llvm_ir);
   th_cpu_module_t m;
   th_cpu_load(&a, &m);
@@ -240,18 +245,8 @@ static int64_t float_order(float f) {
 /* tanhf on the cpu is kiln's branch-free function (mathlib/cpu_math.c): inlined and
  * vectorised in the work-item loop, and within 2 ulp of the correctly rounded result. */
 Test(cpu, tanh_is_vectorised_and_accurate) {
-  static const char src[] =
-      "#include <kiln/kernel.h>\n"
-      "#include <math.h>\n"
-      "KILN_KERNEL void th(const float *x, float *y, int n) {\n"
-      "  int i = (int)kiln_global_id(0);\n"
-      "  if (i < n) y[i] = tanhf(x[i]);\n"
-      "}\n";
-  size_t n;
-  uint8_t *bc = th_source_bc(src, &n);
   kiln_artifact_t a;
-  th_compile(bc, n, "cpu", NULL, &a);
-  free(bc);
+  compile_unary("th", "tanhf", &a);
   cr_assert(!strstr(a.llvm_ir, "@tanhf"), "tanhf stayed a libm call:\n%s", a.llvm_ir);
   cr_assert(strstr(a.llvm_ir, "x float>"), "the tanh loop was not vectorised:\n%s", a.llvm_ir);
   th_cpu_module_t m;
