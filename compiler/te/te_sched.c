@@ -67,6 +67,9 @@ static kiln_status_t do_split(kc_te_program_t *p, int st, int v, int64_t factor,
   if (t->nleaves + 1 > TE_MAX_LEAVES) return KC_COMPILE_ERROR("te: too many vars in %s", t->name);
   p->vars[o].reduce = p->vars[i].reduce = p->vars[v].reduce;
   int pos = leaf_pos(t, v);
+  if (pos < 0) /* callers pass leaves; a program that gets here anyway is refused, not followed */
+    return KC_COMPILE_ERROR("te: %s.%s is no longer a loop of %s (already split or fused)", t->name,
+                            p->vars[v].name, t->name);
   memmove(&t->leaves[pos + 2], &t->leaves[pos + 1], (size_t)(t->nleaves - pos - 1) * sizeof(int));
   t->leaves[pos] = o;
   t->leaves[pos + 1] = i;
@@ -82,6 +85,9 @@ static kiln_status_t do_reorder(kc_te_program_t *p, int st, const int *vars, int
   int pos[TE_MAX_LEAVES];
   for (int i = 0; i < n; i++) {
     pos[i] = leaf_pos(t, vars[i]);
+    if (pos[i] < 0)
+      return KC_COMPILE_ERROR("te: reorder of %s names %s, which is no longer one of its loops", t->name,
+                              p->vars[vars[i]].name);
     for (int j = 0; j < i; j++)
       if (vars[j] == vars[i]) return KC_COMPILE_ERROR("te: reorder of %s names %s twice", t->name, p->vars[vars[i]].name);
   }
@@ -238,6 +244,8 @@ static kiln_status_t apply_one(kc_te_program_t *p, const msgpack_object *o) {
     int64_t fx, fy;
     KILN_RETURN_IF_ERROR(get_leaf(p, st, o, "x", &x));
     KILN_RETURN_IF_ERROR(get_leaf(p, st, o, "y", &y));
+    if (x == y)
+      return KC_COMPILE_ERROR("te: tile of %s names %s as both x and y", t->name, p->vars[x].name);
     if (!te_mp_int(te_mp_get(o, "x_factor"), &fx) || !te_mp_int(te_mp_get(o, "y_factor"), &fy))
       return KC_COMPILE_ERROR("te: tile of %s needs integer x_factor and y_factor", t->name);
     name_or(o, "x_outer", a, sizeof(a), p->vars[x].name, ".outer");
