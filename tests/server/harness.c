@@ -161,6 +161,52 @@ void client_send(client_t *c, uint32_t msgid, const char *method, const kiln_buf
   kiln_buf_deinit(&b);
 }
 
+void client_send_upload_f32(client_t *c, uint32_t msgid, const char *device, const float *v, uint32_t n) {
+  pbuild_t b;
+  pb_begin(&b, device ? 2 : 1);
+  if (device) kiln_pack_kv_str(&b.p.pk, "device", device);
+  kiln_pack_cstr(&b.p.pk, "tensor");
+  msgpack_pack_map(&b.p.pk, 3);
+  kiln_pack_kv_str(&b.p.pk, "dtype", "float32");
+  kiln_pack_cstr(&b.p.pk, "shape");
+  msgpack_pack_array(&b.p.pk, 1);
+  msgpack_pack_uint32(&b.p.pk, n);
+  kiln_pack_cstr(&b.p.pk, "data");
+  msgpack_pack_bin(&b.p.pk, n * 4);
+  msgpack_pack_bin_body(&b.p.pk, v, n * 4);
+  client_send(c, msgid, "upload", &b.buf);
+  pb_end(&b);
+}
+
+void client_send_id(client_t *c, uint32_t msgid, const char *method, uint64_t id) {
+  pbuild_t b;
+  pb_begin(&b, 1);
+  kiln_pack_kv_u64(&b.p.pk, "id", id);
+  client_send(c, msgid, method, &b.buf);
+  pb_end(&b);
+}
+
+void client_send_hello(client_t *c, uint32_t msgid, const char *token) {
+  pbuild_t b;
+  pb_begin(&b, 1);
+  kiln_pack_kv_str(&b.p.pk, "token", token);
+  client_send(c, msgid, "hello", &b.buf);
+  pb_end(&b);
+}
+
+uint64_t code_of(const client_t *c) {
+  const msgpack_object *e = c->msg.error;
+  return e && e->type == MSGPACK_OBJECT_ARRAY ? e->via.array.ptr[0].via.u64 : 0;
+}
+
+const char *text_of(const client_t *c, char *buf, size_t cap) {
+  const msgpack_object *e = c->msg.error;
+  buf[0] = 0;
+  if (e && e->type == MSGPACK_OBJECT_ARRAY && e->via.array.size > 1 && e->via.array.ptr[1].type == MSGPACK_OBJECT_STR)
+    snprintf(buf, cap, "%.*s", (int)e->via.array.ptr[1].via.str.size, e->via.array.ptr[1].via.str.ptr);
+  return buf;
+}
+
 bool client_recv(client_t *c, int timeout_ms) {
   if (c->have_msg) kiln_rpc_msg_deinit(&c->msg);
   c->have_msg = false;

@@ -42,6 +42,17 @@ void client_send_raw(client_t *c, const void *bytes, size_t len);
 void client_send(client_t *c, uint32_t msgid, const char *method, const kiln_buf_t *params);
 /* Receives the next message; returns false on EOF/error (within timeout_ms). */
 bool client_recv(client_t *c, int timeout_ms);
+/* The last reply's error: its code (0 when the reply is a result) and its message ("" when
+ * none), written into buf. */
+/* Sends `upload` of a 1-D float32 tensor of n values (to `device`, or the default when NULL);
+ * the reply is read with client_recv. */
+void client_send_upload_f32(client_t *c, uint32_t msgid, const char *device, const float *v, uint32_t n);
+/* Sends a request whose params are {"id": id} (download, free, read ...). */
+void client_send_id(client_t *c, uint32_t msgid, const char *method, uint64_t id);
+/* Sends `hello` with a token. */
+void client_send_hello(client_t *c, uint32_t msgid, const char *token);
+uint64_t code_of(const client_t *c);
+const char *text_of(const client_t *c, char *buf, size_t cap);
 /* True once the peer has closed (reads EOF within timeout_ms). */
 bool client_wait_closed(client_t *c, int timeout_ms);
 

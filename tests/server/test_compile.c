@@ -59,17 +59,6 @@ static const char fault_ir[] =
     "  ret void\n"
     "}\n";
 
-static uint64_t code_of(const client_t *c) {
-  const msgpack_object *e = c->msg.error;
-  return e && e->type == MSGPACK_OBJECT_ARRAY ? e->via.array.ptr[0].via.u64 : 0;
-}
-
-static const char *text_of(const client_t *c, char *buf, size_t cap) {
-  const msgpack_object *m = &c->msg.error->via.array.ptr[1];
-  snprintf(buf, cap, "%.*s", (int)m->via.str.size, m->via.str.ptr);
-  return buf;
-}
-
 static void send_compile(client_t *c, uint32_t msgid, const char *ir, const char *target) {
   pbuild_t b;
   pb_begin(&b, 2);
@@ -97,20 +86,7 @@ static bool compile_ok(client_t *c, const char *ir, const char *target, char out
 static const char *upload_device = NULL; /* NULL: the default device */
 
 static uint64_t upload(client_t *c, const float *v, uint32_t n) {
-  pbuild_t b;
-  pb_begin(&b, upload_device ? 2 : 1);
-  if (upload_device) kiln_pack_kv_str(&b.p.pk, "device", upload_device);
-  kiln_pack_cstr(&b.p.pk, "tensor");
-  msgpack_pack_map(&b.p.pk, 3);
-  kiln_pack_kv_str(&b.p.pk, "dtype", "float32");
-  kiln_pack_cstr(&b.p.pk, "shape");
-  msgpack_pack_array(&b.p.pk, 1);
-  msgpack_pack_uint32(&b.p.pk, n);
-  kiln_pack_cstr(&b.p.pk, "data");
-  msgpack_pack_bin(&b.p.pk, n * 4);
-  msgpack_pack_bin_body(&b.p.pk, v, n * 4);
-  client_send(c, 2, "upload", &b.buf);
-  pb_end(&b);
+  client_send_upload_f32(c, 2, upload_device, v, n);
   cr_assert(client_recv(c, 10000));
   char why[512];
   cr_assert_eq(code_of(c), 0, "upload to %s: %s", upload_device ? upload_device : "cpu:0", text_of(c, why, sizeof(why)));
@@ -176,11 +152,7 @@ Test(compile, cpu_vadd_compiles_caches_and_runs) {
   char txt[512];
   cr_assert_eq(code_of(&c), 0, "launch failed: %s", text_of(&c, txt, sizeof(txt)));
   cr_assert(kiln_params_find(c.msg.result, "elapsed"));
-  pbuild_t p;
-  pb_begin(&p, 1);
-  kiln_pack_kv_u64(&p.p.pk, "id", t[2]);
-  client_send(&c, 4, "download", &p.buf);
-  pb_end(&p);
+  client_send_id(&c, 4, "download", t[2]);
   cr_assert(client_recv(&c, 10000));
   /* The bin payload sits at any offset of the message: copy it out to read floats. */
   static float out[N];
@@ -224,11 +196,7 @@ Test(compile, device_vadd_runs) {
   send_launch(&c, 3, "launch", mod, "vadd", dev, (N + 255) / 256, 256, t, 3, &n, 1, 0);
   cr_assert(client_recv(&c, 60000));
   cr_assert_eq(code_of(&c), 0, "launch on %s failed: %s", dev, text_of(&c, txt, sizeof(txt)));
-  pbuild_t p;
-  pb_begin(&p, 1);
-  kiln_pack_kv_u64(&p.p.pk, "id", t[2]);
-  client_send(&c, 4, "download", &p.buf);
-  pb_end(&p);
+  client_send_id(&c, 4, "download", t[2]);
   cr_assert(client_recv(&c, 10000));
   static float out[N];
   memcpy(out, kiln_params_find(c.msg.result, "data")->via.bin.ptr, sizeof(out));

@@ -34,17 +34,8 @@ static void stop(void) {
 
 TestSuite(fair, .init = start, .fini = stop, .timeout = 300);
 
-static uint64_t code_of(const client_t *c) {
-  const msgpack_object *e = c->msg.error;
-  return e && e->type == MSGPACK_OBJECT_ARRAY ? e->via.array.ptr[0].via.u64 : 0;
-}
-
 static void hello(client_t *c, const char *token) {
-  pbuild_t b;
-  pb_begin(&b, 1);
-  kiln_pack_kv_str(&b.p.pk, "token", token);
-  client_send(c, 1, "hello", &b.buf);
-  pb_end(&b);
+  client_send_hello(c, 1, token);
   cr_assert(client_recv(c, 5000));
   cr_assert_eq(code_of(c), 0);
 }

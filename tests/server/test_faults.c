@@ -43,17 +43,9 @@ TestSuite(faults, .fini = stop, .timeout = 300);
 
 /* --- calls ------------------------------------------------------------------------------- */
 
-static uint64_t err_code(const client_t *c) {
-  const msgpack_object *e = c->msg.error;
-  return e && e->type == MSGPACK_OBJECT_ARRAY ? e->via.array.ptr[0].via.u64 : 0;
-}
-
 static const char *err_text(const client_t *c) {
   static char buf[512];
-  const msgpack_object *e = c->msg.error;
-  if (!e || e->type != MSGPACK_OBJECT_ARRAY) return "";
-  snprintf(buf, sizeof(buf), "%.*s", (int)e->via.array.ptr[1].via.str.size, e->via.array.ptr[1].via.str.ptr);
-  return buf;
+  return text_of(c, buf, sizeof(buf));
 }
 
 /* Sends a request and waits for its reply (the connection has nothing else in flight). */
@@ -128,7 +120,7 @@ static void send_compile(client_t *c, uint32_t msgid, const char *ir) {
 
 /* The module id of the reply in c (64 hex + NUL); whether it was a cache hit. */
 static bool module_of(const client_t *c, char out[65]) {
-  cr_assert_eq(err_code(c), 0, "compile failed: %s", err_text(c));
+  cr_assert_eq(code_of(c), 0, "compile failed: %s", err_text(c));
   const msgpack_object *m = kiln_params_find(c->msg.result, "module");
   cr_assert(m && m->via.str.size == 64);
   memcpy(out, m->via.str.ptr, 64);
@@ -163,7 +155,7 @@ static uint64_t upload(client_t *c, size_t bytes) {
   pbuild_t b;
   upload_params(&b, bytes);
   call(c, "upload", &b);
-  cr_assert_eq(err_code(c), 0, "upload failed: %s", err_text(c));
+  cr_assert_eq(code_of(c), 0, "upload failed: %s", err_text(c));
   return kiln_params_find(c->msg.result, "id")->via.u64;
 }
 
@@ -172,7 +164,7 @@ static void free_tensor(client_t *c, uint64_t id) {
   pb_begin(&b, 1);
   kiln_pack_kv_u64(&b.p.pk, "id", id);
   call(c, "free", &b);
-  cr_assert_eq(err_code(c), 0, "free failed: %s", err_text(c));
+  cr_assert_eq(code_of(c), 0, "free failed: %s", err_text(c));
 }
 
 /* launch spin(tensor, n) on cpu:0 without waiting for the reply. */
@@ -200,7 +192,7 @@ static void send_spin(client_t *c, uint32_t msgid, const char *module, uint64_t 
 static void spin_ok(client_t *c, const char *module, uint64_t tensor) {
   send_spin(c, 7, module, tensor, 1000);
   cr_assert(client_recv(c, 60000), "no launch reply");
-  cr_assert_eq(err_code(c), 0, "launch failed: %s", err_text(c));
+  cr_assert_eq(code_of(c), 0, "launch failed: %s", err_text(c));
 }
 
 /* --- what kilnd holds ---------------------------------------------------------------------- */
@@ -320,8 +312,8 @@ Test(faults, compile_worker_killed_mid_job, .init = start_one_compile_worker) {
     cr_assert(w > 0, "no compile worker process");
     kill(w, SIGKILL);
     cr_assert(client_recv(&c, 60000), "no reply to the compile whose worker died");
-    crashed = err_code(&c) == E_COMPILER_CRASHED;
-    if (!crashed) cr_assert_eq(err_code(&c), 0, "unexpected error: %s", err_text(&c));
+    crashed = code_of(&c) == E_COMPILER_CRASHED;
+    if (!crashed) cr_assert_eq(code_of(&c), 0, "unexpected error: %s", err_text(&c));
     else cr_log_info("compile worker killed: %s", err_text(&c));
   }
   cr_assert(crashed, "the compile always finished before the kill");
@@ -378,9 +370,9 @@ Test(faults, device_worker_killed_with_launches_in_flight, .init = start_default
     seen[k] = true;
     /* Running or queued in the worker: E_DEVICE_FAULT. Queued in kilnd: the tensor died
      * with the worker, E_NOT_FOUND saying so. Sent after the restart: it runs. */
-    if (err_code(&c) == E_NOT_FOUND) cr_assert(strstr(err_text(&c), "lost"), "launch %u: %s", k, err_text(&c));
-    else if (err_code(&c)) cr_assert_eq(err_code(&c), E_DEVICE_FAULT, "launch %u: %s", k, err_text(&c));
-    faults += err_code(&c) == E_DEVICE_FAULT;
+    if (code_of(&c) == E_NOT_FOUND) cr_assert(strstr(err_text(&c), "lost"), "launch %u: %s", k, err_text(&c));
+    else if (code_of(&c)) cr_assert_eq(code_of(&c), E_DEVICE_FAULT, "launch %u: %s", k, err_text(&c));
+    faults += code_of(&c) == E_DEVICE_FAULT;
   }
   cr_log_info("%d of %d launches ended with E_DEVICE_FAULT", faults, N);
   cr_assert_geq(faults, 1);
@@ -566,7 +558,7 @@ static uint8_t *binary_of(client_t *c, const char *hex, size_t *len) {
   kiln_pack_kv_str(&b.p.pk, "module", hex);
   kiln_pack_kv_str(&b.p.pk, "kind", "binary");
   call(c, "source", &b);
-  cr_assert_eq(err_code(c), 0, "source failed: %s", err_text(c));
+  cr_assert_eq(code_of(c), 0, "source failed: %s", err_text(c));
   *len = c->msg.result->via.bin.size;
   uint8_t *out = malloc(*len);
   memcpy(out, c->msg.result->via.bin.ptr, *len);

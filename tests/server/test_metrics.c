@@ -118,11 +118,6 @@ static double metric(const char *series) {
   return v;
 }
 
-static uint64_t code_of(const client_t *c) {
-  const msgpack_object *e = c->msg.error;
-  return e && e->type == MSGPACK_OBJECT_ARRAY ? e->via.array.ptr[0].via.u64 : 0;
-}
-
 static const char inc_ll[] =
     "; %s\n"
     "declare i32 @__kiln_local_id(i32)\n"
@@ -155,19 +150,7 @@ static bool compile_inc(client_t *c, const char *salt, char module[65]) {
 
 static uint64_t upload4(client_t *c) {
   float v[4] = {1, 2, 3, 4};
-  pbuild_t b;
-  pb_begin(&b, 1);
-  kiln_pack_cstr(&b.p.pk, "tensor");
-  msgpack_pack_map(&b.p.pk, 3);
-  kiln_pack_kv_str(&b.p.pk, "dtype", "float32");
-  kiln_pack_cstr(&b.p.pk, "shape");
-  msgpack_pack_array(&b.p.pk, 1);
-  msgpack_pack_uint32(&b.p.pk, 4);
-  kiln_pack_cstr(&b.p.pk, "data");
-  msgpack_pack_bin(&b.p.pk, 16);
-  msgpack_pack_bin_body(&b.p.pk, v, 16);
-  client_send(c, 2, "upload", &b.buf);
-  pb_end(&b);
+  client_send_upload_f32(c, 2, NULL, v, 4);
   cr_assert(client_recv(c, 10000));
   cr_assert_eq(code_of(c), 0, "upload failed");
   return kiln_params_find(c->msg.result, "id")->via.u64;
@@ -282,11 +265,7 @@ Test(metrics, counters_follow_real_requests) {
   cr_assert_eq(value_of(b, "kiln_device_workers{device=\"cpu:0\"}"), 1);
   cr_assert_eq(value_of(b, "kiln_tenant_launches_in_flight{tenant=\"default\"}"), 0);
   free(b);
-  pbuild_t p;
-  pb_begin(&p, 1);
-  kiln_pack_kv_u64(&p.p.pk, "id", t);
-  client_send(&c, 4, "free", &p.buf);
-  pb_end(&p);
+  client_send_id(&c, 4, "free", t);
   cr_assert(client_recv(&c, 5000));
   cr_assert_eq(metric(mem), mem0);
 

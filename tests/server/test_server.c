@@ -171,33 +171,13 @@ Test(server, deep_nesting_rejected) {
 }
 
 static uint64_t upload_f32(client_t *c, uint32_t msgid, const float *v, uint32_t n) {
-  pbuild_t b;
-  pb_begin(&b, 1);
-  kiln_pack_cstr(&b.p.pk, "tensor");
-  msgpack_pack_map(&b.p.pk, 3);
-  kiln_pack_kv_str(&b.p.pk, "dtype", "float32");
-  kiln_pack_cstr(&b.p.pk, "shape");
-  msgpack_pack_array(&b.p.pk, 1);
-  msgpack_pack_uint32(&b.p.pk, n);
-  kiln_pack_cstr(&b.p.pk, "data");
-  msgpack_pack_bin(&b.p.pk, n * 4);
-  msgpack_pack_bin_body(&b.p.pk, v, n * 4);
-  client_send(c, msgid, "upload", &b.buf);
-  pb_end(&b);
+  client_send_upload_f32(c, msgid, NULL, v, n);
   cr_assert(client_recv(c, 10000));
   cr_assert_eq(c->msg.msgid, msgid);
   cr_assert_null(c->msg.error->type == MSGPACK_OBJECT_NIL ? NULL : c->msg.error, "upload failed");
   const msgpack_object *id = kiln_params_find(c->msg.result, "id");
   cr_assert(id && id->type == MSGPACK_OBJECT_POSITIVE_INTEGER);
   return id->via.u64;
-}
-
-static void send_id(client_t *c, uint32_t msgid, const char *method, uint64_t id) {
-  pbuild_t b;
-  pb_begin(&b, 1);
-  kiln_pack_kv_u64(&b.p.pk, "id", id);
-  client_send(c, msgid, method, &b.buf);
-  pb_end(&b);
 }
 
 Test(server, upload_download_read_write_free) {
@@ -207,7 +187,7 @@ Test(server, upload_download_read_write_free) {
   float *v = malloc(N * 4);
   for (int i = 0; i < N; i++) v[i] = (float)i * 0.5f;
   uint64_t id = upload_f32(&c, 1, v, N);
-  send_id(&c, 2, "download", id);
+  client_send_id(&c, 2, "download", id);
   cr_assert(client_recv(&c, 10000));
   const msgpack_object *data = kiln_params_find(c.msg.result, "data");
   cr_assert(data && data->type == MSGPACK_OBJECT_BIN && data->via.bin.size == N * 4);
@@ -249,10 +229,10 @@ Test(server, upload_download_read_write_free) {
   cr_assert(client_recv(&c, 5000));
   cr_assert_eq(error_code(&c), 1);
 
-  send_id(&c, 6, "free", id);
+  client_send_id(&c, 6, "free", id);
   cr_assert(client_recv(&c, 5000));
   cr_assert_eq(c.msg.error->type, MSGPACK_OBJECT_NIL);
-  send_id(&c, 7, "download", id);
+  client_send_id(&c, 7, "download", id);
   cr_assert(client_recv(&c, 5000));
   cr_assert_eq(error_code(&c), 5);
   free(v);
@@ -273,7 +253,7 @@ Test(server, alloc_is_zero_filled_and_zero_size_works) {
   pb_end(&b);
   cr_assert(client_recv(&c, 5000));
   uint64_t id = kiln_params_find(c.msg.result, "id")->via.u64;
-  send_id(&c, 2, "download", id);
+  client_send_id(&c, 2, "download", id);
   cr_assert(client_recv(&c, 5000));
   const msgpack_object *data = kiln_params_find(c.msg.result, "data");
   cr_assert_eq(data->via.bin.size, 120);
@@ -288,7 +268,7 @@ Test(server, alloc_is_zero_filled_and_zero_size_works) {
   pb_end(&b);
   cr_assert(client_recv(&c, 5000));
   id = kiln_params_find(c.msg.result, "id")->via.u64;
-  send_id(&c, 4, "download", id);
+  client_send_id(&c, 4, "download", id);
   cr_assert(client_recv(&c, 5000));
   cr_assert_eq(kiln_params_find(c.msg.result, "data")->via.bin.size, 0);
   client_close(&c);
@@ -320,7 +300,7 @@ Test(server, device_worker_death_is_reported_and_survived) {
   cr_assert(w > 0, "no device worker process");
   /* Stop the worker so the next request is certainly held by it when it dies. */
   kill(w, SIGSTOP);
-  send_id(&c, 2, "download", id);
+  client_send_id(&c, 2, "download", id);
   usleep(0);
   client_t probe;
   client_connect_tcp(&probe, &d);
@@ -334,12 +314,12 @@ Test(server, device_worker_death_is_reported_and_survived) {
   char text[256];
   cr_assert(strstr(error_text(&c, text, sizeof(text)), "signal 9"), "message: %s", text);
   /* The old tensor is gone, with a message that says so; new work succeeds. */
-  send_id(&c, 3, "download", id);
+  client_send_id(&c, 3, "download", id);
   cr_assert(client_recv(&c, 5000));
   cr_assert_eq(error_code(&c), 5);
   cr_assert(strstr(error_text(&c, text, sizeof(text)), "lost"), "message: %s", text);
   uint64_t id2 = upload_f32(&c, 4, v, 4);
-  send_id(&c, 5, "download", id2);
+  client_send_id(&c, 5, "download", id2);
   cr_assert(client_recv(&c, 5000));
   cr_assert(memcmp(kiln_params_find(c.msg.result, "data")->via.bin.ptr, v, 16) == 0);
   client_send(&c, 6, "stats", NULL);
@@ -359,7 +339,7 @@ Test(server, disconnect_with_replies_pending_and_many_connections) {
   float v[256] = {0};
   uint64_t id = upload_f32(&c, 2, v, 256);
   /* 200 downloads in flight, then vanish. */
-  for (uint32_t i = 0; i < 200; i++) send_id(&c, 100 + i, "download", id);
+  for (uint32_t i = 0; i < 200; i++) client_send_id(&c, 100 + i, "download", id);
   client_close(&c);
   client_t other;
   client_connect_tcp(&other, &d);

@@ -85,17 +85,6 @@ TestSuite(te, .init = start, .fini = stop, .timeout = 300);
 static const char gemm[] = GEMM_PROGRAM(GEMM_SHARED);
 static const char gemm_regs[] = GEMM_PROGRAM(GEMM_REGISTERS);
 
-static uint64_t code_of(const client_t *c) {
-  const msgpack_object *e = c->msg.error;
-  return e && e->type == MSGPACK_OBJECT_ARRAY ? e->via.array.ptr[0].via.u64 : 0;
-}
-
-static const char *text_of(const client_t *c, char *buf, size_t cap) {
-  const msgpack_object *m = &c->msg.error->via.array.ptr[1];
-  snprintf(buf, cap, "%.*s", (int)m->via.str.size, m->via.str.ptr);
-  return buf;
-}
-
 static void send_te(client_t *c, const char *json, const char *target) {
   msgpack_sbuffer sb = te_json_to_msgpack(json);
   pbuild_t b;
@@ -235,11 +224,7 @@ static void gemm_on(const char *prog, int64_t tile, const char *dev, int64_t M, 
   send_launch(&c, "launch", mod, dev, &r, t);
   cr_assert(client_recv(&c, 60000));
   cr_assert_eq(code_of(&c), 0, "launch on %s failed: %s", dev, text_of(&c, txt, sizeof(txt)));
-  pbuild_t p;
-  pb_begin(&p, 1);
-  kiln_pack_kv_u64(&p.p.pk, "id", t[2]);
-  client_send(&c, 4, "download", &p.buf);
-  pb_end(&p);
+  client_send_id(&c, 4, "download", t[2]);
   cr_assert(client_recv(&c, 20000));
   memcpy(out, kiln_params_find(c.msg.result, "data")->via.bin.ptr, (size_t)(M * N) * 4);
   for (int64_t i = 0; i < M; i++)

@@ -42,42 +42,15 @@ static void stop(void) {
 
 TestSuite(tenants, .init = start, .fini = stop, .timeout = 120);
 
-static uint64_t code_of(const client_t *c) {
-  const msgpack_object *e = c->msg.error;
-  return e && e->type == MSGPACK_OBJECT_ARRAY ? e->via.array.ptr[0].via.u64 : 0;
-}
-
-static const char *text_of(const client_t *c, char *buf, size_t cap) {
-  const msgpack_object *m = &c->msg.error->via.array.ptr[1];
-  snprintf(buf, cap, "%.*s", (int)m->via.str.size, m->via.str.ptr);
-  return buf;
-}
-
 static void hello(client_t *c, const char *token, uint64_t want_code) {
-  pbuild_t b;
-  pb_begin(&b, 1);
-  kiln_pack_kv_str(&b.p.pk, "token", token);
-  client_send(c, 1, "hello", &b.buf);
-  pb_end(&b);
+  client_send_hello(c, 1, token);
   cr_assert(client_recv(c, 5000));
   cr_assert_eq(code_of(c), want_code);
 }
 
 static uint64_t upload4(client_t *c, uint64_t want_code) {
   float v[4] = {1, 2, 3, 4};
-  pbuild_t b;
-  pb_begin(&b, 1);
-  kiln_pack_cstr(&b.p.pk, "tensor");
-  msgpack_pack_map(&b.p.pk, 3);
-  kiln_pack_kv_str(&b.p.pk, "dtype", "float32");
-  kiln_pack_cstr(&b.p.pk, "shape");
-  msgpack_pack_array(&b.p.pk, 1);
-  msgpack_pack_uint32(&b.p.pk, 4);
-  kiln_pack_cstr(&b.p.pk, "data");
-  msgpack_pack_bin(&b.p.pk, 16);
-  msgpack_pack_bin_body(&b.p.pk, v, 16);
-  client_send(c, 2, "upload", &b.buf);
-  pb_end(&b);
+  client_send_upload_f32(c, 2, NULL, v, 4);
   cr_assert(client_recv(c, 10000));
   char t[256];
   cr_assert_eq(code_of(c), want_code, "upload: %s", code_of(c) ? text_of(c, t, sizeof(t)) : "ok");
@@ -85,11 +58,7 @@ static uint64_t upload4(client_t *c, uint64_t want_code) {
 }
 
 static void send_id(client_t *c, const char *method, uint64_t id) {
-  pbuild_t b;
-  pb_begin(&b, 1);
-  kiln_pack_kv_u64(&b.p.pk, "id", id);
-  client_send(c, 3, method, &b.buf);
-  pb_end(&b);
+  client_send_id(c, 3, method, id);
   cr_assert(client_recv(c, 5000));
 }
 
