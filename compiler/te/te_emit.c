@@ -395,6 +395,18 @@ static LLVMValueRef identity(em_t *m, int op, int dt) {
   }
 }
 
+/* Branches on guard `g` into a new block and sets *merge to the block after it (the caller
+ * closes it); false when the guard could not be emitted (the error is recorded). */
+static bool open_guard(em_t *m, te_expr_t *g, LLVMBasicBlockRef *merge) {
+  LLVMValueRef c = emit(m, te_simplify(m->p, g));
+  if (!c) return false;
+  LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard");
+  *merge = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard.end");
+  LLVMBuildCondBr(m->b, c, then, *merge);
+  LLVMPositionBuilderAtEnd(m->b, then);
+  return true;
+}
+
 static void statement(em_t *m, int st, int mode, uint32_t consumed) {
   kc_te_program_t *p = m->p;
   te_tensor_t *t = &p->tensors[st];
@@ -403,14 +415,7 @@ static void statement(em_t *m, int st, int mode, uint32_t consumed) {
     if (!(consumed >> i & 1) && !(mode == MODE_INIT && t->guard_red[i]))
       g = g ? te_bin(p, TE_AND, g, t->guards[i]) : t->guards[i];
   LLVMBasicBlockRef merge = NULL;
-  if (g) {
-    LLVMValueRef c = emit(m, te_simplify(p, g));
-    if (!c) return;
-    LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard");
-    merge = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard.end");
-    LLVMBuildCondBr(m->b, c, then, merge);
-    LLVMPositionBuilderAtEnd(m->b, then);
-  }
+  if (g && !open_guard(m, g, &merge)) return;
   te_expr_t *idx[TE_MAX_DIMS];
   for (int d = 0; d < t->ndim; d++) idx[d] = t->val[d];
   te_expr_t *body = t->body;
@@ -636,14 +641,7 @@ static void nest(em_t *m, int st, int pos, int mode, uint32_t consumed, bool ver
       g = g ? te_bin(p, TE_AND, g, t->guards[i]) : t->guards[i];
       consumed |= 1u << i;
     }
-    if (g) {
-      LLVMValueRef c = emit(m, te_simplify(p, g));
-      if (!c) return;
-      LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard");
-      merge = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard.end");
-      LLVMBuildCondBr(m->b, c, then, merge);
-      LLVMPositionBuilderAtEnd(m->b, then);
-    }
+    if (g && !open_guard(m, g, &merge)) return;
   }
   nest(m, st, pos + 1, mode, consumed, versioned);
   if (merge) {
