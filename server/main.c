@@ -37,6 +37,8 @@ static void usage(FILE *f) {
           "  --partial-timeout S   close connections stuck mid-message this long (default 30)\n"
           "  --grace S             drain period on SIGTERM/SIGINT (default 10)\n"
           "  --worker-dir DIR      where the worker binaries are (default: next to kilnd)\n"
+          "  --hsa-library PATH    the ROCm runtime hsa:N devices use (default libhsa-runtime64.so.1\n"
+          "                        from the library path; e.g. the software GPU, docs/softgpu.md)\n"
           "  --pin DEVICE=CPUS     run DEVICE's workers on these host cores (cpu:0=0-1);\n"
           "                        repeatable\n"
           "  --tokens FILE         tokens -> tenants, devices, quotas (docs/operations.md);\n"
@@ -86,7 +88,7 @@ static bool parse_u64(const char *s, uint64_t *out) {
 static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
          O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_LTIMEOUT, O_CMEM,
-         O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS };
+         O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_HSALIB };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -109,6 +111,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"tokens", required_argument, 0, O_TOKENS},
       {"pin", required_argument, 0, O_PIN},
       {"metrics", required_argument, 0, O_METRICS},
+      {"hsa-library", required_argument, 0, O_HSALIB},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -171,6 +174,17 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
             strspn(eq + 1, "0123456789,-") != strlen(eq + 1))
           goto bad;
         cfg->pins[cfg->num_pins++] = optarg;
+        break;
+      }
+      case O_HSALIB: {
+        /* Device workers (and the probe) dlopen $KILN_HSA_LIBRARY; an absolute path, because
+         * workers do not run in kilnd's working directory. */
+        char abs[PATH_MAX];
+        if (!realpath(optarg, abs)) {
+          fprintf(stderr, "kilnd: --hsa-library %s: %s\n", optarg, strerror(errno));
+          return 2;
+        }
+        setenv("KILN_HSA_LIBRARY", abs, 1);
         break;
       }
       case O_VERSION: printf("kilnd %s\n", KILN_VERSION); exit(0);

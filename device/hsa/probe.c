@@ -129,9 +129,30 @@ static hsa_status_t count_gpu(hsa_agent_t a, void *data) {
   return HSA_STATUS_SUCCESS;
 }
 
-/* rocminfo's order of checks: the library, then /dev/kfd (hsa_init reports a missing or
- * forbidden /dev/kfd as OUT_OF_RESOURCES, which says nothing), then hsa_init, then agents
- * (an unknown gfx id is silently skipped by ROCr: "success, zero GPUs"). */
+/* Says why hsa_init failed. ROCr reports a missing or forbidden /dev/kfd as OUT_OF_RESOURCES,
+ * which says nothing, so /dev/kfd is looked at here, after the failure, as rocminfo does before
+ * its own hsa_init. It is never looked at before: a runtime that needs no /dev/kfd (a software
+ * GPU loaded through KILN_HSA_LIBRARY) must be reached. */
+static void explain_init_failure(hsa_status_t hs, char *reason, size_t reason_cap) {
+  int fd = open("/dev/kfd", O_RDWR | O_CLOEXEC);
+  int e = fd < 0 ? errno : 0;
+  if (fd >= 0) close(fd);
+  if (e == ENOENT) {
+    snprintf(reason, reason_cap, "/dev/kfd does not exist: no amdgpu kernel driver (or no AMD GPU)");
+  } else if (e == EACCES || e == EPERM) {
+    snprintf(reason, reason_cap, "/dev/kfd: permission denied (add the user to the render group)");
+  } else {
+    kiln_status_t err = kiln_hsa_error(hs, __FILE__, __LINE__, "hsa_init");
+    if (e)
+      snprintf(reason, reason_cap, "%s (/dev/kfd: %s)", kiln_status_message(err), strerror(e));
+    else
+      snprintf(reason, reason_cap, "%s", kiln_status_message(err));
+    kiln_status_free(err);
+  }
+}
+
+/* The order of checks: the library, then hsa_init (explained by /dev/kfd when it fails), then
+ * agents (an unknown gfx id is silently skipped by ROCr: "success, zero GPUs"). */
 static kiln_status_t probe_steps(kiln_device_info_t *infos, size_t cap, size_t *out_count,
                                  char *reason, size_t reason_cap, bool *initialised) {
   kiln_status_t s = kiln_hsa_lib_load();
@@ -140,23 +161,9 @@ static kiln_status_t probe_steps(kiln_device_info_t *infos, size_t cap, size_t *
     kiln_status_free(s);
     return KILN_OK;
   }
-  int fd = open("/dev/kfd", O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    if (e == ENOENT)
-      snprintf(reason, reason_cap, "/dev/kfd does not exist: no amdgpu kernel driver (or no AMD GPU)");
-    else if (e == EACCES || e == EPERM)
-      snprintf(reason, reason_cap, "/dev/kfd: permission denied (add the user to the render group)");
-    else
-      snprintf(reason, reason_cap, "/dev/kfd: %s", strerror(e));
-    return KILN_OK;
-  }
-  close(fd);
   hsa_status_t hs = kiln_hsa.hsa_init();
   if (hs != HSA_STATUS_SUCCESS) {
-    kiln_status_t e = kiln_hsa_error(hs, __FILE__, __LINE__, "hsa_init");
-    snprintf(reason, reason_cap, "%s", kiln_status_message(e));
-    kiln_status_free(e);
+    explain_init_failure(hs, reason, reason_cap);
     return KILN_OK;
   }
   *initialised = true;

@@ -1,11 +1,13 @@
 """Sessions: connect by url, hello, devices, pipelining (1,000 futures), threads, callbacks."""
 
+import os
 import threading
 
 import numpy as np
 import pytest
 
 import kiln
+from kiln.daemon import start_daemon
 
 
 def test_connect_unix_and_tcp(unix_url, tcp_url):
@@ -169,3 +171,17 @@ def test_futures_waited_in_other_threads(s):
         t.join(120)
     assert not any(t.is_alive() for t in ts), "a thread hangs"
     assert not errors, errors[:3]
+
+
+def test_hsa_library_option_reaches_the_probe(tmp_path):
+    """kilnd --hsa-library PATH is the ROCm runtime the hsa backend loads: a library that is
+    not one is named in the backend's absent reason (it is dlopened, not found on the path)."""
+    import ctypes.util
+    libm = ctypes.util.find_library("m")
+    path = next(p for p in ("/lib/x86_64-linux-gnu/" + (libm or ""), "/usr/lib/x86_64-linux-gnu/libm.so.6")
+                if os.path.isfile(p))
+    with start_daemon(args=["--devices", "cpu,hsa", "--hsa-library", path]) as d:
+        with kiln.connect(d.urls[0]) as s:
+            hsa = [x for x in s.devices_info(absent=True) if x["kind"] == "hsa"]
+            assert len(hsa) == 1 and hsa[0].get("available") is False
+            assert os.path.realpath(path) in hsa[0]["reason"], hsa[0]
