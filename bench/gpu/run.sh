@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine, in the repository copy, after bench/gpu/stage.sh here: unpacks
+# the staged runtime packages and binaries, then runs what is asked, writing logs to $OUT.
+#   bench/gpu/run.sh conformance    the device conformance suite on cuda:0
+#   bench/gpu/run.sh server         kilnd end to end on cuda:0 (test_compile, test_te_server)
+#   bench/gpu/run.sh bench          kiln-device-bench cuda:0
+#   bench/gpu/run.sh all            the three in that order
+# Figures in bench/results name the command that produced them.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/deps
+for f in .gpu/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+tar -xJf .gpu/kiln.tar.xz
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:/tmp/deps/usr/lib/llvm-22/lib:/tmp/deps/lib/x86_64-linux-gnu
+build=${BUILD:-build}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+rc=0
+conformance() {
+  KILN_TEST_BACKENDS=cuda "$build/tests/device/test_device_conformance" --verbose=1 2>&1 |
+    tee "$OUT/conformance.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+}
+server() {
+  for t in test_compile test_te_server; do
+    KILND=$PWD/$build/server/kilnd KILN_TEST_DEVICE=cuda:0 "$build/tests/server/$t" --verbose=1 2>&1 |
+      tee "$OUT/$t.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  done
+}
+bench() {
+  "$build/bench/kiln-device-bench" cuda:0 "$build/tests/device" 2>&1 | tee "$OUT/device_bench.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+}
+case "${1:-all}" in
+  conformance) conformance ;;
+  server) server ;;
+  bench) bench ;;
+  all) conformance; server; bench ;;
+  *) echo "usage: bench/gpu/run.sh conformance|server|bench|all" >&2; exit 2 ;;
+esac
+exit $rc
