@@ -71,6 +71,17 @@ static bool wanted(const char *filter, const char *id, const char *kind) {
   return false;
 }
 
+/* cpu:0's capacity: --cpu-memory, else the default of memory.c (half of what kilnd may use). */
+static uint64_t host_capacity(const kiln_server_t *s) {
+  uint64_t usable;
+  uint64_t def = kiln_memory_host_default(&usable);
+  if (!s->cfg.cpu_memory) return def;
+  if (s->cfg.cpu_memory > usable)
+    KILN_LOG_WARN("cpu_memory_overcommit", "cpu_memory=%llu usable=%llu",
+                  (unsigned long long)s->cfg.cpu_memory, (unsigned long long)usable);
+  return s->cfg.cpu_memory;
+}
+
 kiln_status_t kiln_devices_probe(kiln_server_t *s) {
   char path[600];
   KILN_RETURN_IF_ERROR(kiln_worker_find_binary(s, "kiln-device-worker", path, sizeof(path)));
@@ -101,6 +112,12 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
     const char *colon = strchr(e->id, ':');
     e->index = colon ? (uint32_t)strtoul(colon + 1, NULL, 10) : 0;
     if (!wanted(s->cfg.devices, e->id, e->kind)) continue;
+    /* The capacity kilnd accounts tensors against (memory.c): a GPU's memory as its probe
+     * reports it; for the host, what --cpu-memory grants, which `devices` then reports. */
+    const msgpack_object *mem = kiln_params_find(d, "memory");
+    bool host = strcmp(e->kind, "cpu") == 0;
+    e->capacity = mem && mem->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? mem->via.u64 : 0;
+    if (host) e->capacity = host_capacity(s);
     /* Keep the probe's map and add "available": true for the `devices` reply. */
     kiln_buf_init(&e->info);
     kiln_packer_t pk;
@@ -108,11 +125,14 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
     msgpack_pack_map(&pk.pk, d->via.map.size + 1);
     for (uint32_t k = 0; k < d->via.map.size; k++) {
       msgpack_pack_object(&pk.pk, d->via.map.ptr[k].key);
-      msgpack_pack_object(&pk.pk, d->via.map.ptr[k].val);
+      if (host && kiln_obj_str_eq(&d->via.map.ptr[k].key, "memory"))
+        msgpack_pack_uint64(&pk.pk, e->capacity);
+      else msgpack_pack_object(&pk.pk, d->via.map.ptr[k].val);
     }
     kiln_pack_kv_bool(&pk.pk, "available", true);
     s->num_devices++;
-    KILN_LOG_INFO("device", "id=%s kind=%s", e->id, e->kind);
+    KILN_LOG_INFO("device", "id=%s kind=%s capacity=%llu", e->id, e->kind,
+                  (unsigned long long)e->capacity);
   }
   for (uint32_t i = 0; absent && absent->type == MSGPACK_OBJECT_ARRAY && i < absent->via.array.size;
        i++) {

@@ -50,6 +50,8 @@ static void usage(FILE *f) {
           "  --launch-timeout S    default deadline of one launch (default 60; 0: none)\n"
           "  --compile-max-memory BYTES  address-space limit of a compile worker (default 8 GiB)\n"
           "  --cache-max-bytes BYTES     disk bound of the artifact cache (default 4 GiB)\n"
+          "  --cpu-memory BYTES    tensor bytes cpu:0 may hold, all tenants (K M G T; default:\n"
+          "                        half of RAM or of kilnd's cgroup memory.max if smaller)\n"
           "  --version, --help\n");
 }
 
@@ -88,7 +90,7 @@ static bool parse_u64(const char *s, uint64_t *out) {
 static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
          O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_LTIMEOUT, O_CMEM,
-         O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_HSALIB };
+         O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_CPUMEM, O_HSALIB };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -111,6 +113,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"tokens", required_argument, 0, O_TOKENS},
       {"pin", required_argument, 0, O_PIN},
       {"metrics", required_argument, 0, O_METRICS},
+      {"cpu-memory", required_argument, 0, O_CPUMEM},
       {"hsa-library", required_argument, 0, O_HSALIB},
       {0, 0, 0, 0}};
   uint64_t u;
@@ -162,6 +165,13 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         if (!parse_u64(optarg, &u)) goto bad;
         cfg->cache_max_bytes = u;
         break;
+      case O_CPUMEM: {
+        kiln_status_t st = kiln_size_parse(optarg, &cfg->cpu_memory);
+        bool ok = !st && cfg->cpu_memory >= (1u << 20) && cfg->cpu_memory != UINT64_MAX;
+        kiln_status_free(st);
+        if (!ok) goto bad;
+        break;
+      }
       case O_TOKENS: snprintf(cfg->tokens, sizeof(cfg->tokens), "%s", optarg); break;
       case O_METRICS:
         if (strncmp(optarg, "tcp:", 4) != 0) goto bad;

@@ -107,8 +107,9 @@ static void pack_devices(kiln_server_t *s, msgpack_packer *pk, const kiln_tenant
   msgpack_pack_array(pk, s->num_devices);
   for (uint32_t i = 0; i < s->num_devices; i++) {
     const kiln_device_entry_t *d = &s->devices[i];
-    msgpack_pack_map(pk, 5);
+    msgpack_pack_map(pk, 6);
     kiln_pack_kv_str(pk, "id", d->id);
+    kiln_pack_kv_u64(pk, "capacity", d->capacity);
     kiln_pack_kv_u64(pk, "launches", d->running);
     const char *lease = !d->lease_tenant ? "" : see_all || d->lease_tenant == me ? d->lease_tenant->name
                                                                                 : "another tenant";

@@ -33,6 +33,7 @@ typedef struct metrics {
   req_hist_t *by_method; /* kiln_method_count() + 1 (unknown methods) */
   uint64_t bytes_in, bytes_out, conns_accepted;
   kiln_map_t launches; /* (device index, tenant index, timed) -> count */
+  kiln_map_t refusals; /* (device index, tenant index, capacity) -> count */
   death_t *deaths;
   uint32_t num_deaths, cap_deaths;
   uint64_t http_by_code[3]; /* 200, 404, 405 */
@@ -79,6 +80,13 @@ void kiln_metrics_launch(const kiln_device_entry_t *d, const kiln_tenant_t *t, b
   uint64_t k = launch_key((uint32_t)(d - s->devices), t->index, timed);
   uintptr_t n = (uintptr_t)kiln_map_get(&M.launches, k);
   kiln_status_free(kiln_map_put(&M.launches, k, (void *)(n + 1)));
+}
+
+void kiln_metrics_memory_refused(const kiln_device_entry_t *d, const kiln_tenant_t *t, bool capacity) {
+  kiln_server_t *s = kiln_server_get();
+  uint64_t k = launch_key((uint32_t)(d - s->devices), t->index, capacity);
+  uintptr_t n = (uintptr_t)kiln_map_get(&M.refusals, k);
+  kiln_status_free(kiln_map_put(&M.refusals, k, (void *)(n + 1)));
 }
 
 void kiln_metrics_worker_died(bool device, const char *label, int term_signal, int64_t exit_status,
@@ -279,6 +287,22 @@ static const char *tenant_name(kiln_server_t *s, uint32_t index) {
   return "?";
 }
 
+/* The samples of a counter kept in a map keyed by launch_key(device, tenant, flag), with a
+ * third label whose value is `if1` or `if0` by the flag. */
+static void by_device_tenant(FILE *f, kiln_server_t *s, const kiln_map_t *m, const char *name,
+                             const char *label, const char *if1, const char *if0) {
+  size_t it = 0;
+  uint64_t k;
+  void *v;
+  while (kiln_map_next(m, &it, &k, &v)) {
+    uint32_t d = (uint32_t)(k >> 40) - 1, ti = (uint32_t)(k >> 1) & 0x7fffffffu;
+    if (d >= s->num_devices) continue;
+    const char *l[] = {"device", s->devices[d].id, "tenant", tenant_name(s, ti),
+                       label, (k & 1) ? if1 : if0, NULL};
+    sample(f, name, l, (double)(uintptr_t)v);
+  }
+}
+
 static void render_devices(FILE *f, kiln_server_t *s) {
   uint32_t nt = 0;
   for (uint32_t i = 0; i < s->tenants.count; i++)
@@ -314,18 +338,26 @@ static void render_devices(FILE *f, kiln_server_t *s) {
   free(bytes);
   free(count);
 
+  head(f, "kiln_device_memory_capacity_bytes", "gauge",
+       "Tensor bytes kilnd lets the device hold, all tenants (cpu: --cpu-memory).");
+  for (uint32_t d = 0; d < s->num_devices; d++) {
+    const char *l[] = {"device", s->devices[d].id, NULL};
+    sample(f, "kiln_device_memory_capacity_bytes", l, (double)s->devices[d].capacity);
+  }
+  head(f, "kiln_device_memory_used_bytes", "gauge",
+       "Tensor bytes charged to the device's capacity: live tensors and allocations under way.");
+  for (uint32_t d = 0; d < s->num_devices; d++) {
+    const char *l[] = {"device", s->devices[d].id, NULL};
+    sample(f, "kiln_device_memory_used_bytes", l, (double)s->devices[d].used);
+  }
+  head(f, "kiln_memory_refusals_total", "counter",
+       "Allocations answered E_RESOURCE_EXHAUSTED before any worker allocated, by device, tenant "
+       "and reason (quota: the tenant's memory quota; capacity: the device's free capacity).");
+  by_device_tenant(f, s, &M.refusals, "kiln_memory_refusals_total", "reason", "capacity", "quota");
   head(f, "kiln_launches_total", "counter",
        "Launches (method launch) and timings (method time) handed to a device worker, by device "
        "and tenant.");
-  it = 0;
-  uint64_t k;
-  while (kiln_map_next(&M.launches, &it, &k, &v)) {
-    uint32_t d = (uint32_t)(k >> 40) - 1, ti = (uint32_t)(k >> 1) & 0x7fffffffu;
-    if (d >= s->num_devices) continue;
-    const char *l[] = {"device", s->devices[d].id, "tenant", tenant_name(s, ti),
-                       "method", (k & 1) ? "time" : "launch", NULL};
-    sample(f, "kiln_launches_total", l, (double)(uintptr_t)v);
-  }
+  by_device_tenant(f, s, &M.launches, "kiln_launches_total", "method", "time", "launch");
   head(f, "kiln_launches_in_flight", "gauge", "Launches and timings running on a device, all tenants.");
   for (uint32_t d = 0; d < s->num_devices; d++) {
     const char *l[] = {"device", s->devices[d].id, NULL};

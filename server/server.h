@@ -55,6 +55,7 @@ typedef struct kiln_config {
   double launch_timeout_s; /* default deadline of one launch; 0 = none */
   uint64_t compile_max_memory; /* RLIMIT_AS of each compile worker */
   uint64_t cache_max_bytes;    /* disk store bound */
+  uint64_t cpu_memory;         /* --cpu-memory: capacity of cpu:0; 0 = the default */
 } kiln_config_t;
 
 /* --- listeners (listener.c) --------------------------------------------------------------- */
@@ -182,6 +183,8 @@ typedef struct kiln_device_entry {
   kiln_buf_t info; /* the packed map answered by `devices` */
   kiln_map_t slots; /* tenant index -> kiln_dslot_t*: one device worker per (device, tenant) */
   uint32_t running; /* launches/timings in flight on this device, all tenants */
+  uint64_t capacity; /* bytes kilnd lets tensors hold here (memory.c) */
+  uint64_t used;     /* bytes of live tensors and of allocations on their way, all tenants */
   /* lease: exclusive use by one tenant (docs/protocol.md `lease`) */
   kiln_tenant_t *lease_tenant;
   kiln_conn_t *lease_conn;
@@ -196,6 +199,7 @@ typedef struct kiln_dslot {
   kiln_tenant_t *tenant;
   kiln_worker_t *worker;
   kiln_map_t loaded; /* module key64 -> worker generation + 1 it was loaded in */
+  uint32_t reaped_generation; /* tensors of older worker generations are given up (tensors.c) */
 } kiln_dslot_t;
 
 /* Once a second: ends device workers silent past their launches' deadlines. */
@@ -214,6 +218,19 @@ typedef void (*kiln_held_fn)(void *ctx, kiln_status_t st);
 kiln_status_t kiln_device_gate(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                bool wait, kiln_held_fn go, void *ctx, bool *out_now);
 void kiln_device_run_done(kiln_server_t *s, kiln_device_entry_t *d);
+
+/* Memory (memory.c): a tensor's bytes are charged to its tenant's `memory` quota and to
+ * the device's capacity before a worker allocates them, and given back when it is freed or
+ * lost. E_RESOURCE_EXHAUSTED naming the quota or the capacity. */
+kiln_status_t kiln_memory_reserve(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+                                  uint64_t bytes);
+void kiln_memory_release(kiln_device_entry_t *d, kiln_tenant_t *t, uint64_t bytes);
+/* The most tensor bytes the tenant's worker on this device can ever be asked to hold: its
+ * memory quota or the device's capacity, whichever is smaller (for the worker's limits). */
+uint64_t kiln_device_memory_bound(const kiln_device_entry_t *d, const kiln_tenant_t *t);
+/* The default capacity of cpu:0: half of what kilnd may use (physical RAM, or its cgroup's
+ * memory.max when smaller), which is stored in *out_usable when given. */
+uint64_t kiln_memory_host_default(uint64_t *out_usable);
 
 /* E_PERMISSION unless the tenant may use the device. */
 kiln_status_t kiln_device_permit(const kiln_device_entry_t *d, const kiln_tenant_t *t);
@@ -285,6 +302,9 @@ kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t *
 void kiln_tensor_reader_alloc(kiln_conn_t *c, kiln_reader_alloc_t *out);
 /* Once a second (from kiln_conns_sweep): gives back pooled memory that has gone unused. */
 void kiln_tensors_sweep(kiln_server_t *s);
+/* Gives up the tensors of device workers that died since the last call (their bytes go back
+ * to the quotas and capacities at once; their ids answer "lost" when next used). */
+void kiln_tensors_reap(kiln_server_t *s);
 
 /* --- the server --------------------------------------------------------------------------- */
 
@@ -310,6 +330,7 @@ struct kiln_server {
   uint32_t num_absent;
 
   kiln_map_t tensors; /* id -> kiln_tensor_t* */
+  kiln_map_t lost_tensors; /* id -> tenant index of tensors reaped with their worker */
   kiln_tenants_t tenants;
   uv_signal_t sig_hup;
   struct kiln_compile_state *compile;

@@ -11,7 +11,7 @@
 
 /* --- parsing --------------------------------------------------------------------------- */
 
-static kiln_status_t parse_size(const char *v, uint64_t *out) {
+kiln_status_t kiln_size_parse(const char *v, uint64_t *out) {
   if (strcmp(v, "unlimited") == 0) {
     *out = UINT64_MAX;
     return KILN_OK;
@@ -96,7 +96,7 @@ static kiln_status_t parse_option(char *opt, kiln_tenant_spec_t *t) {
   for (size_t i = 0; i < KILN_ARRAY_SIZE(q); i++) {
     if (strcmp(k, q[i].key) != 0) continue;
     uint64_t *dst = (uint64_t *)((char *)&t->quotas + q[i].off);
-    kiln_status_t st = parse_size(v, dst);
+    kiln_status_t st = kiln_size_parse(v, dst);
     if (st) return kiln_status_annotate(st, "%s", k);
     return KILN_OK;
   }

@@ -44,6 +44,10 @@ typedef struct kiln_tokens_file {
   uint32_t num_tenants;
 } kiln_tokens_file_t;
 
+/* A size as the tokens file writes it: bytes, or a number with K M G T (powers of 1024, also
+ * KiB ... TiB); "unlimited" is UINT64_MAX. */
+kiln_status_t kiln_size_parse(const char *v, uint64_t *out);
+
 /* Parses the text of a tokens file. Errors name the line and what is wrong; they never
  * quote a token. */
 kiln_status_t kiln_tokens_parse(const char *text, size_t len, kiln_tokens_file_t *out);
@@ -63,6 +67,7 @@ typedef struct kiln_tenant {
   uint32_t num_tokens;
   /* usage */
   uint64_t memory, tensors, launches, compiles, connections;
+  uint64_t lost_markers; /* ids of its tensors lost with a worker, remembered (tensors.c) */
   uint64_t requests, errors;
   kiln_map_t modules; /* key64 of modules this tenant compiled -> (void *)1 */
 } kiln_tenant_t;

@@ -35,7 +35,20 @@ typedef struct op {
   kiln_shm_buf_t *buf; /* the bulk bytes, owned by this op until it ends */
   uint64_t len;        /* bytes of a read/download reply in buf */
   int kind;            /* OP_* */
+  bool reserved;       /* alloc/upload: desc.nbytes and one tensor are charged to the tenant */
 } op_t;
+
+/* An alloc/upload reply on its way to the client: the tensor is given up when the reply
+ * could not be sent (kiln_conn_send calls `delivered` either way). */
+typedef struct reply_watch {
+  kiln_server_t *server;
+  kiln_conn_t *conn;
+  uint64_t id;
+} reply_watch_t;
+
+/* Lost-tensor markers kept per tenant, so that a tenant that keeps crashing its worker
+ * cannot grow kilnd's memory; beyond this an id answers as unknown. */
+#define KILN_LOST_MARKERS_MAX 65536
 
 enum { OP_ALLOC, OP_UPLOAD, OP_WRITE, OP_READ, OP_DOWNLOAD, OP_FREE };
 
@@ -47,7 +60,15 @@ static kiln_shm_pool_t *shm_pool(kiln_server_t *s) {
   return &s->shm_pool;
 }
 
+static void unreserve(op_t *op) {
+  if (!op->reserved) return;
+  op->reserved = false;
+  op->slot->tenant->tensors--;
+  kiln_memory_release(op->slot->device, op->slot->tenant, op->desc.nbytes);
+}
+
 static void op_free(op_t *op) {
+  unreserve(op);
   if (op->buf) kiln_shm_pool_put(shm_pool(op->server), op->buf);
   free(op);
 }
@@ -77,6 +98,7 @@ static void reader_free(void *user, void *handle) {
 
 void kiln_tensors_sweep(kiln_server_t *s) {
   if (s->shm_pool_ready) kiln_shm_pool_trim(&s->shm_pool, KILN_SHM_POOL_IDLE_S);
+  kiln_tensors_reap(s);
 }
 
 void kiln_tensor_reader_alloc(kiln_conn_t *c, kiln_reader_alloc_t *out) {
@@ -98,36 +120,106 @@ static kiln_status_t device_param(kiln_call_t *call, kiln_dslot_t **out) {
   return kiln_device_slot(call->server, d, call->conn->tenant, out);
 }
 
-static kiln_status_t check_new_tensor(kiln_call_t *call, uint64_t nbytes) {
+/* Charges a new tensor of nbytes on the op's device to the calling tenant, before anything
+ * is sent to a worker: pipelined allocations see each other's bytes. */
+static kiln_status_t reserve(kiln_call_t *call, op_t *op) {
   kiln_tenant_t *t = call->conn->tenant;
   KILN_RETURN_IF_ERROR(kiln_quota_check(t, "tensors", t->tensors, 1, t->quotas.tensors));
-  return kiln_quota_check(t, "memory", t->memory, nbytes, t->quotas.memory);
+  KILN_RETURN_IF_ERROR(kiln_memory_reserve(call->server, op->slot->device, t, op->desc.nbytes));
+  t->tensors++;
+  op->reserved = true;
+  return KILN_OK;
 }
 
 static void forget(kiln_server_t *s, kiln_tensor_t *t) {
   kiln_map_remove(&s->tensors, t->id);
   s->tensor_bytes -= t->desc.nbytes;
-  t->tenant->memory -= t->desc.nbytes;
+  kiln_memory_release(t->device, t->tenant, t->desc.nbytes);
   t->tenant->tensors--;
   free(t);
 }
 
-/* The tensor `id` of the calling tenant; a tensor whose worker died since it was made is
- * dropped here and reported as lost. */
+static void worker_ignore(void *ctx, kiln_status_t st, const msgpack_object *result) {
+  (void)ctx;
+  (void)result;
+  kiln_status_free(st);
+}
+
+/* The params of a tensor method for the worker: [{handle, bytes, offset, size}], plus the
+ * payload's offset `at` in the buffer passed as an fd when `with_fd`. */
+static kiln_status_t pack_params(kiln_buf_t *out, uint64_t handle, uint64_t bytes, uint64_t offset,
+                                 uint64_t size, bool with_fd, uint64_t at) {
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, out);
+  msgpack_pack_array(&pk.pk, 1);
+  msgpack_pack_map(&pk.pk, with_fd ? 6 : 4);
+  kiln_pack_kv_u64(&pk.pk, "handle", handle);
+  kiln_pack_kv_u64(&pk.pk, "bytes", bytes);
+  kiln_pack_kv_u64(&pk.pk, "offset", offset);
+  kiln_pack_kv_u64(&pk.pk, "size", size);
+  if (with_fd) {
+    kiln_pack_kv_u64(&pk.pk, "at", at);
+    kiln_pack_kv_u64(&pk.pk, "fds", 1);
+  }
+  return kiln_packer_status(&pk);
+}
+
+/* Forgets the tensor and has its worker free the bytes (after the work queued before). */
+static kiln_status_t send_free(kiln_server_t *s, kiln_tensor_t *t, kiln_worker_cb cb, void *ctx) {
+  kiln_worker_t *w = t->slot->worker;
+  kiln_buf_t params;
+  kiln_buf_init(&params);
+  kiln_status_t st = pack_params(&params, t->id, 0, 0, 0, false, 0);
+  forget(s, t);
+  if (!st) st = kiln_worker_call(w, "free", &params, NULL, 0, cb, ctx);
+  kiln_buf_deinit(&params);
+  return st;
+}
+
+void kiln_tensors_reap(kiln_server_t *s) {
+  for (uint32_t i = 0; i < s->num_devices; i++) {
+    size_t it = 0;
+    void *v;
+    while (kiln_map_next(&s->devices[i].slots, &it, NULL, &v)) {
+      kiln_dslot_t *sl = v;
+      uint32_t gen = kiln_worker_generation(sl->worker);
+      if (sl->reaped_generation == gen) continue;
+      sl->reaped_generation = gen;
+      size_t jt = 0;
+      uint64_t id;
+      void *tv;
+      while (kiln_map_next(&s->tensors, &jt, &id, &tv)) {
+        kiln_tensor_t *t = tv;
+        if (t->slot != sl || t->generation == gen) continue;
+        kiln_tenant_t *owner = t->tenant;
+        forget(s, t); /* removing the entry just returned is allowed */
+        if (owner->lost_markers < KILN_LOST_MARKERS_MAX &&
+            !kiln_map_put(&s->lost_tensors, id, (void *)(uintptr_t)owner->index))
+          owner->lost_markers++;
+      }
+    }
+  }
+}
+
+/* The tensor `id` of the calling tenant, on a device it may still use; a tensor whose
+ * worker died since it was made is reported as lost (once). */
 kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t **out) {
   kiln_server_t *s = call->server;
+  kiln_tenant_t *me = call->conn->tenant;
+  kiln_tensors_reap(s);
   kiln_tensor_t *t = kiln_map_get(&s->tensors, id);
-  if (!t || t->tenant != call->conn->tenant)
+  if (!t && (uintptr_t)kiln_map_get(&s->lost_tensors, id) == me->index) {
+    kiln_map_remove(&s->lost_tensors, id);
+    me->lost_markers--;
+    return KILN_STATUS(KILN_E_NOT_FOUND,
+                       "tensor %llu was lost when its device worker died; upload it again",
+                       (unsigned long long)id);
+  }
+  if (!t || t->tenant != me)
     return KILN_STATUS(KILN_E_NOT_FOUND, "no tensor %llu (freed, never made, or another tenant's)",
                        (unsigned long long)id);
-  if (t->generation != kiln_worker_generation(t->slot->worker)) {
-    char dev[32];
-    snprintf(dev, sizeof(dev), "%s", t->device->id);
-    forget(s, t);
-    return KILN_STATUS(KILN_E_NOT_FOUND,
-                       "tensor %llu was lost when the device worker for %s died; upload it again",
-                       (unsigned long long)id, dev);
-  }
+  /* A device taken out of the tenant's tokens line is out of reach with its tensors. */
+  KILN_RETURN_IF_ERROR(kiln_device_permit(t->device, me));
   *out = t;
   return KILN_OK;
 }
@@ -138,6 +230,22 @@ static kiln_status_t id_param(kiln_call_t *call, kiln_tensor_t **out) {
   return kiln_tensor_lookup(call, id, out);
 }
 
+/* Called when an alloc/upload reply has been written, or dropped because its connection
+ * closed first (kilnd cannot tell a client that left from one that is slow to read until
+ * the connection ends, so a reply written to the socket counts as delivered). */
+static void reply_sent(void *ctx) {
+  reply_watch_t *w = ctx;
+  if (w->conn->closing) {
+    kiln_tensor_t *t = kiln_map_get(&w->server->tensors, w->id);
+    if (t) {
+      KILN_LOG_DEBUG("tensor_undelivered", "id=%llu tenant=%s bytes=%llu", (unsigned long long)w->id,
+                     t->tenant->name, (unsigned long long)t->desc.nbytes);
+      kiln_status_free(send_free(w->server, t, worker_ignore, NULL));
+    }
+  }
+  free(w);
+}
+
 static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *result) {
   op_t *op = ctx;
   kiln_server_t *s = op->server;
@@ -146,6 +254,7 @@ static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *r
     op_free(op);
     return;
   }
+  reply_watch_t *watch = NULL;
   kiln_buf_t b;
   kiln_buf_init(&b);
   kiln_packer_t pk;
@@ -168,11 +277,13 @@ static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *r
       t->generation = op->generation;
       t->tenant = op->slot->tenant;
       s->tensor_bytes += t->desc.nbytes;
-      t->tenant->memory += t->desc.nbytes;
-      t->tenant->tensors++;
+      op->reserved = false; /* the tensor holds the charge now */
       msgpack_pack_map(&pk.pk, 1);
       kiln_pack_kv_u64(&pk.pk, "id", op->id);
-      kiln_req_reply(op->req, &b, NULL, 0, NULL, NULL);
+      /* Nobody but this client knows the id: if the reply cannot be sent, the tensor goes. */
+      watch = malloc(sizeof(*watch));
+      if (watch) *watch = (reply_watch_t){.server = s, .conn = op->req->conn, .id = op->id};
+      kiln_req_reply(op->req, &b, NULL, 0, watch ? reply_sent : NULL, watch);
       break;
     }
     case OP_WRITE:
@@ -205,19 +316,7 @@ static kiln_status_t send_op(kiln_call_t *call, op_t *op, const char *method, ui
   }
   kiln_buf_t params;
   kiln_buf_init(&params);
-  kiln_packer_t pk;
-  kiln_packer_init(&pk, &params);
-  msgpack_pack_array(&pk.pk, 1);
-  msgpack_pack_map(&pk.pk, fd >= 0 ? 6 : 4);
-  kiln_pack_kv_u64(&pk.pk, "handle", op->id);
-  kiln_pack_kv_u64(&pk.pk, "bytes", bytes);
-  kiln_pack_kv_u64(&pk.pk, "offset", offset);
-  kiln_pack_kv_u64(&pk.pk, "size", size);
-  if (fd >= 0) {
-    kiln_pack_kv_u64(&pk.pk, "at", at);
-    kiln_pack_kv_u64(&pk.pk, "fds", 1);
-  }
-  kiln_status_t st = kiln_packer_status(&pk);
+  kiln_status_t st = pack_params(&params, op->id, bytes, offset, size, fd >= 0, at);
   if (st) {
     if (fd >= 0) close(fd);
     kiln_buf_deinit(&params);
@@ -279,13 +378,14 @@ kiln_status_t kiln_method_alloc(kiln_call_t *call) {
   if (!dtype) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "missing required field 'dtype'");
   if (!shape) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "missing required field 'shape'");
   KILN_RETURN_IF_ERROR(kiln_tensor_desc_parse(dtype, shape, &desc));
-  KILN_RETURN_IF_ERROR(check_new_tensor(call, desc.nbytes));
   op_t *op = op_new(OP_ALLOC);
   if (!op) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  op->server = call->server;
   op->slot = dev;
   op->desc = desc;
   op->id = kiln_random_id();
-  kiln_status_t st = send_op(call, op, "alloc", desc.nbytes, 0, 0, 0);
+  kiln_status_t st = reserve(call, op);
+  if (!st) st = send_op(call, op, "alloc", desc.nbytes, 0, 0, 0);
   if (st) op_free(op);
   return st;
 }
@@ -300,15 +400,15 @@ kiln_status_t kiln_method_upload(kiln_call_t *call) {
   kiln_tensor_desc_t desc;
   const uint8_t *data;
   KILN_RETURN_IF_ERROR(kiln_tensor_parse(tensor, &desc, &data));
-  KILN_RETURN_IF_ERROR(check_new_tensor(call, desc.nbytes));
   op_t *op = op_new(OP_UPLOAD);
   if (!op) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   op->server = call->server;
-  uint64_t at = 0;
-  kiln_status_t st = desc.nbytes ? take_payload(call, data, desc.nbytes, &op->buf, &at) : KILN_OK;
   op->slot = dev;
   op->desc = desc;
   op->id = kiln_random_id();
+  uint64_t at = 0;
+  kiln_status_t st = reserve(call, op);
+  if (!st && desc.nbytes) st = take_payload(call, data, desc.nbytes, &op->buf, &at);
   if (!st)
     st = send_op(call, op, op->buf ? "upload" : "alloc", desc.nbytes, 0, desc.nbytes, at);
   if (st) op_free(op);

@@ -251,6 +251,12 @@ void pb_begin(pbuild_t *b, uint32_t nfields) {
 
 void pb_end(pbuild_t *b) { kiln_buf_deinit(&b->buf); }
 
+void write_text_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  cr_assert(f, "cannot write %s", path);
+  cr_assert(fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+}
+
 int count_fds(pid_t pid) {
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);

@@ -64,6 +64,9 @@ typedef struct pbuild {
 void pb_begin(pbuild_t *b, uint32_t nfields);
 void pb_end(pbuild_t *b);
 
+/* Writes (replaces) a whole file, e.g. a tokens file before a start or a SIGHUP. */
+void write_text_file(const char *path, const char *text);
+
 int count_fds(pid_t pid);
 long rss_kib(pid_t pid);
 /* Pids of the direct children of pid. */

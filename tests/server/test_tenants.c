@@ -18,12 +18,7 @@ static char tokens_path[128];
 #define TOK_B "bravo-token-0123456789"
 #define TOK_C "charlie-token-0123456789"
 
-static void write_tokens(const char *text) {
-  FILE *f = fopen(tokens_path, "w");
-  cr_assert(f);
-  fputs(text, f);
-  fclose(f);
-}
+static void write_tokens(const char *text) { write_text_file(tokens_path, text); }
 
 static void start(void) {
   snprintf(tokens_path, sizeof(tokens_path), "/tmp/kiln-tokens-%d", (int)getpid());
