@@ -44,7 +44,9 @@ typedef struct job {
   char hex[2 * KILN_HASH_BYTES + 1];
   uint64_t key64;
   int prio;
-  int fd;
+  /* The payload waits in memory while the job is queued and goes into a memfd only when a
+   * worker takes it: a queue of thousands of batch items holds no file descriptors. */
+  uint8_t *payload;
   uint64_t size;
   kiln_buf_t params; /* packed params array for the worker, without "fds" */
   waiter_t *waiters;
@@ -415,7 +417,7 @@ static void waiter_finish(kiln_compile_state_t *cs, waiter_t *w, const kiln_modu
 static void schedule(kiln_compile_state_t *cs);
 
 static void job_free(job_t *j) {
-  if (j->fd >= 0) close(j->fd);
+  free(j->payload);
   kiln_buf_deinit(&j->params);
   free(j);
 }
@@ -538,9 +540,17 @@ static void schedule(kiln_compile_state_t *cs) {
     if (!j) return;
     sl->job = j;
     sl->start_ns = kiln_now_ns();
-    int fd = j->fd;
-    j->fd = -1; /* kiln_worker_call closes it */
-    kiln_status_t st = kiln_worker_call(sl->worker, "compile", &j->params, &fd, 1, on_compiled, sl);
+    int fd = -1;
+    void *map = NULL;
+    kiln_status_t st = kiln_shm_create("kiln-payload", j->size, &fd, &map);
+    if (!st) {
+      memcpy(map, j->payload, j->size);
+      kiln_shm_unmap(map, j->size);
+      free(j->payload);
+      j->payload = NULL;
+      /* kiln_worker_call closes fd */
+      st = kiln_worker_call(sl->worker, "compile", &j->params, &fd, 1, on_compiled, sl);
+    }
     if (st) {
       sl->job = NULL;
       job_finish(cs, j, NULL, 0, st);
@@ -688,27 +698,25 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
     t->compiles--;
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   }
-  j->fd = -1;
   memcpy(j->key, key, KILN_HASH_BYTES);
   kiln_hex(key, KILN_HASH_BYTES, j->hex);
   j->key64 = key64(key);
   j->prio = prio;
   j->owner = t;
-  void *map = NULL;
-  kiln_status_t st = kiln_shm_create("kiln-payload", b->size, &j->fd, &map);
-  if (st) {
+  j->payload = malloc(b->size ? b->size : 1);
+  if (!j->payload) {
     free(j);
     t->compiles--;
-    return st;
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   }
-  memcpy(map, b->payload, b->size);
-  kiln_shm_unmap(map, b->size);
+  memcpy(j->payload, b->payload, b->size);
   j->size = b->size;
   kiln_buf_init(&j->params);
   kiln_packer_t pk;
   kiln_packer_init(&pk, &j->params);
   msgpack_pack_array(&pk.pk, 1);
   msgpack_pack_map(&pk.pk, 7);
+  kiln_status_t st;
   kiln_pack_kv_str(&pk.pk, "kind", b->kind);
   kiln_pack_kv_str(&pk.pk, "target", b->target);
   kiln_pack_kv_u64(&pk.pk, "opt_level", b->opt_level);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -214,6 +215,18 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   return 0;
 }
 
+/* Every connection, worker channel, payload and cache write holds a descriptor: the soft
+ * limit (1024 under systemd) goes up to the hard one, which is the operator's to set. */
+static void raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+  rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+    KILN_LOG_INFO("nofile_raised", "from=%llu to=%llu", (unsigned long long)was,
+                   (unsigned long long)rl.rlim_max);
+}
+
 static void on_drain_timeout(uv_timer_t *t) {
   kiln_server_t *s = t->data;
   KILN_LOG_WARN("drain_timeout", "grace_s=%.1f conns=%u inflight=%llu", s->cfg.grace_s,
@@ -322,6 +335,7 @@ int main(int argc, char **argv) {
   int rc = parse_args(argc, argv, cfg);
   if (rc) return rc;
   kiln_log_set_process("kilnd");
+  raise_nofile();
   /* The readiness fd must not leak into worker processes: the reader waits for its EOF. */
   if (cfg->ready_fd >= 0) fcntl(cfg->ready_fd, F_SETFD, FD_CLOEXEC);
 

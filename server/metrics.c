@@ -37,6 +37,7 @@ typedef struct metrics {
   death_t *deaths;
   uint32_t num_deaths, cap_deaths;
   uint64_t http_by_code[3]; /* 200, 404, 405 */
+  uint64_t spawn_failures[2]; /* compile, device */
 } metrics_t;
 
 static metrics_t M;
@@ -122,6 +123,9 @@ void kiln_metrics_worker_died(bool device, const char *label, int term_signal, i
   d.n = 1;
   M.deaths[M.num_deaths++] = d;
 }
+
+
+void kiln_metrics_worker_spawn_failed(bool device) { M.spawn_failures[device]++; }
 
 /* --- the exposition text ---------------------------------------------------------------- */
 
@@ -379,6 +383,13 @@ static void render_devices(FILE *f, kiln_server_t *s) {
     }
     const char *l[] = {"device", s->devices[d].id, NULL};
     sample(f, "kiln_device_workers", l, n);
+  }
+  head(f, "kiln_worker_spawn_failures_total", "counter",
+       "Worker processes kilnd could not start (the requests that needed them got E_UNAVAILABLE; "
+       "kilnd tries again with back-off), by kind.");
+  for (int k = 0; k < 2; k++) {
+    const char *l[] = {"kind", k ? "device" : "compile", NULL};
+    sample(f, "kiln_worker_spawn_failures_total", l, (double)M.spawn_failures[k]);
   }
   head(f, "kiln_worker_restarts_total", "counter",
        "Worker processes that died while in use and are replaced, by kind (compile, device), "

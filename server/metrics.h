@@ -38,6 +38,8 @@ void kiln_metrics_memory_refused(const kiln_device_entry_t *d, const kiln_tenant
  * kilnd, the signal's name when a signal ended it, else "exit_N". */
 void kiln_metrics_worker_died(bool device, const char *label, int term_signal, int64_t exit_status,
                               kiln_code_t kill_code);
+/* Starting a worker process failed (kilnd retries with back-off; worker.c). */
+void kiln_metrics_worker_spawn_failed(bool device);
 
 /* The whole exposition text, malloc'ed (the caller frees it); NULL when out of memory. */
 char *kiln_metrics_render(kiln_server_t *s, size_t *out_len);

@@ -64,7 +64,17 @@ struct kiln_worker {
   uint32_t restarts;
   uint64_t last_death_ns;
   bool destroying;
+  bool warm; /* started ahead of use (compile workers): a failed start is retried by a timer */
+  /* Starting the process failed: calls fail fast with E_UNAVAILABLE until retry_at_ns, and
+   * each failure in a row doubles the wait (SPAWN_BACKOFF_*). */
+  uint32_t spawn_failures;
+  uint64_t retry_at_ns;
+  char spawn_error[700];
+  uv_timer_t *retry; /* heap: it may still be closing after the worker is freed */
 };
+
+#define SPAWN_BACKOFF_FIRST_MS 100
+#define SPAWN_BACKOFF_MAX_MS 30000
 
 uint32_t kiln_worker_generation(const kiln_worker_t *w) { return w->generation; }
 int kiln_worker_pid(const kiln_worker_t *w) { return w->cur && !w->cur->dead ? w->cur->pid : 0; }
@@ -343,10 +353,46 @@ static void update_poll(incarnation_t *inc) {
   uv_poll_start(&inc->poll, UV_READABLE | (inc->head ? UV_WRITABLE : 0), on_poll);
 }
 
+static void on_retry(uv_timer_t *t);
+
+static void on_retry_closed(uv_handle_t *h) { free(h); }
+
+/* Records a failed start: logs it, counts it, and sets when the next attempt may be made.
+ * Returns the error the calls that needed the process get. */
+static kiln_status_t spawn_failed(kiln_worker_t *w, const char *why) {
+  w->spawn_failures++;
+  uint64_t wait_ms = SPAWN_BACKOFF_FIRST_MS;
+  for (uint32_t i = 1; i < w->spawn_failures && wait_ms < SPAWN_BACKOFF_MAX_MS; i++) wait_ms *= 2;
+  if (wait_ms > SPAWN_BACKOFF_MAX_MS) wait_ms = SPAWN_BACKOFF_MAX_MS;
+  w->retry_at_ns = kiln_now_ns() + wait_ms * 1000000ull;
+  snprintf(w->spawn_error, sizeof(w->spawn_error), "%s", why);
+  const char *kind = w->kind == KILN_WORKER_DEVICE ? "device" : "compile";
+  KILN_LOG_ERROR("worker_spawn_failed",
+                 "kind=%s device=%s path=%s error=\"%s\" failures=%u retry_in_ms=%llu", kind,
+                 w->device_id, w->path, w->spawn_error, w->spawn_failures,
+                 (unsigned long long)wait_ms);
+  kiln_metrics_worker_spawn_failed(w->kind == KILN_WORKER_DEVICE);
+  if (w->warm && !w->destroying) {
+    if (!w->retry && (w->retry = malloc(sizeof(*w->retry)))) {
+      uv_timer_init(w->server->loop, w->retry);
+      w->retry->data = w;
+    }
+    if (w->retry) uv_timer_start(w->retry, on_retry, wait_ms, 0);
+  }
+  return KILN_STATUS(KILN_E_UNAVAILABLE,
+                     "the %s worker could not be started (%s); kilnd tries again in %.1f s",
+                     kind, w->spawn_error, (double)wait_ms / 1e3);
+}
+
 static kiln_status_t spawn(kiln_worker_t *w) {
   kiln_server_t *s = w->server;
   int pair[2];
-  KILN_RETURN_IF_ERROR(kiln_channel_pair(pair));
+  kiln_status_t st = kiln_channel_pair(pair);
+  if (st) {
+    kiln_status_t failed = spawn_failed(w, kiln_status_message(st));
+    kiln_status_free(st);
+    return failed;
+  }
   incarnation_t *inc = calloc(1, sizeof(*inc));
   if (!inc) {
     close(pair[0]);
@@ -379,13 +425,25 @@ static kiln_status_t spawn(kiln_worker_t *w) {
   int rc = uv_spawn(s->loop, &inc->proc, &opt);
   close(pair[1]);
   if (rc) {
+    /* uv_spawn initialised the handle even though it failed: it must be closed, and the
+     * incarnation may be freed only in the close callback (freeing it here made libuv read
+     * freed memory when it finished the close: kilnd aborted in uv__finish_close). */
     close(pair[0]);
-    kiln_reader_deinit(&inc->reader);
-    kiln_map_deinit(&inc->pending);
-    uv_close((uv_handle_t *)&inc->proc, NULL);
-    free(inc);
-    return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot start %s: %s", w->path, uv_strerror(rc));
+    inc->fd = -1;
+    inc->worker = NULL;
+    inc->dead = true;
+    inc->poll_closed = true; /* the poll handle was never started */
+    uv_close((uv_handle_t *)&inc->proc, on_proc_closed);
+    char why[700];
+    snprintf(why, sizeof(why), "%s: %s", w->path, uv_strerror(rc));
+    return spawn_failed(w, why);
   }
+  if (w->spawn_failures)
+    KILN_LOG_INFO("worker_spawn_recovered", "kind=%s device=%s failures=%u",
+                  w->kind == KILN_WORKER_DEVICE ? "device" : "compiler", w->device_id,
+                  w->spawn_failures);
+  w->spawn_failures = 0;
+  w->retry_at_ns = 0;
   inc->pid = inc->proc.pid;
   fcntl(inc->fd, F_SETFL, fcntl(inc->fd, F_GETFL) | O_NONBLOCK);
   uv_poll_init(s->loop, &inc->poll, inc->fd);
@@ -396,6 +454,25 @@ static kiln_status_t spawn(kiln_worker_t *w) {
                 w->kind == KILN_WORKER_DEVICE ? "device" : "compiler", w->device_id, inc->pid,
                 w->generation);
   return KILN_OK;
+}
+
+/* Starts the process, unless the last start failed and its back-off has not passed: then
+ * the caller gets E_UNAVAILABLE at once. */
+static kiln_status_t ensure_running(kiln_worker_t *w) {
+  if (w->cur) return KILN_OK;
+  if (w->spawn_failures && kiln_now_ns() < w->retry_at_ns) {
+    double in_s = (double)(w->retry_at_ns - kiln_now_ns()) / 1e9;
+    return KILN_STATUS(KILN_E_UNAVAILABLE,
+                       "the %s worker could not be started (%s); kilnd tries again in %.1f s",
+                       w->kind == KILN_WORKER_DEVICE ? "device" : "compile", w->spawn_error, in_s);
+  }
+  return spawn(w);
+}
+
+static void on_retry(uv_timer_t *t) {
+  kiln_worker_t *w = t->data;
+  if (w->cur || w->destroying) return;
+  kiln_status_free(spawn(w)); /* a failure rearms the timer */
 }
 
 kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
@@ -429,7 +506,7 @@ kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, cons
                                       void *ctx) {
   kiln_status_t st = KILN_OK;
   if (w->destroying) st = KILN_STATUS(KILN_E_UNAVAILABLE, "the server is shutting down");
-  if (!st && !w->cur) st = spawn(w);
+  if (!st) st = ensure_running(w);
   outmsg_t *m = NULL;
   pending_t *p = NULL;
   if (!st) {
@@ -468,7 +545,10 @@ kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, cons
 
 bool kiln_worker_idle(const kiln_worker_t *w) { return !w->cur; }
 
-kiln_status_t kiln_worker_start(kiln_worker_t *w) { return w->cur ? KILN_OK : spawn(w); }
+kiln_status_t kiln_worker_start(kiln_worker_t *w) {
+  w->warm = true;
+  return ensure_running(w);
+}
 
 void kiln_worker_kill(kiln_worker_t *w, kiln_code_t code, const char *reason) {
   incarnation_t *inc = w->cur;
@@ -502,6 +582,7 @@ void kiln_worker_destroy(kiln_worker_t *w) {
   w->retired = NULL;
   if (w->cur) abandon(w->cur);
   w->cur = NULL;
+  if (w->retry) uv_close((uv_handle_t *)w->retry, on_retry_closed);
   for (int i = 1; i < w->argc; i++) free(w->argv[i]);
   free(w);
 }

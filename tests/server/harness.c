@@ -307,3 +307,34 @@ pid_t daemon_child_named(pid_t pid, const char *prefix) {
   }
   return 0;
 }
+
+void client_call(client_t *c, const char *method, pbuild_t *params) {
+  static uint32_t next_id = 1000;
+  uint32_t id = next_id++;
+  client_send(c, id, method, params ? &params->buf : NULL);
+  if (params) pb_end(params);
+  cr_assert(client_recv(c, 120000), "no reply to %s", method);
+  cr_assert_eq(c->msg.msgid, id);
+}
+
+const msgpack_object *obj_path(const msgpack_object *map, const char *path) {
+  char key[64];
+  const msgpack_object *o = map;
+  while (o && *path) {
+    size_t n = strcspn(path, ".");
+    snprintf(key, sizeof(key), "%.*s", (int)n, path);
+    o = kiln_params_find(o, key);
+    path += n + (path[n] == '.');
+  }
+  return o;
+}
+
+double metrics_value(const char *page, const char *series) {
+  size_t n = strlen(series);
+  for (const char *p = page; p && *p;) {
+    if (strncmp(p, series, n) == 0 && p[n] == ' ') return strtod(p + n + 1, NULL);
+    p = strchr(p, '\n');
+    if (p) p++;
+  }
+  return -1;
+}

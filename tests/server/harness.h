@@ -53,6 +53,11 @@ void client_send_id(client_t *c, uint32_t msgid, const char *method, uint64_t id
 void client_send_hello(client_t *c, uint32_t msgid, const char *token);
 uint64_t code_of(const client_t *c);
 const char *text_of(const client_t *c, char *buf, size_t cap);
+/* The object at a dotted path of maps ("compile.pids"); NULL when absent. */
+const msgpack_object *obj_path(const msgpack_object *map, const char *path);
+/* The value of one series in a Prometheus text page, written exactly as kilnd writes it
+ * (name{labels}); -1 when absent. */
+double metrics_value(const char *page, const char *series);
 /* True once the peer has closed (reads EOF within timeout_ms). */
 bool client_wait_closed(client_t *c, int timeout_ms);
 
@@ -63,6 +68,9 @@ typedef struct pbuild {
 } pbuild_t;
 void pb_begin(pbuild_t *b, uint32_t nfields);
 void pb_end(pbuild_t *b);
+/* Sends a request (params ended here) and waits up to 120 s for its reply, which must be the
+ * next message on c. */
+void client_call(client_t *c, const char *method, pbuild_t *params);
 
 /* Writes (replaces) a whole file, e.g. a tokens file before a start or a SIGHUP. */
 void write_text_file(const char *path, const char *text);

@@ -49,26 +49,8 @@ static const char *err_text(const client_t *c) {
 }
 
 /* Sends a request and waits for its reply (the connection has nothing else in flight). */
-static void call(client_t *c, const char *method, pbuild_t *params) {
-  static uint32_t next_id = 1000;
-  uint32_t id = next_id++;
-  client_send(c, id, method, params ? &params->buf : NULL);
-  if (params) pb_end(params);
-  cr_assert(client_recv(c, 120000), "no reply to %s", method);
-  cr_assert_eq(c->msg.msgid, id);
-}
-
-static const msgpack_object *field(const msgpack_object *map, const char *path) {
-  char key[64];
-  const msgpack_object *o = map;
-  while (o && *path) {
-    size_t n = strcspn(path, ".");
-    snprintf(key, sizeof(key), "%.*s", (int)n, path);
-    o = kiln_params_find(o, key);
-    path += n + (path[n] == '.');
-  }
-  return o;
-}
+#define call client_call
+#define field obj_path
 
 static uint64_t stat_u64(client_t *c, const char *path) {
   call(c, "stats", NULL);

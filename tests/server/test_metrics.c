@@ -101,15 +101,7 @@ static char *scrape(void) {
 }
 
 /* The value of one series, written exactly as kilnd writes it (name{labels}); -1 if absent. */
-static double value_of(const char *body, const char *series) {
-  size_t n = strlen(series);
-  for (const char *p = body; p && *p;) {
-    if (strncmp(p, series, n) == 0 && p[n] == ' ') return strtod(p + n + 1, NULL);
-    p = strchr(p, '\n');
-    if (p) p++;
-  }
-  return -1;
-}
+#define value_of metrics_value
 
 static double metric(const char *series) {
   char *b = scrape();
