@@ -56,6 +56,7 @@ kiln_status_t kc_cpu_build(kc_job_t *job, kiln_artifact_t *out) {
     if (loaded_library("libc.so.6", libc, sizeof(libc))) extra[n++] = libc;
     s = kc_link_shared(job, obj, obj_len, extra, n, &out->code, &out->code_size);
   }
+  if (!s) s = kc_cpu_check_imports(out->code, out->code_size);
   free(obj);
   KILN_RETURN_IF_ERROR(s);
   out->format = KILN_FORMAT_CPU_SO;

@@ -1,6 +1,6 @@
 /* Target-independent preparation of a parsed module: find the kernels and their parameter
  * types, retarget the module (triple, data layout, target attributes), check the dialect's
- * builtins, apply fast-math. Lowering per target happens afterwards (lower_gpu.c,
+ * builtins and what the module reaches outside itself (imports.c), apply fast-math. Lowering per target happens afterwards (lower_gpu.c,
  * lower_cpu.c). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,11 +113,17 @@ static kiln_status_t find_kernels(kc_job_t *job) {
 }
 
 /* Host attributes a C compiler put on the functions: wrong or harmful for another target
- * (a stack protector would call __stack_chk_fail, which no GPU has). */
+ * (a stack protector would call __stack_chk_fail, which no GPU has). The second row names
+ * functions that code generation would call (stack probes, -pg, -finstrument-functions,
+ * -mfentry): a way to reach a host symbol without declaring it. */
 void kc_strip_target_attributes(LLVMModuleRef m) {
   static const char *const strs[] = {"target-cpu", "target-features", "tune-cpu",
                                      "stack-protector-buffer-size", "min-legal-vector-width",
-                                     "prefer-vector-width"};
+                                     "prefer-vector-width",
+                                     "probe-stack", "stack-probe-size", "split-stack", "counting-function",
+                                     "instrument-function-entry", "instrument-function-exit",
+                                     "instrument-function-entry-inlined", "instrument-function-exit-inlined",
+                                     "fentry-call"};
   static const char *const enums[] = {"ssp", "sspstrong", "sspreq", "uwtable"};
   unsigned enum_ids[4];
   for (size_t i = 0; i < 4; i++) enum_ids[i] = LLVMGetEnumAttributeKindForName(enums[i], strlen(enums[i]));
@@ -189,45 +195,17 @@ static void drop_used_lists(LLVMModuleRef m) {
   }
 }
 
-/* Another architecture's intrinsics would reach instruction selection and end the worker
- * with "Cannot select"; refuse them here with a message instead. */
-static kiln_status_t check_foreign_intrinsics(kc_job_t *job) {
-  static const char *const archs[] = {"x86", "aarch64", "arm", "amdgcn", "r600", "nvvm", "ppc", "riscv",
-                                      "wasm", "hexagon", "mips", "s390", "loongarch", "spv", "dx", "bpf", "ve"};
-  const char *own = job->target.kind == KILN_TARGET_AMDGPU ? "amdgcn"
-                    : job->target.kind == KILN_TARGET_NVPTX ? "nvvm"
-                                                            : NULL;
-  char host[32] = "";
-  if (!own) { /* the host architecture is the triple's first component */
-    size_t n = strcspn(job->target.triple, "-");
-    snprintf(host, sizeof(host), "%.*s", (int)n, job->target.triple);
-    own = strcmp(host, "x86_64") == 0 ? "x86" : host;
-  }
-  for (LLVMValueRef f = LLVMGetFirstFunction(job->mod); f; f = LLVMGetNextFunction(f)) {
-    size_t len;
-    const char *name = LLVMGetValueName2(f, &len);
-    if (strncmp(name, "llvm.", 5) != 0 || !LLVMGetFirstUse(f)) continue;
-    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
-      size_t an = strlen(archs[i]);
-      if (strncmp(name + 5, archs[i], an) == 0 && name[5 + an] == '.' && strcmp(archs[i], own) != 0)
-        return KC_COMPILE_ERROR("the IR calls %s, an intrinsic of another architecture than %s: use target IR "
-                                "for that target, or portable operations in the dialect",
-                                name, job->target.id);
-    }
-  }
-  return KILN_OK;
-}
-
 kiln_status_t kc_prepare(kc_job_t *job) {
   LLVMStripModuleDebugInfo(job->mod);
   KILN_RETURN_IF_ERROR(find_kernels(job));
   if (job->ir_kind == KC_IR_DIALECT) drop_used_lists(job->mod);
   if (job->ir_kind == KC_IR_DIALECT) KILN_RETURN_IF_ERROR(check_builtins(job));
+  KILN_RETURN_IF_ERROR(kc_check_imports(job));
   LLVMSetTarget(job->mod, job->target.triple);
   LLVMTargetDataRef td = LLVMCreateTargetDataLayout(job->tm);
   LLVMSetModuleDataLayout(job->mod, td);
   LLVMDisposeTargetData(td);
   kc_strip_target_attributes(job->mod);
   if (job->req->options.fast_math) kc_set_fast_math(job->mod);
-  return check_foreign_intrinsics(job);
+  return KILN_OK;
 }

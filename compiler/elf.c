@@ -7,6 +7,7 @@
 #define SHT_SYMTAB 2
 #define SHT_NOTE 7
 #define SHT_NOBITS 8
+#define SHT_DYNAMIC 6
 #define SHT_DYNSYM 11
 #define PT_NOTE 4
 
@@ -160,14 +161,46 @@ void kc_elf_symbols(const kc_elf_t *e,
   }
 }
 
-void kc_elf_dynsyms(const kc_elf_t *e, bool (*cb)(void *ud, const char *name, uint8_t info), void *ud) {
+/* .dynsym entries that are defined (or, with want_defined false, undefined). */
+static void dynsyms(const kc_elf_t *e, bool want_defined, bool (*cb)(void *ud, const char *name, uint8_t info),
+                    void *ud) {
   const uint8_t *syms;
   const char *strs;
   uint64_t n, slen;
   if (!symtab(e, SHT_DYNSYM, &syms, &n, &strs, &slen)) return;
   for (uint64_t i = 1; i < n; i++) {
     const uint8_t *s = syms + i * 24;
-    if (rd16(s + 6) == 0) continue; /* undefined */
+    if ((rd16(s + 6) != 0) != want_defined) continue; /* section index 0: undefined */
     if (cb(ud, sym_name(strs, slen, rd32(s)), s[4])) return;
+  }
+}
+
+void kc_elf_dynsyms(const kc_elf_t *e, bool (*cb)(void *ud, const char *name, uint8_t info), void *ud) {
+  dynsyms(e, true, cb, ud);
+}
+
+void kc_elf_undefined(const kc_elf_t *e, bool (*cb)(void *ud, const char *name, uint8_t info), void *ud) {
+  dynsyms(e, false, cb, ud);
+}
+
+void kc_elf_dynamic(const kc_elf_t *e, bool (*cb)(void *ud, uint64_t tag, uint64_t value, const char *str),
+                    void *ud) {
+  for (uint32_t i = 0; i < e->shnum; i++) {
+    const uint8_t *sh = section(e, i);
+    if (rd32(sh + 4) != SHT_DYNAMIC) continue;
+    uint64_t off = rd64(sh + 24), size = rd64(sh + 32);
+    const uint8_t *str = section(e, rd32(sh + 40));
+    if (!in_file(e, off, size)) return;
+    uint64_t soff = str ? rd64(str + 24) : 0, ssize = str ? rd64(str + 32) : 0;
+    if (str && !in_file(e, soff, ssize)) str = NULL;
+    for (uint64_t k = 0; k + 16 <= size; k += 16) {
+      uint64_t tag = rd64(e->data + off + k), value = rd64(e->data + off + k + 8);
+      const char *s = str && value < ssize && memchr(e->data + soff + value, 0, ssize - value)
+                          ? (const char *)e->data + soff + value
+                          : NULL;
+      if (cb(ud, tag, value, s)) return;
+      if (tag == 0) return; /* DT_NULL ends the array */
+    }
+    return;
   }
 }

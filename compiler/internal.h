@@ -115,10 +115,22 @@ LLVMValueRef kc_get_function(LLVMModuleRef m, const char *name, LLVMTypeRef fn_t
 /* Calls to `name` in the module, collected (the caller rewrites them). Returns the count. */
 size_t kc_collect_calls(LLVMModuleRef m, const char *name, LLVMValueRef *out, size_t cap);
 
+/* imports.c: what a kernel may reach outside its module. On the IR as received, every
+ * target: undefined functions and globals, intrinsics, assembly, load-time code; turns
+ * available_externally bodies into the definition. */
+kiln_status_t kc_check_imports(kc_job_t *job);
+/* On a linked cpu shared object: undefined symbols, load-time code, needed libraries. */
+kiln_status_t kc_cpu_check_imports(const uint8_t *so, size_t len);
+
 /* lower_gpu.c: builtins, calling convention, address spaces for AMDGPU and NVPTX. */
 kiln_status_t kc_lower_gpu(kc_job_t *job);
 
 /* mathnames.c */
+/* 1 if `name` is a math function of docs/kernels.md §3 with the C library's signature,
+ * -1 if it is one with another signature, 0 if it is not a math name. */
+int kc_math_name(LLVMContextRef ctx, const char *name, LLVMTypeRef fn_type);
+/* Whether a libm symbol is one the cpu code of the math set may import. */
+bool kc_math_libm_symbol(const char *name);
 kiln_status_t kc_map_math(kc_job_t *job);
 void kc_math_pure_cpu(kc_job_t *job);
 /* cpu: kc_math_pure_cpu, then kiln's own vectorisable functions (tanhf) linked in. */
@@ -185,6 +197,12 @@ void kc_elf_symbols(const kc_elf_t *e,
                     bool (*cb)(void *ud, const char *name, uint8_t info, uint16_t shndx, uint64_t value), void *ud);
 /* Iterates defined global function symbols of .dynsym. */
 void kc_elf_dynsyms(const kc_elf_t *e, bool (*cb)(void *ud, const char *name, uint8_t info), void *ud);
+/* Undefined symbols of .dynsym: what the dynamic loader binds from other objects. */
+void kc_elf_undefined(const kc_elf_t *e, bool (*cb)(void *ud, const char *name, uint8_t info), void *ud);
+/* Entries of the dynamic section up to DT_NULL; `str` is the value read as an offset into the
+ * dynamic string table (NULL where it is not a string there). cb returns true to stop. */
+void kc_elf_dynamic(const kc_elf_t *e, bool (*cb)(void *ud, uint64_t tag, uint64_t value, const char *str),
+                    void *ud);
 
 void kc_link_cleanup(kiln_compiler_t *c);
 

@@ -70,8 +70,10 @@ kiln_status_t kc_link_shared(kc_job_t *job, const uint8_t *obj, size_t obj_len,
   snprintf(outp, sizeof(outp), "%s/out.so", job->c->tmpdir);
   unlink(outp);
   KILN_RETURN_IF_ERROR(write_file(in, obj, obj_len));
-  const char *argv[32] = {"ld.lld", "-shared", "--no-undefined", "-o", outp, in};
-  int argc = 6;
+  /* --no-dependent-libraries: an object's .deplibs section (from llvm.dependent-libraries)
+   * would add libraries the kernel never asked kiln for. */
+  const char *argv[32] = {"ld.lld", "-shared", "--no-undefined", "--no-dependent-libraries", "-o", outp, in};
+  int argc = 7;
   for (size_t i = 0; i < n_extra && argc < 31; i++) argv[argc++] = extra_args[i];
   char err[2048];
   err[0] = 0;

@@ -39,9 +39,11 @@ static const struct {
   int ar;
   bool f32_on_amdgpu; /* AMDGPU selects the f32 form accurately: keep it */
 } lib_intrinsics[] = {
-    {"exp", 1, true},  {"exp2", 1, true}, {"exp10", 1, false}, {"log", 1, true},
-    {"log2", 1, true}, {"log10", 1, true}, {"pow", 2, false},   {"sin", 1, false},
-    {"cos", 1, false}, {"tan", 1, false},
+    {"exp", 1, true},   {"exp2", 1, true},  {"exp10", 1, false}, {"log", 1, true},
+    {"log2", 1, true},  {"log10", 1, true}, {"pow", 2, false},   {"sin", 1, false},
+    {"cos", 1, false},  {"tan", 1, false},  {"asin", 1, false},  {"acos", 1, false},
+    {"atan", 1, false}, {"atan2", 2, false}, {"sinh", 1, false}, {"cosh", 1, false},
+    {"tanh", 1, false},
 };
 
 static void library_name(kc_job_t *job, const char *base, bool f64, char *out, size_t cap) {
@@ -59,6 +61,40 @@ static bool has_signature(LLVMTypeRef fn_type, LLVMTypeRef t, int ar) {
   for (int i = 0; i < ar; i++)
     if (params[i] != t) return false;
   return true;
+}
+
+int kc_math_name(LLVMContextRef ctx, const char *name, LLVMTypeRef fn_type) {
+  size_t n = strlen(name);
+  for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++) {
+    size_t bl = strlen(funcs[i].base);
+    bool f32 = n == bl + 1 && name[bl] == 'f';
+    if (strncmp(name, funcs[i].base, bl) != 0 || (n != bl && !f32)) continue;
+    LLVMTypeRef t = f32 ? LLVMFloatTypeInContext(ctx) : LLVMDoubleTypeInContext(ctx);
+    return has_signature(fn_type, t, funcs[i].ar) ? 1 : -1;
+  }
+  return 0;
+}
+
+/* What LLVM's code generator may call for the math set beyond its own names: sin and cos of
+ * one value become sincos, and the rounding and exponent intrinsics become these. */
+static const char *const libm_extra[] = {"sincos", "ldexp", "frexp", "modf", "nearbyint", "roundeven",
+                                         "lrint", "llrint", "lround", "llround", "fminimum_num",
+                                         "fmaximum_num", "fminimum", "fmaximum"};
+
+bool kc_math_libm_symbol(const char *name) {
+  size_t n = strlen(name);
+  char base[32];
+  if (n == 0 || n >= sizeof(base)) return false;
+  memcpy(base, name, n + 1);
+  for (int pass = 0; pass < 2; pass++) { /* the double name, then the float one without its 'f' */
+    for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++)
+      if (strcmp(base, funcs[i].base) == 0) return true;
+    for (size_t i = 0; i < sizeof(libm_extra) / sizeof(libm_extra[0]); i++)
+      if (strcmp(base, libm_extra[i]) == 0) return true;
+    if (base[n - 1] != 'f') return false;
+    base[--n] = 0;
+  }
+  return false;
 }
 
 /* Points every use of `from` at `to` (a declaration with the same type) and deletes `from`. */
