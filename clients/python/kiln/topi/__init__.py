@@ -16,10 +16,19 @@ from .ops import (matmul, dense, batch_matmul, pad, conv2d_nchw, depthwise_conv2
 from .schedules import (schedule_matmul, schedule_dense, schedule_batch_matmul, schedule_conv2d_nchw,
                         schedule_depthwise_conv2d_nchw, schedule_pool2d, schedule_softmax, schedule_layer_norm,
                         schedule_injective, schedule_elementwise, schedule_broadcast, knobs, KNOBS, is_gpu)
+from .nn import (group_conv2d_nchw, conv2d_pointwise, gemm, matmul_broadcast, pool2d_nchw, global_pool, reduce,
+                 softmax_axis, transpose, concatenate, pad_mode, depth_to_space, resize2d, gather, slice_nd, cast,
+                 conv2d_transpose_nchw, pooled_size)
+from .fused import schedule_fused, schedule_generic, anchor_of
 
 __all__ = ["matmul", "dense", "batch_matmul", "pad", "conv2d_nchw", "depthwise_conv2d_nchw", "pool2d", "softmax",
            "layer_norm", "elementwise", "broadcast", "add", "subtract", "multiply", "divide", "maximum", "minimum",
            "relu", "exp", "tanh", "sigmoid", "sqrt", "negative", "schedule_matmul", "schedule_dense",
            "schedule_batch_matmul", "schedule_conv2d_nchw", "schedule_depthwise_conv2d_nchw", "schedule_pool2d",
            "schedule_softmax", "schedule_layer_norm", "schedule_injective", "schedule_elementwise",
-           "schedule_broadcast", "knobs", "KNOBS", "is_gpu"]
+           "schedule_broadcast", "knobs", "KNOBS", "is_gpu",
+           # importer operators (nn.py) and fused-kernel schedules (fused.py)
+           "group_conv2d_nchw", "conv2d_pointwise", "gemm", "matmul_broadcast", "pool2d_nchw", "global_pool",
+           "reduce", "softmax_axis", "transpose", "concatenate", "pad_mode", "depth_to_space", "resize2d", "gather",
+           "slice_nd", "cast", "conv2d_transpose_nchw", "pooled_size", "schedule_fused", "schedule_generic",
+           "anchor_of"]
