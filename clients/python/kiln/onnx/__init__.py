@@ -32,19 +32,22 @@ def _device(device, session):
     raise InvalidArgument("device is a kiln Device or a device id such as 'cpu:0', not %r" % (device,))
 
 
-def build_payload(model, target="cpu", input_shapes=None, knobs=None):
+def build_payload(model, target="cpu", input_shapes=None, knobs=None, constant_inputs=None):
     """The importer alone: (GraphPayload, Importer) for ``target`` ("cpu", "gpu", a device id
     or arch), without a daemon."""
-    imp = Importer(model, input_shapes, target=target, knobs=knobs)
+    imp = Importer(model, input_shapes, target=target, knobs=knobs, constant_inputs=constant_inputs)
     return imp.payload, imp
 
 
-def import_model(model, device=None, input_shapes=None, session=None, executor="auto", knobs=None):
+def import_model(model, device=None, input_shapes=None, session=None, executor="auto", knobs=None,
+                 constant_inputs=None):
     """Imports an ONNX model (a path, bytes or an onnx.ModelProto) for ``device`` (a Device
     or an id; default cpu:0 of ``session`` or the default session) and returns a Graph.
 
     ``input_shapes``: {input name: shape} (or a list in input order) fixing dynamic
-    dimensions; every shape is fixed at import. ``executor``: "auto", "client" or "server"
+    dimensions; every shape is fixed at import. ``constant_inputs``: {input name: array}
+    fixes the value of graph inputs that decide shapes (a Reshape's shape fed as an input);
+    they are no longer inputs of the graph. ``executor``: "auto", "client" or "server"
     (graph.py). ``knobs``: {template: {knob: value}} for the fused schedules
     (kiln.topi.knobs("fused_conv2d"), ...). Everything the importer refuses raises
     kiln.InvalidArgument before anything is sent to the daemon."""
@@ -52,7 +55,7 @@ def import_model(model, device=None, input_shapes=None, session=None, executor="
     if not dev.exist:
         raise InvalidArgument("device %s is not served by this kilnd" % dev.id)
     target = "cpu" if dev.kind == "cpu" else "gpu"
-    payload, imp = build_payload(model, target, input_shapes, knobs)
+    payload, imp = build_payload(model, target, input_shapes, knobs, constant_inputs)
     g = Graph(payload, dev.session, dev, executor=executor)
     g.opset = imp.opset
     return g

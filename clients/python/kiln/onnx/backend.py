@@ -32,15 +32,60 @@ def _device_id(device):
 
 
 class BackendRep(_base.BackendRep):
-    def __init__(self, graph):
-        self.graph = graph
+    """A prepared model. kiln compiles for fixed shapes, so a graph input that decides a
+    shape (a Reshape's shape, Slice's starts fed as inputs, as onnx's node tests do) is
+    fixed to its value at the first run, and a later run with other values of it imports
+    again (one graph per distinct value)."""
+
+    def __init__(self, model, device, session, kwargs):
+        from .importer import load
+        self.model = load(model)
+        self.device = device
+        self.session = session
+        self.kwargs = kwargs
+        self.graphs = {}
+        init = {t.name for t in self.model.graph.initializer}
+        self.input_names = [i.name for i in self.model.graph.input if i.name not in init]
+        self._fixed = []
+        try:
+            self.graphs[()] = self._import({})
+        except Exception as e:
+            from .ops import NeedsConstant
+            if not (isinstance(e, NeedsConstant) and e.value in self.input_names):
+                raise
+
+    def _import(self, fixed):
+        from . import import_model
+        return import_model(self.model, self.device, input_shapes=self.kwargs.get("input_shapes"),
+                            session=self.session, executor=self.kwargs.get("executor", "auto"),
+                            constant_inputs=fixed or None)
 
     def run(self, inputs, **kwargs):
+        from .ops import NeedsConstant
         if isinstance(inputs, dict):
-            return tuple(self.graph.run(**inputs))
-        if isinstance(inputs, np.ndarray) and len(self.graph.inputs) == 1:
-            inputs = [inputs]
-        return tuple(self.graph.run(*list(inputs)))
+            named = dict(inputs)
+        else:
+            if isinstance(inputs, np.ndarray):
+                inputs = [inputs]
+            inputs = list(inputs)
+            if len(inputs) != len(self.input_names):
+                raise InvalidArgument("the model takes %d inputs, %d given" % (len(self.input_names), len(inputs)))
+            named = dict(zip(self.input_names, inputs))
+        while True:
+            key = tuple((n, np.asarray(named[n]).shape, np.asarray(named[n]).tobytes()) for n in self._fixed)
+            g = self.graphs.get(key)
+            if g is None:
+                try:
+                    g = self._import({n: np.asarray(named[n]) for n in self._fixed})
+                except NeedsConstant as e:
+                    if e.value in self.input_names and e.value not in self._fixed:
+                        self._fixed.append(e.value)
+                        continue
+                    raise
+                self.graphs[key] = g
+            break
+        rest = {n: a for n, a in named.items() if n not in self._fixed}
+        return tuple(g.run(**rest))
 
 
 class Backend(_base.Backend):
@@ -58,11 +103,8 @@ class Backend(_base.Backend):
 
     @classmethod
     def prepare(cls, model, device="CPU", **kwargs):
-        from . import import_model
         s = cls._session()
-        g = import_model(model, s.device(_device_id(device)), input_shapes=kwargs.get("input_shapes"),
-                         session=s, executor=kwargs.get("executor", "auto"))
-        return BackendRep(g)
+        return BackendRep(model, s.device(_device_id(device)), s, kwargs)
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", **kwargs):

@@ -19,6 +19,7 @@ from .. import nd
 from ..errors import InvalidArgument, KilnError, NoMethod, CompileError, InternalError
 from ..module import BenchmarkResult
 from ..te.build import eval_wire
+from .ops import carray
 
 __all__ = ["Graph", "GraphNode"]
 
@@ -103,7 +104,7 @@ class Graph:
             if tuple(a.shape) != tuple(shape):
                 raise InvalidArgument("input %s has shape %s; the graph was built for %s (import again with "
                                       "input_shapes to change it)" % (n, tuple(a.shape), tuple(shape)))
-            out.append(np.ascontiguousarray(a))
+            out.append(carray(a))
         return out
 
     def run(self, *args, **kwargs):
@@ -213,7 +214,7 @@ class _ClientExecutor:
         for name, f in futs.items():
             self.tensors[name] = f.result()
         for name, dt, shape in p.inputs:
-            self.tensors[name] = nd.empty(shape, dt, dev)
+            self.tensors[name] = nd.empty(shape or (1,), dt, dev)
         outputs = set(p.base(o) for o in p.outputs)
         last_use = {}
         for i, node in enumerate(p.nodes):
@@ -229,7 +230,7 @@ class _ClientExecutor:
                     continue
                 dt, shape = p.dtype(b), p.shape(b)
                 if b in outputs:
-                    self.tensors[b] = nd.empty(shape, dt, dev)
+                    self.tensors[b] = nd.empty(shape or (1,), dt, dev)
                     continue
                 need = max(int(np.prod(shape, dtype=np.int64)) * itemsize(dt), 1)
                 best = None
@@ -275,7 +276,8 @@ class _ClientExecutor:
         return self.slot[b][1]
 
     def _send_inputs(self, arrays):
-        return [self.tensors[n].copyfrom_async(a) for (n, _, _), a in zip(self.p.inputs, arrays)]
+        return [self.tensors[n].copyfrom_async(a.reshape(self.tensors[n].shape))
+                for (n, _, _), a in zip(self.p.inputs, arrays)]
 
     def _launch_all(self):
         conn = self.session._conn

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import te, topi
 from ..errors import InvalidArgument
-from .ops import OPS, SUPPORTED, ONNX_DTYPES, NodeError, fail, ishape
+from .ops import OPS, SUPPORTED, ONNX_DTYPES, NodeError, fail, ishape, carray
 from .payload import GraphPayload
 
 MAX_MODEL_BYTES = 2 ** 31 - 1     # protobuf's own limit for one message
@@ -115,13 +115,13 @@ def _tensor_array(onnx, t, what):
         a = onnx.numpy_helper.to_array(t)
     except Exception as e:   # protobuf/numpy raise several kinds for inconsistent tensors
         raise InvalidArgument("%s %r is malformed: %s" % (what, t.name, e)) from None
-    return np.ascontiguousarray(a)
+    return carray(a)
 
 
 class Importer:
     """Does the whole import; ``payload`` is the GraphPayload, ``groups`` the fused kernels."""
 
-    def __init__(self, model, input_shapes=None, target="cpu", knobs=None):
+    def __init__(self, model, input_shapes=None, target="cpu", knobs=None, constant_inputs=None):
         onnx = _onnx()
         self.onnx = onnx
         self.model = load(model)
@@ -140,6 +140,7 @@ class Importer:
             raise InvalidArgument("the model does not pass onnx.checker: %s" % str(e).strip().splitlines()[0]
                                   if str(e).strip() else "the model does not pass onnx.checker") from None
         self._constants(g)
+        self._fix_inputs(g, constant_inputs or {})
         self._inputs(g, input_shapes)
         self._infer()
         self.outputs = [o.name for o in g.output]
@@ -205,6 +206,16 @@ class Importer:
             self.vals[t.name] = Val(t.name, a.dtype.name, a.shape, const=a)
         if g.sparse_initializer:
             raise InvalidArgument("sparse initializers are not supported")
+
+    def _fix_inputs(self, g, fixed):
+        names = [i.name for i in g.input if i.name not in self.vals]
+        for k, a in fixed.items():
+            if k not in names:
+                raise InvalidArgument("constant_inputs names %r; the model's inputs are %s" % (k, ", ".join(names)))
+            a = carray(a)
+            if a.dtype.name not in ONNX_DTYPES.values():
+                raise InvalidArgument("constant_inputs[%r] has dtype %s, which kiln does not take" % (k, a.dtype))
+            self.vals[k] = Val(k, a.dtype.name, a.shape, const=a)
 
     def _inputs(self, g, input_shapes):
         onnx = self.onnx
@@ -321,7 +332,7 @@ class Importer:
         else:
             fail(node, "a Constant with %s is not supported (tensor, float(s) or int(s) values are)"
                  % ", ".join(a) or "no value")
-        v = np.ascontiguousarray(np.asarray(v))
+        v = carray(v)
         if v.dtype.name not in ONNX_DTYPES.values():
             fail(node, "constant of dtype %s is not supported" % v.dtype)
         self.vals[node.outputs[0]] = Val(node.outputs[0], v.dtype.name, v.shape, const=v)
@@ -365,7 +376,7 @@ class Importer:
             fail(node, "folding it failed: %s" % e)
         for o, a in zip(node.outputs, outs):
             if o:
-                a = np.ascontiguousarray(np.asarray(a))
+                a = carray(a)
                 v = self.vals[o]
                 if tuple(a.shape) != v.shape:
                     fail(node, "internal: folded shape %s, inferred %s" % (a.shape, v.shape))
@@ -418,7 +429,7 @@ class Importer:
             bias = b.const.astype(np.float64) if b is not None else np.zeros(a.shape)
             bn_bias = (bias * a + shift).astype(w.dtype)
             wname, bname = self._fresh(n.name + ".w_bn"), self._fresh(n.name + ".b_bn")
-            self.vals[wname] = Val(wname, w.dtype, wn.shape, const=np.ascontiguousarray(wn))
+            self.vals[wname] = Val(wname, w.dtype, wn.shape, const=carray(wn))
             self.vals[bname] = Val(bname, w.dtype, bn_bias.shape, const=bn_bias)
             n.inputs = [n.inputs[0], wname, bname]
             n.in_vals = [self.vals[n.inputs[0]], self.vals[wname], self.vals[bname]]
@@ -652,7 +663,7 @@ class KernelCtx:
 
     def const(self, array):
         """A constant made at import (a transposed weight): a new graph constant."""
-        array = np.ascontiguousarray(array)
+        array = carray(array)
         name = self.p.fresh("const%d" % len(self.p.constants))
         v = Val(name, array.dtype.name, array.shape, const=array)
         self.imp.vals[name] = v

@@ -38,6 +38,15 @@ class NodeError(InvalidArgument):
     """A node the importer cannot take: the message names the node and its operator."""
 
 
+class NeedsConstant(NodeError):
+    """An input that decides shapes (Reshape's shape, Slice's starts, ...) is computed at
+    run time; ``value`` names it. A graph input can be fixed with constant_inputs."""
+
+    def __init__(self, message, value):
+        super().__init__(message)
+        self.value = value
+
+
 def fail(node, msg):
     raise NodeError("node %s (%s): %s" % (node.name, node.op, msg))
 
@@ -47,9 +56,16 @@ def _const_in(node, ins, i, what):
     if v is None:
         return None
     if v.const is None:
-        fail(node, "%s (input %d, %s) must be a constant for kiln (it is computed at run time)"
-             % (what, i, v.name))
+        raise NeedsConstant("node %s (%s): %s (input %d, %s) must be a constant for kiln, which compiles for fixed "
+                            "shapes (it is computed at run time; if it is a graph input, pass its value in "
+                            "constant_inputs)" % (node.name, node.op, what, i, v.name), v.name)
     return v.const
+
+
+def carray(a):
+    """A C-contiguous numpy array of a, keeping 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def ishape(t):
@@ -319,6 +335,11 @@ def _cast_ew(node, xs, dt):
     x = xs[0]
     if dt == "bool":
         return x != te.const(0, x.dtype)
+    if dt == "float16" and x.dtype == "float64":
+        # through float32: the CPU target has no double -> half conversion routine
+        # (__truncdfhf2 is missing at link time); float32 -> float16 rounds the same here
+        # except for values within half a float32 ulp of a float16 tie
+        x = x.astype("float32")
     return x.astype(dt)
 
 
@@ -473,9 +494,11 @@ def _cmp_infer(node, ins):
     return [("bool", bcast_shape(node, [ins[0].shape, ins[1].shape]))]
 
 
-_reg("Equal", "shape", _cmp_infer, fold=lambda n, a: [np.equal(a[0], a[1])], min_inputs=2)
-_reg("Where", "shape", lambda node, ins: [(ins[1].dtype, bcast_shape(node, [v.shape for v in ins]))],
-     fold=lambda n, a: [np.where(a[0], a[1], a[2])], min_inputs=3)
+_reg("Equal", "elementwise", _cmp_infer, fold=lambda n, a: [np.equal(a[0], a[1])],
+     ew=lambda node, xs, dt: xs[0] == xs[1], min_inputs=2)
+_reg("Where", "elementwise", lambda node, ins: [(ins[1].dtype, bcast_shape(node, [v.shape for v in ins]))],
+     fold=lambda n, a: [np.where(a[0], a[1], a[2])], ew=lambda node, xs, dt: te.if_then_else(xs[0], xs[1], xs[2]),
+     min_inputs=3)
 
 
 def _expand_infer(node, ins):
@@ -483,8 +506,13 @@ def _expand_infer(node, ins):
     return [(ins[0].dtype, bcast_shape(node, [ins[0].shape, shape]))]
 
 
-_reg("Expand", "shape", _expand_infer, fold=lambda n, a: [np.broadcast_to(a[0], n.out_shapes[0]).copy()],
-     min_inputs=2)
+def _expand_infer_ew(node, ins):
+    node.ew_inputs = 1
+    return _expand_infer(node, ins)
+
+
+_reg("Expand", "elementwise", _expand_infer_ew, fold=lambda n, a: [np.broadcast_to(a[0], n.out_shapes[0]).copy()],
+     ew=lambda node, xs, dt: xs[0], min_inputs=2)
 
 
 # -- anchors: convolutions and matrix products -------------------------------------------------
@@ -523,7 +551,7 @@ def conv_geometry(node, x_shape, w_shape, transpose=False):
             if out_shape:
                 o = list(out_shape)[-r:][i]
                 total = strides[i] * (n - 1) + op + span - o
-                pb[i], pe[i] = (total // 2, total - total // 2) if auto != "SAME_LOWER" else \
+                pb[i], pe[i] = (total // 2, total - total // 2) if auto == "SAME_UPPER" else \
                     (total - total // 2, total // 2)
             out.append(strides[i] * (n - 1) + op + span - pb[i] - pe[i])
             continue
@@ -617,11 +645,11 @@ def _gemm_lower(ctx, node, ins):
     a, b = ins[0], ins[1]
     ta, tb = node.attrs.get("transA", 0), node.attrs.get("transB", 0)
     if ta and a.const is not None:
-        A, ta = ctx.const(np.ascontiguousarray(a.const.T)), 0
+        A, ta = ctx.const(carray(a.const.T)), 0
     else:
         A = ctx.input(a)
     if tb and b.const is not None:
-        B, tb = ctx.const(np.ascontiguousarray(b.const.T)), 0   # K x N: the columns vectorise
+        B, tb = ctx.const(carray(b.const.T)), 0   # K x N: the columns vectorise
     else:
         B = ctx.input(b)
     T = topi.gemm(A, B, bool(ta), bool(tb))
@@ -681,7 +709,7 @@ def _convt_lower(ctx, node, ins):
     strides, dil, pb, pe, out, k = conv_geometry(node, x.shape, w.shape, transpose=True)
     op = node.attrs.get("output_padding") or [0, 0]
     T = topi.conv2d_transpose_nchw(ctx.input(x), ctx.input(w), strides, (pb[0], pb[1], pe[0], pe[1]), dil,
-                                   (0, 0), node.attrs.get("group", 1))
+                                   tuple(op), node.attrs.get("group", 1))
     want = (x.shape[0], w.shape[1] * node.attrs.get("group", 1)) + tuple(out)
     got = ishape(T)
     if got != want:
@@ -727,7 +755,8 @@ def _pool_attrs(node, x_shape, global_=False):
 
 def _pool_infer(node, ins):
     x = ins[0]
-    _float_only(node, ins)
+    if node.op != "MaxPool":
+        _float_only(node, ins)
     if len(x.shape) not in (3, 4):
         fail(node, "%d-d pooling is not supported (kiln.onnx has 1-d and 2-d)" % (len(x.shape) - 2))
     if len(node.outputs) > 1 and node.outputs[1]:
@@ -1001,11 +1030,12 @@ def _gather_infer(node, ins):
 
 def _gather_lower(ctx, node, ins):
     data, idx = ins[0], ins[1]
-    if idx.const is None:
-        fail(node, "indices computed at run time are not supported (they must be constants)")
-    ic = idx.const.astype(np.int32)
-    T = topi.gather(ctx.input(data), ctx.const(ic.reshape(ic.shape or (1,))) if ic.shape else ctx.const(ic.reshape(1)),
-                    node.attrs.get("axis", 0))
+    if idx.const is not None:
+        ic = idx.const.astype(np.int32)
+        I = ctx.const(ic.reshape(ic.shape or (1,)))
+    else:
+        I = ctx.input(idx, idx.shape or (1,))
+    T = topi.gather(ctx.input(data), I, node.attrs.get("axis", 0), scalar=not idx.shape)
     return T, node.out_shapes[0], (lambda i: ()) if not node.out_shapes[0] else None
 
 

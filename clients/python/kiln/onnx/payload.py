@@ -6,6 +6,7 @@ import msgpack
 import numpy as np
 
 from ..errors import InvalidArgument
+from .ops import carray
 
 __all__ = ["GraphPayload", "GRAPH_VERSION"]
 
@@ -75,7 +76,7 @@ class GraphPayload:
         self.inputs.append((name, dtype, tuple(shape)))
 
     def add_constant(self, name, array):
-        array = np.ascontiguousarray(array)
+        array = carray(array)
         self._declare(name, "constant", array.dtype.name, array.shape)
         self.constants.append((name, array))
 

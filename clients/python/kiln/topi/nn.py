@@ -371,7 +371,9 @@ def resize2d(data, out_h, out_w, mode="nearest", coord="half_pixel", nearest_mod
         if coord == "pytorch_half_pixel":
             return (of + 0.5) / scale - 0.5 if outsz > 1 else of * 0.0
         if coord == "align_corners":
-            return of * ((insz - 1) / (outsz - 1)) if outsz > 1 else of * 0.0
+            # ONNX uses the unrounded output length in * scale here
+            length = insz * scale
+            return of * ((insz - 1) / (length - 1)) if length > 1 else of * 0.0
         if coord == "asymmetric":
             return of / scale
         if coord == "tf_half_pixel_for_nn":
@@ -414,19 +416,21 @@ def resize2d(data, out_h, out_w, mode="nearest", coord="half_pixel", nearest_mod
     return te.compute((N, C, out_h, out_w), fl, name=name, tag="injective")
 
 
-def gather(data, indices, axis, name="gather"):
-    """numpy.take(data, indices, axis) with constant int indices given as a te tensor
-    (negative indices count from the end)."""
+def gather(data, indices, axis, name="gather", scalar=False):
+    """numpy.take(data, indices, axis) with int indices in a te tensor (negative indices
+    count from the end; an index still out of range is clamped, so a bad index never reads
+    outside ``data``). ``scalar``: indices is one element standing for a 0-d index."""
     nd = len(data.shape)
     axis %= nd
     n = _const(data.shape[axis])
-    ri = len(indices.shape)
-    shape = list(data.shape[:axis]) + list(indices.shape) + list(data.shape[axis + 1:])
+    ri = 0 if scalar else len(indices.shape)
+    shape = list(data.shape[:axis]) + list(indices.shape if not scalar else ()) + list(data.shape[axis + 1:])
 
     def f(*idx):
         ix = indices[tuple(idx[axis:axis + ri])] if ri else indices[0]
         ix = ix.astype("int32") if indices.dtype != "int32" else ix
         ix = te.if_then_else(ix < 0, ix + n, ix)
+        ix = te.min(te.max(ix, 0), n - 1)
         return data[tuple(idx[:axis]) + (ix,) + tuple(idx[axis + ri:])]
     return te.compute(shape if shape else [1], f, name=name, tag="injective")
 
