@@ -167,6 +167,12 @@ class Importer:
                                                  (", ..." if len(ns) > 5 else "")) for op, ns in bad.items())
             raise InvalidArgument("the model uses operators kiln.onnx does not support: %s. Supported: %s"
                                   % (what, " ".join(SUPPORTED)))
+        onnx = self.onnx
+        for t in g.initializer:
+            if t.data_location == onnx.TensorProto.EXTERNAL or t.external_data:
+                raise InvalidArgument("initializer %r keeps its data in an external file (ONNX external data, used "
+                                      "by models over 2 GiB); kiln.onnx reads only weights stored inside the model"
+                                      % t.name)
         produced = {}
         for i, n in enumerate(g.node):
             for o in n.output:
@@ -301,6 +307,15 @@ class Importer:
                     fail(node, "input %r is not produced by any earlier node, initializer or graph input" % x)
                 ins.append(v)
             op = OPS[node.op]
+            if node.op == "PRelu" and len(ins) == 2 and ins[1] is not None and ins[1].const is not None and \
+                    len(ins[0].shape) > 2 and len(ins[1].shape) == 1 and ins[1].shape[0] == ins[0].shape[1] and \
+                    ins[1].shape[0] != ins[0].shape[-1]:
+                # opset 6 and older exports: a 1-d slope runs along the channel axis
+                nm = self._fresh(ins[1].name + ".channels")
+                a = ins[1].const.reshape((-1,) + (1,) * (len(ins[0].shape) - 2))
+                self.vals[nm] = Val(nm, a.dtype.name, a.shape, const=a)
+                node.inputs[1] = nm
+                ins[1] = self.vals[nm]
             if len([v for v in ins if v is not None]) < op.min_inputs or not ins or ins[0] is None:
                 fail(node, "has %d inputs; it needs at least %d" % (len([v for v in ins if v]), op.min_inputs))
             node.in_vals = ins
