@@ -6,7 +6,7 @@
 #   tests/fuzz/run.sh list                                      the targets
 # Targets: frame (framing decoder), request (params validation), codeobj (prebuilt code objects
 # and AMDGPU metadata), artifact (cached artifact decoding), tokens (tokens file parser), te
-# (tensor-expression programs: parse, schedule, inline, bounds).
+# (tensor-expression programs: parse, schedule, inline, bounds, launch recipes).
 # Environment: CLANG (default /usr/lib/llvm-22/bin/clang), OUT (default build/fuzz).
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,7 +37,10 @@ codeobj)
 artifact) srcs="protocol/artifact.c"; max_len=65536 ;;
 tokens) srcs="server/tenants.c"; max_len=8192 ;;
 te)
-  srcs="compiler/te/te_parse.c compiler/te/te_mp.c compiler/te/te_expr.c compiler/te/te_sched.c protocol/artifact.c"
+  srcs="protocol/artifact.c"
+  for f in program expr simplify interval mp parse parse_expr parse_prim sched inline bounds launch; do
+    srcs="$srcs compiler/te/te_$f.c"
+  done
   extra_cflags="-I$(/usr/lib/llvm-22/bin/llvm-config --includedir 2>/dev/null || echo /usr/lib/llvm-22/include)"
   max_len=65536 ;;
 esac

@@ -1,0 +1,15 @@
+/* Bound inference for one kernel (docs/te.md §6): the stages it computes, the extents and
+ * values of every loop var, the regions of attached stages, the guards around statements
+ * and the launch dimensions. The results are kept in the program model (te_tensor_t's
+ * per-kernel fields, te_kernel_t's grid and block) for emission. */
+#ifndef KILN_COMPILER_TE_TE_BOUNDS_H
+#define KILN_COMPILER_TE_TE_BOUNDS_H
+
+#include "compiler/te/te_program.h"
+
+/* E_COMPILE for a schedule the kernel cannot have (storage, bindings, regions). */
+kiln_status_t te_infer_bounds(te_program_t *p, int kernel);
+/* subst[axis/reduce var of stage] = its value in terms of the stage's leaves (NULL elsewhere). */
+void te_stage_subst(te_program_t *p, int stage, te_expr_t **subst);
+
+#endif

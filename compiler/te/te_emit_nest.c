@@ -1,0 +1,433 @@
+/* Loop nests of te stages (te_emit.h): one loop per leaf var in leaf order (bound vars are
+ * ids), reductions initialised before their first reduce loop, stages attached at a var
+ * emitted inside its loop, guards as loop bounds, branches or whole-tile versions, loop
+ * metadata for unroll and vectorize. */
+#include <llvm-c/DebugInfo.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/te/te_bounds.h"
+#include "compiler/te/te_emit.h"
+#include "compiler/te/te_expr.h"
+
+enum { MODE_PLAIN, MODE_INIT, MODE_MAIN };
+
+static void barrier(te_em_t *m) {
+  LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(m->ctx), NULL, 0, 0);
+  LLVMValueRef f = LLVMGetNamedFunction(m->mod, "__kiln_barrier");
+  if (!f) {
+    f = LLVMAddFunction(m->mod, "__kiln_barrier", ft);
+    unsigned kind = LLVMGetEnumAttributeKindForName("convergent", 10);
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(m->ctx, kind, 0));
+  }
+  LLVMBuildFence(m->b, LLVMAtomicOrderingSequentiallyConsistent, 1, "");
+  LLVMBuildCall2(m->b, ft, f, NULL, 0, "");
+  LLVMBuildFence(m->b, LLVMAtomicOrderingSequentiallyConsistent, 1, "");
+}
+
+/* ---- loops -------------------------------------------------------------------------- */
+
+typedef struct loop {
+  LLVMBasicBlockRef header, exit;
+  LLVMValueRef phi;
+  int var;
+} loop_t;
+
+static void loop_begin(te_em_t *m, int var, te_expr_t *extent, loop_t *l) {
+  LLVMValueRef ext = te_em_expr(m, extent);
+  if (!ext) return;
+  const char *name = m->p->vars[var].name;
+  l->var = var;
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(m->b);
+  l->header = LLVMAppendBasicBlockInContext(m->ctx, m->fn, name);
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "body");
+  l->exit = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "exit");
+  LLVMBuildBr(m->b, l->header);
+  LLVMPositionBuilderAtEnd(m->b, l->header);
+  l->phi = LLVMBuildPhi(m->b, m->ity, name);
+  LLVMValueRef zero = LLVMConstInt(m->ity, 0, 0);
+  LLVMAddIncoming(l->phi, &zero, &pre, 1);
+  LLVMValueRef c = LLVMBuildICmp(m->b, LLVMIntSLT, l->phi, ext, "");
+  LLVMBuildCondBr(m->b, c, body, l->exit);
+  LLVMPositionBuilderAtEnd(m->b, body);
+  m->val[var] = l->phi;
+}
+
+/* GPUs have no vector loop: a vectorised loop is unrolled there, and LLVM's load/store
+ * vectoriser merges the adjacent accesses where it can. */
+static int effective_ann(const te_em_t *m, const te_var_t *v) {
+  return v->ann == TE_ANN_VECTORIZE && m->job->target.kind != KILN_TARGET_CPU ? TE_ANN_UNROLL : v->ann;
+}
+
+static LLVMMetadataRef md_flag(te_em_t *m, const char *name, LLVMValueRef val) {
+  LLVMMetadataRef ops[2] = {LLVMMDStringInContext2(m->ctx, name, strlen(name)), NULL};
+  if (val) ops[1] = LLVMValueAsMetadata(val);
+  return LLVMMDNodeInContext2(m->ctx, ops, val ? 2 : 1);
+}
+
+/* llvm.loop metadata of an unrolled or vectorised loop on its latch branch. */
+static void loop_metadata(te_em_t *m, const te_var_t *v, LLVMValueRef br) {
+  LLVMMetadataRef ops[4];
+  unsigned n = 1;
+  int ann = effective_ann(m, v);
+  if (ann == TE_ANN_UNROLL) {
+    if (v->cext > 0 && v->cext <= 64) ops[n++] = md_flag(m, "llvm.loop.unroll.full", NULL);
+    else ops[n++] = md_flag(m, "llvm.loop.unroll.enable", NULL); /* a symbolic extent: LLVM's cost model decides */
+  } else if (ann == TE_ANN_VECTORIZE) {
+    ops[n++] = md_flag(m, "llvm.loop.vectorize.enable", LLVMConstInt(m->i1, 1, 0));
+  }
+  if (n == 1) return;
+  LLVMMetadataRef tmp = LLVMTemporaryMDNode(m->ctx, NULL, 0);
+  ops[0] = tmp;
+  LLVMMetadataRef id = LLVMMDNodeInContext2(m->ctx, ops, n);
+  LLVMMetadataReplaceAllUsesWith(tmp, id);
+  LLVMSetMetadata(br, LLVMGetMDKindIDInContext(m->ctx, "llvm.loop", 9), LLVMMetadataAsValue(m->ctx, id));
+}
+
+static void loop_end(te_em_t *m, loop_t *l) {
+  if (m->err || !l->header) return;
+  LLVMValueRef next = LLVMBuildNSWAdd(m->b, l->phi, LLVMConstInt(m->ity, 1, 0), "");
+  LLVMBasicBlockRef latch = LLVMGetInsertBlock(m->b);
+  LLVMValueRef br = LLVMBuildBr(m->b, l->header);
+  LLVMAddIncoming(l->phi, &next, &latch, 1);
+  loop_metadata(m, &m->p->vars[l->var], br);
+  LLVMPositionBuilderAtEnd(m->b, l->exit);
+  m->val[l->var] = NULL;
+}
+
+/* ---- statements --------------------------------------------------------------------- */
+
+static te_expr_t *in_leaves(te_em_t *m, int st, te_expr_t *e) {
+  memset(m->sub, 0, (size_t)m->p->nvars * sizeof(*m->sub));
+  te_stage_subst(m->p, st, m->sub);
+  return te_simplify(m->p, te_subst(m->p, e, m->sub));
+}
+
+static LLVMValueRef identity(te_em_t *m, int op, int dt) {
+  LLVMTypeRef t = te_em_type(m, dt, false);
+  bool fp = te_em_is_fp(dt), un = te_is_unsigned(dt);
+  unsigned w = fp ? 0 : LLVMGetIntTypeWidth(t);
+  switch (op) {
+  case TE_RSUM: return fp ? LLVMConstReal(t, 0) : LLVMConstInt(t, 0, 0);
+  case TE_RPROD: return fp ? LLVMConstReal(t, 1) : LLVMConstInt(t, 1, 0);
+  case TE_RMAX:
+    if (fp) return LLVMConstReal(t, -INFINITY);
+    return un ? LLVMConstInt(t, 0, 0) : LLVMConstInt(t, (unsigned long long)1 << (w - 1), 0);
+  default:
+    if (fp) return LLVMConstReal(t, INFINITY);
+    return un ? LLVMConstAllOnes(t) : LLVMConstInt(t, ((unsigned long long)1 << (w - 1)) - 1, 0);
+  }
+}
+
+/* Branches on guard `g` into a new block and sets *merge to the block after it (the caller
+ * closes it); false when the guard could not be emitted (the error is recorded). */
+static bool open_guard(te_em_t *m, te_expr_t *g, LLVMBasicBlockRef *merge) {
+  LLVMValueRef c = te_em_expr(m, te_simplify(m->p, g));
+  if (!c) return false;
+  LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard");
+  *merge = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard.end");
+  LLVMBuildCondBr(m->b, c, then, *merge);
+  LLVMPositionBuilderAtEnd(m->b, then);
+  return true;
+}
+
+static void close_guard(te_em_t *m, LLVMBasicBlockRef merge) {
+  if (!merge) return;
+  LLVMBuildBr(m->b, merge);
+  LLVMPositionBuilderAtEnd(m->b, merge);
+}
+
+/* A guard applies in this mode unless a loop bound or an outer branch consumed it; the
+ * initialisation of a reduction skips those on reduce vars. */
+static bool guard_open(const te_tensor_t *t, int i, int mode, uint32_t consumed) {
+  return !(consumed >> i & 1) && !(mode == MODE_INIT && t->guard_red[i]);
+}
+
+/* acc (+) src by the reduce op; a sum of a float product contracts to llvm.fmuladd, as C
+ * compilers do by default (FP_CONTRACT on): an FMA where the target has one. */
+static LLVMValueRef combine(te_em_t *m, int op, int dt, LLVMValueRef acc, LLVMValueRef src, LLVMValueRef fb) {
+  bool fp = te_em_is_fp(dt), un = te_is_unsigned(dt);
+  if (op == TE_RSUM && fb) {
+    LLVMTypeRef et = LLVMTypeOf(acc);
+    unsigned id = LLVMLookupIntrinsicID("llvm.fmuladd", 12);
+    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(m->mod, id, &et, 1);
+    LLVMValueRef ops[3] = {src, fb, acc};
+    return LLVMBuildCall2(m->b, LLVMIntrinsicGetType(m->ctx, id, &et, 1), fn, ops, 3, "");
+  }
+  if (op == TE_RSUM) return fp ? LLVMBuildFAdd(m->b, acc, src, "") : LLVMBuildAdd(m->b, acc, src, "");
+  if (op == TE_RPROD) return fp ? LLVMBuildFMul(m->b, acc, src, "") : LLVMBuildMul(m->b, acc, src, "");
+  bool mx = op == TE_RMAX;
+  LLVMValueRef c = fp ? LLVMBuildFCmp(m->b, mx ? LLVMRealOGT : LLVMRealOLT, src, acc, "")
+                      : LLVMBuildICmp(m->b, mx ? (un ? LLVMIntUGT : LLVMIntSGT) : (un ? LLVMIntULT : LLVMIntSLT), src,
+                                      acc, "");
+  return LLVMBuildSelect(m->b, c, src, acc, "");
+}
+
+/* One step of a reduction: out[idx] = out[idx] (+) source where cond. */
+static void accumulate(te_em_t *m, int st, te_expr_t **idx) {
+  te_tensor_t *t = &m->p->tensors[st];
+  te_expr_t *body = t->body, *source = in_leaves(m, st, body->args[0]);
+  bool contract = te_em_is_fp(t->dtype) && body->op == TE_RSUM && source && source->kind == TE_BIN &&
+                  source->op == TE_MUL;
+  LLVMValueRef src, fb = NULL;
+  if (contract) {
+    src = te_em_expr(m, source->args[0]);
+    fb = te_em_expr(m, source->args[1]);
+    if (!fb) src = NULL;
+  } else {
+    src = te_em_expr(m, source);
+  }
+  LLVMValueRef cond = body->args[1] ? te_em_expr(m, in_leaves(m, st, body->args[1])) : NULL;
+  LLVMValueRef acc = te_em_load(m, st, idx);
+  if (!src || !acc) return;
+  LLVMValueRef r = combine(m, body->op, t->dtype, acc, src, fb);
+  if (cond) r = LLVMBuildSelect(m->b, cond, r, acc, "");
+  te_em_store(m, st, idx, r);
+}
+
+static void statement(te_em_t *m, int st, int mode, uint32_t consumed) {
+  te_program_t *p = m->p;
+  te_tensor_t *t = &p->tensors[st];
+  te_expr_t *g = NULL;
+  for (int i = 0; i < t->nguards; i++)
+    if (guard_open(t, i, mode, consumed)) g = g ? te_bin(p, TE_AND, g, t->guards[i]) : t->guards[i];
+  LLVMBasicBlockRef merge = NULL;
+  if (g && !open_guard(m, g, &merge)) return;
+  te_expr_t *idx[TE_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++) idx[d] = t->val[d];
+  if (t->body->kind != TE_REDUCE) te_em_store(m, st, idx, te_em_expr(m, in_leaves(m, st, t->body)));
+  else if (mode == MODE_INIT) te_em_store(m, st, idx, identity(m, t->body->op, t->dtype));
+  else accumulate(m, st, idx);
+  close_guard(m, merge);
+}
+
+/* ---- nests -------------------------------------------------------------------------- */
+
+static void attached_at(te_em_t *m, int st, int var) {
+  te_program_t *p = m->p;
+  for (int j = 0; j < p->ntensors && !m->err; j++) {
+    te_tensor_t *a = &p->tensors[j];
+    if (!a->in_kernel || a->attach_stage != st || a->attach_var != var) continue;
+    bool sh = a->eff_scope == TE_SCOPE_SHARED;
+    if (sh) barrier(m);
+    te_em_stage(m, j);
+    if (sh) barrier(m);
+  }
+}
+
+static int first_reduce_leaf(const te_program_t *p, const te_tensor_t *t) {
+  if (t->body->kind != TE_REDUCE) return -1;
+  for (int i = 0; i < t->nleaves; i++)
+    if (p->vars[t->leaves[i]].reduce) return i;
+  return t->nleaves;
+}
+
+/* Does any stage attached to `st` sit at leaf position >= pos? Loops holding one keep their
+ * full extent (their bodies may hold barriers, which every work-item must reach). */
+static bool attached_inside(te_em_t *m, int st, int pos) {
+  te_program_t *p = m->p;
+  const te_tensor_t *t = &p->tensors[st];
+  for (int j = 0; j < p->ntensors; j++) {
+    const te_tensor_t *a = &p->tensors[j];
+    if (!a->in_kernel || a->attach_stage != st) continue;
+    for (int i = pos; i < t->nleaves; i++)
+      if (t->leaves[i] == a->attach_var) return true;
+  }
+  return false;
+}
+
+/* Does e use a leaf of t at position `from` or later? */
+static bool uses_leaves_from(te_em_t *m, const te_tensor_t *t, int from, const te_expr_t *e) {
+  te_program_t *p = m->p;
+  bool *inner = calloc((size_t)p->nvars, sizeof(bool));
+  if (!inner) return true;
+  for (int i = from; i < t->nleaves; i++) inner[t->leaves[i]] = true;
+  bool r = te_uses_var(e, inner);
+  free(inner);
+  return r;
+}
+
+/* A guard `e < bound` that is `v + rest < bound` with `rest` known outside v's loop becomes
+ * the loop bound `v < bound - rest`: the partial tile then runs fewer iterations instead of
+ * testing every one, and the loop stays vectorisable. Returns the tightened extent or NULL. */
+static te_expr_t *tighten(te_em_t *m, const te_tensor_t *t, int pos, te_expr_t *g) {
+  te_program_t *p = m->p;
+  if (g->kind != TE_BIN || g->op != TE_LT || g->args[0]->dtype != p->index_dtype) return NULL;
+  int v = t->leaves[pos];
+  te_expr_t *d = te_simplify(p, te_bin(p, TE_SUB, g->args[0], g->args[1]));
+  te_expr_t *bound = te_simplify(p, te_bin(p, TE_SUB, te_varref(p, v), d));
+  return bound && !uses_leaves_from(m, t, pos, bound) ? bound : NULL;
+}
+
+/* `g` (lo or hi of a guard's difference) compared with 0 as the guard compares. */
+static te_expr_t *tile_test(te_program_t *p, int op, te_expr_t *lo, te_expr_t *hi) {
+  te_expr_t *zero = te_int(p, 0, p->index_dtype);
+  switch (op) {
+  case TE_LT: return te_bin(p, TE_LT, hi, zero);
+  case TE_LE: return te_bin(p, TE_LE, hi, zero);
+  case TE_GT: return te_bin(p, TE_GT, lo, zero);
+  default: return te_bin(p, TE_GE, lo, zero);
+  }
+}
+
+/* The condition under which every guard of t that depends on the leaves from `pos` on holds
+ * for all their values (leaves from pos range over their extents), or NULL if none can be
+ * bounded so. *out_mask gets the guards it covers. */
+static te_expr_t *full_tile(te_em_t *m, const te_tensor_t *t, int pos, int mode, uint32_t consumed, uint32_t *out_mask) {
+  te_program_t *p = m->p;
+  bool *relax = calloc((size_t)p->nvars * 2, sizeof(bool)), *bound = relax + p->nvars;
+  if (!relax) return NULL;
+  /* Bound leaves take the work-item's id, which may exceed the var's extent (a guard says
+   * so): guards on them stay. */
+  for (int i = pos; i < t->nleaves; i++) {
+    relax[t->leaves[i]] = p->vars[t->leaves[i]].bind < 0;
+    bound[t->leaves[i]] = p->vars[t->leaves[i]].bind >= 0;
+  }
+  te_expr_t *cond = NULL;
+  for (int i = 0; i < t->nguards; i++) {
+    te_expr_t *g = t->guards[i], *d, *lo, *hi;
+    if (!guard_open(t, i, mode, consumed) || !te_uses_var(g, relax) || te_uses_var(g, bound)) continue;
+    if (g->kind != TE_BIN || g->op < TE_LT || g->op > TE_GE || g->args[0]->dtype != p->index_dtype) continue;
+    d = te_simplify(p, te_bin(p, TE_SUB, g->args[0], g->args[1]));
+    if (!d || !te_sym_bounds(p, d, relax, &lo, &hi)) continue;
+    te_expr_t *c = tile_test(p, g->op, lo, hi);
+    cond = cond ? te_bin(p, TE_AND, cond, c) : c;
+    *out_mask |= 1u << i;
+  }
+  free(relax);
+  return cond;
+}
+
+static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool versioned);
+
+/* Loop versioning: a whole tile inside the tensor runs without guards. False when no guard
+ * can be tested for the whole tile here. */
+static bool versioned_nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed) {
+  uint32_t full = 0;
+  te_expr_t *c = full_tile(m, &m->p->tensors[st], pos, mode, consumed, &full);
+  if (!c) return false;
+  LLVMValueRef cv = te_em_expr(m, te_simplify(m->p, c));
+  if (!cv) return true;
+  LLVMBasicBlockRef fast = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "tile.full");
+  LLVMBasicBlockRef slow = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "tile.partial");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "tile.end");
+  LLVMBuildCondBr(m->b, cv, fast, slow);
+  LLVMPositionBuilderAtEnd(m->b, fast);
+  nest(m, st, pos, mode, consumed | full, true);
+  LLVMBuildBr(m->b, done);
+  LLVMPositionBuilderAtEnd(m->b, slow);
+  nest(m, st, pos, mode, consumed, true);
+  LLVMBuildBr(m->b, done);
+  LLVMPositionBuilderAtEnd(m->b, done);
+  return true;
+}
+
+/* The extent of leaf `pos`'s loop: guards it can absorb become its bound (not for unrolled
+ * loops, which keep their constant trip count so that register tiles stay registers, nor
+ * around attached stages). */
+static te_expr_t *loop_extent(te_em_t *m, const te_tensor_t *t, int pos, int st, int mode, uint32_t *consumed) {
+  te_program_t *p = m->p;
+  te_var_t *v = &p->vars[t->leaves[pos]];
+  te_expr_t *ext = v->extent;
+  if (effective_ann(m, v) == TE_ANN_UNROLL || attached_inside(m, st, pos)) return ext;
+  for (int i = 0; i < t->nguards; i++) {
+    if (!guard_open(t, i, mode, *consumed)) continue;
+    te_expr_t *b = tighten(m, t, pos, t->guards[i]);
+    if (!b) continue;
+    ext = te_simplify(p, te_bin(p, TE_MIN, ext, b));
+    *consumed |= 1u << i;
+  }
+  return ext;
+}
+
+/* Guards whose vars are all defined at leaf `pos` wrap the rest of the nest instead of each
+ * statement (not around barriers: only without stages attached further in). */
+static bool hoist_guards(te_em_t *m, const te_tensor_t *t, int st, int pos, int mode, uint32_t *consumed,
+                         LLVMBasicBlockRef *merge) {
+  te_program_t *p = m->p;
+  te_expr_t *g = NULL;
+  if (attached_inside(m, st, pos + 1)) return true;
+  for (int i = 0; i < t->nguards; i++) {
+    if (!guard_open(t, i, mode, *consumed) || uses_leaves_from(m, t, pos + 1, t->guards[i])) continue;
+    g = g ? te_bin(p, TE_AND, g, t->guards[i]) : t->guards[i];
+    *consumed |= 1u << i;
+  }
+  return !g || open_guard(m, g, merge);
+}
+
+static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool versioned) {
+  te_program_t *p = m->p;
+  te_tensor_t *t = &p->tensors[st];
+  if (m->err) return;
+  if (mode == MODE_PLAIN && pos == first_reduce_leaf(p, t)) {
+    nest(m, st, pos, MODE_INIT, consumed, versioned);
+    nest(m, st, pos, MODE_MAIN, consumed, versioned);
+    return;
+  }
+  if (pos == t->nleaves) {
+    statement(m, st, mode, consumed);
+    return;
+  }
+  if (!versioned && !attached_inside(m, st, pos) && versioned_nest(m, st, pos, mode, consumed)) return;
+  int var = t->leaves[pos];
+  te_var_t *v = &p->vars[var];
+  if (mode == MODE_INIT && v->reduce) {
+    nest(m, st, pos + 1, mode, consumed, versioned);
+    return;
+  }
+  loop_t l = {0};
+  if (v->bind >= 0) m->val[var] = te_em_id(m, v->bind);
+  else loop_begin(m, var, loop_extent(m, t, pos, st, mode, &consumed), &l);
+  if (mode != MODE_INIT) attached_at(m, st, var);
+  LLVMBasicBlockRef merge = NULL;
+  if (!hoist_guards(m, t, st, pos, mode, &consumed, &merge)) return;
+  nest(m, st, pos + 1, mode, consumed, versioned);
+  close_guard(m, merge);
+  if (v->bind < 0) loop_end(m, &l);
+}
+
+/* ---- stages ------------------------------------------------------------------------- */
+
+/* Storage of an attached stage: a work-group global for shared (within the GPUs' static
+ * limits), an alloca for local. */
+static void stage_storage(te_em_t *m, int st) {
+  te_tensor_t *t = &m->p->tensors[st];
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->rext[d];
+  if (n > (1 << 24)) {
+    te_em_fail(m, KC_COMPILE_ERROR("te: %s needs %lld elements of storage", t->name, (long long)n));
+    return;
+  }
+  LLVMTypeRef et = te_em_type(m, t->dtype, true), at = LLVMArrayType2(et, (uint64_t)n);
+  if (t->eff_scope != TE_SCOPE_SHARED) {
+    m->buf[st] = LLVMBuildAlloca(m->eb, at, t->name);
+    LLVMSetAlignment(m->buf[st], 16);
+    return;
+  }
+  /* Static work-group memory the GPUs have: 48 KiB without opt-in on NVIDIA, 64 KiB of LDS on
+   * AMD (the CPU has no such bound). */
+  m->shared_bytes += (uint64_t)n * LLVMABISizeOfType(LLVMGetModuleDataLayout(m->mod), et);
+  kiln_target_kind_t kind = m->job->target.kind;
+  uint64_t cap = kind == KILN_TARGET_NVPTX ? 48 * 1024 : kind == KILN_TARGET_AMDGPU ? 64 * 1024 : UINT64_MAX;
+  if (m->shared_bytes > cap) {
+    te_em_fail(m, KC_COMPILE_ERROR("te: kernel %s needs %llu bytes of shared memory with %s; %s allows %llu: use "
+                                   "smaller tiles",
+                                   m->k->name, (unsigned long long)m->shared_bytes, t->name, m->job->target.id,
+                                   (unsigned long long)cap));
+    return;
+  }
+  char gname[256];
+  snprintf(gname, sizeof(gname), "%s.%s", m->k->name, t->name);
+  m->buf[st] = LLVMAddGlobalInAddressSpace(m->mod, at, gname, 3);
+  LLVMSetLinkage(m->buf[st], LLVMInternalLinkage);
+  LLVMSetInitializer(m->buf[st], LLVMGetPoison(at));
+  LLVMSetAlignment(m->buf[st], 16);
+}
+
+void te_em_stage(te_em_t *m, int st) {
+  if (m->p->tensors[st].kernel_arg < 0 && !m->buf[st]) stage_storage(m, st);
+  if (m->err) return;
+  nest(m, st, 0, MODE_PLAIN, 0, false);
+}

@@ -1,0 +1,86 @@
+/* Launch recipes (te_launch.h). */
+#include "compiler/te/te_launch.h"
+
+#include <msgpack.h>
+#include <string.h>
+
+#include "compiler/te/te_expr.h"
+
+/* Launch expressions: ints, shape vars, add sub mul floordiv floormod min max. */
+static bool pack_launch_expr(const te_program_t *p, msgpack_packer *pk, const te_expr_t *e) {
+  static const char *const ops[] = {[TE_ADD] = "add", [TE_SUB] = "sub", [TE_MUL] = "mul",
+                                    [TE_FLOORDIV] = "floordiv", [TE_FLOORMOD] = "floormod",
+                                    [TE_MIN] = "min", [TE_MAX] = "max"};
+  switch (e->kind) {
+  case TE_INT: msgpack_pack_int64(pk, e->i); return true;
+  case TE_VAR:
+    if (p->vars[e->ref].kind != TE_V_SHAPE) return false;
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_str_with_body(pk, "var", 3);
+    msgpack_pack_str_with_body(pk, p->vars[e->ref].name, strlen(p->vars[e->ref].name));
+    return true;
+  case TE_CAST: return pack_launch_expr(p, pk, e->args[0]);
+  case TE_BIN:
+    if (e->op >= KILN_ARRAY_SIZE(ops) || !ops[e->op]) return false;
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_str_with_body(pk, ops[e->op], strlen(ops[e->op]));
+    return pack_launch_expr(p, pk, e->args[0]) && pack_launch_expr(p, pk, e->args[1]);
+  default: return false;
+  }
+}
+
+static void pack_str(msgpack_packer *pk, const char *s) { msgpack_pack_str_with_body(pk, s, strlen(s)); }
+
+/* {"name", "arg": its parameter index, "from": [argument, dimension] of the first tensor
+ * argument whose declared shape has exactly the var there, or nil}. */
+static void pack_var(const te_program_t *p, const te_kernel_t *k, msgpack_packer *pk, int v) {
+  int arg = -1, from_arg = -1, from_dim = -1;
+  for (int a = 0; a < k->nargs; a++)
+    if (k->args[a] == -v - 1) arg = a;
+  for (int a = 0; a < k->nargs && from_arg < 0; a++) {
+    if (k->args[a] < 0) continue;
+    const te_tensor_t *t = &p->tensors[k->args[a]];
+    for (int d = 0; d < t->ndim && from_arg < 0; d++)
+      if (t->shape[d]->kind == TE_VAR && t->shape[d]->ref == v) from_arg = a, from_dim = d;
+  }
+  msgpack_pack_map(pk, 3);
+  pack_str(pk, "name");
+  pack_str(pk, p->vars[v].name);
+  pack_str(pk, "arg");
+  msgpack_pack_uint32(pk, (uint32_t)arg);
+  pack_str(pk, "from");
+  if (from_arg < 0) {
+    msgpack_pack_nil(pk);
+    return;
+  }
+  msgpack_pack_array(pk, 2);
+  msgpack_pack_uint32(pk, (uint32_t)from_arg);
+  msgpack_pack_uint32(pk, (uint32_t)from_dim);
+}
+
+kiln_status_t te_launch_encode(te_program_t *p, te_kernel_t *k) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  bool ok = true;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 3);
+  pack_str(&pk, "grid");
+  msgpack_pack_array(&pk, 3);
+  for (int d = 0; d < 3; d++) ok &= pack_launch_expr(p, &pk, te_simplify(p, k->grid[d]));
+  pack_str(&pk, "block");
+  msgpack_pack_array(&pk, 3);
+  for (int d = 0; d < 3; d++) msgpack_pack_int64(&pk, k->block[d]);
+  pack_str(&pk, "vars");
+  msgpack_pack_array(&pk, (uint32_t)p->nshape);
+  for (int i = 0; i < p->nshape; i++) pack_var(p, k, &pk, p->shape_vars[i]);
+  if (!ok || sb.size > 65536) {
+    msgpack_sbuffer_destroy(&sb);
+    return KC_COMPILE_ERROR("te: kernel %s: its grid is not expressible over the shape vars (use splits by constants "
+                            "on bound vars)",
+                            k->name);
+  }
+  k->launch = (uint8_t *)sb.data;
+  k->launch_size = sb.size;
+  return KILN_OK;
+}
