@@ -55,12 +55,20 @@ void kiln_time_stats_compute(const double *x, size_t n, kiln_time_stats_t *out) 
   free(sorted);
 }
 
+static bool stop(const kiln_time_config_t *cfg) { return cfg->cancelled && cfg->cancelled(cfg->cancel_ctx); }
+
+static kiln_status_t cancelled(const kiln_time_config_t *cfg, uint32_t repeat) {
+  return KILN_STATUS(KILN_E_CANCELLED, "time: cancelled after %u of %u repeats (its client has gone)",
+                     repeat, cfg->repeat);
+}
+
 kiln_status_t kiln_time_evaluate(const kiln_backend_t *backend, kiln_device_t *dev,
                                  kiln_dmodule_t *mod, const kiln_launch_t *launch,
                                  const kiln_time_config_t *cfg, kiln_time_result_t *out) {
   if (cfg->number == 0 || cfg->repeat == 0)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "time: number and repeat must be at least 1 (got %u, %u)",
                        cfg->number, cfg->repeat);
+  if (stop(cfg)) return cancelled(cfg, 0);
   if (cfg->warmup)
     KILN_RETURN_IF_ERROR(backend->launch(dev, mod, launch, cfg->warmup, cfg->deadline_ns, NULL));
   double *results = calloc(cfg->repeat, sizeof *results);
@@ -75,7 +83,7 @@ kiln_status_t kiln_time_evaluate(const kiln_backend_t *backend, kiln_device_t *d
     do {
       if (ms > 0) number = kiln_time_grow_number(number, ms, cfg->min_repeat_ms);
       uint64_t ns = 0;
-      s = backend->launch(dev, mod, launch, number, cfg->deadline_ns, &ns);
+      s = stop(cfg) ? cancelled(cfg, r) : backend->launch(dev, mod, launch, number, cfg->deadline_ns, &ns);
       if (s) break;
       if (ns == 0) zero_times++;
       ms = (double)ns / 1e6;

@@ -23,6 +23,10 @@ typedef struct kiln_time_config {
   uint32_t warmup;        /* unmeasured runs first (TVM: 1) */
   bool flush;             /* backend->flush_caches before every repeat */
   uint64_t deadline_ns;   /* per backend->launch call, passed through; 0 = none */
+  /* Asked before every backend->launch call; true ends the evaluation with E_CANCELLED (the
+   * client that asked has gone). NULL: never. */
+  bool (*cancelled)(void *ctx);
+  void *cancel_ctx;
 } kiln_time_config_t;
 
 /* Defaults as TVM's: number 1, repeat 1, min_repeat_ms 0, warmup 1, no flush. */

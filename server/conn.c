@@ -45,7 +45,7 @@ static void on_close(uv_handle_t *h) {
   list_remove(s, c);
   s->num_conns--;
   if (c->tenant) c->tenant->connections--;
-  kiln_leases_conn_closed(s, c);
+  kiln_devices_conn_closed(s, c);
   KILN_LOG_DEBUG("conn_close", "conn=%llu inflight=%u", (unsigned long long)c->id, c->inflight);
   kiln_conn_release(c);
   kiln_server_maybe_finish_drain(s);

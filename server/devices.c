@@ -157,6 +157,8 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
     kiln_map_init(&s->devices[i].slots);
     uv_timer_init(s->loop, &s->devices[i].lease_timer);
     s->devices[i].lease_timer.data = &s->devices[i];
+    uv_timer_init(s->loop, &s->devices[i].held_timer);
+    s->devices[i].held_timer.data = &s->devices[i];
   }
   return st;
 }

@@ -1,6 +1,7 @@
 /* launch and time: check the request against the module's kernel table and the tenant's
  * tensors, make sure the device worker has the module loaded, and pass the launch on. The
  * worker converts argument values to the kernel's types (device/launch.h) and runs it. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,9 +14,11 @@
 typedef struct launch_op {
   kiln_req_t *req;
   kiln_dslot_t *slot;
+  struct launch_op *prev, *next; /* in slot->ops while the worker has it */
   uint8_t key[KILN_HASH_BYTES];
   const char *method;
   uint64_t budget_ms; /* the watchdog's budget (launch only; 0 = none) */
+  uint64_t seq;       /* its cell in the slot's cancel page */
   kiln_buf_t params;
 } launch_op_t;
 
@@ -24,9 +27,24 @@ static void op_free(launch_op_t *op) {
   free(op);
 }
 
+static void ops_add(kiln_dslot_t *sl, launch_op_t *op) {
+  op->prev = NULL;
+  op->next = sl->ops;
+  if (sl->ops) sl->ops->prev = op;
+  sl->ops = op;
+}
+
+static void ops_remove(kiln_dslot_t *sl, launch_op_t *op) {
+  if (op->prev) op->prev->next = op->next;
+  else sl->ops = op->next;
+  if (op->next) op->next->prev = op->prev;
+  op->prev = op->next = NULL;
+}
+
 static void on_reply(void *ctx, kiln_status_t st, const msgpack_object *result) {
   launch_op_t *op = ctx;
   kiln_server_t *s = op->req->conn->server;
+  ops_remove(op->slot, op);
   op->slot->tenant->launches--;
   kiln_device_run_done(s, op->slot->device);
   if (st) {
@@ -67,6 +85,26 @@ static const char *format_kind(kiln_artifact_format_t f) {
   return "?";
 }
 
+/* Sends `method` with params [{module?, size, fds: 1}] and the shared memory `fd` (closed by
+ * this call either way). */
+static kiln_status_t call_with_shm(kiln_worker_t *w, const char *method, const char *module,
+                                   uint64_t size, int fd, kiln_worker_cb cb, void *ctx) {
+  kiln_buf_t params;
+  kiln_buf_init(&params);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &params);
+  msgpack_pack_array(&pk.pk, 1);
+  msgpack_pack_map(&pk.pk, module ? 3 : 2);
+  if (module) kiln_pack_kv_str(&pk.pk, "module", module);
+  kiln_pack_kv_u64(&pk.pk, "size", size);
+  kiln_pack_kv_u64(&pk.pk, "fds", 1);
+  kiln_status_t st = kiln_packer_status(&pk);
+  if (st) close(fd);
+  else st = kiln_worker_call(w, method, &params, &fd, 1, cb, ctx);
+  kiln_buf_deinit(&params);
+  return st;
+}
+
 static kiln_status_t ensure_loaded(kiln_dslot_t *d, kiln_module_t *m) {
   uint64_t k;
   memcpy(&k, m->key, sizeof(k));
@@ -79,25 +117,14 @@ static kiln_status_t ensure_loaded(kiln_dslot_t *d, kiln_module_t *m) {
   KILN_RETURN_IF_ERROR(kiln_shm_create("kiln-artifact", m->len, &fd, &map));
   memcpy(map, m->bytes, m->len);
   kiln_shm_unmap(map, m->len);
-  kiln_buf_t params;
-  kiln_buf_init(&params);
-  kiln_packer_t pk;
-  kiln_packer_init(&pk, &params);
-  msgpack_pack_array(&pk.pk, 1);
-  msgpack_pack_map(&pk.pk, 3);
-  kiln_pack_kv_str(&pk.pk, "module", m->hex);
-  kiln_pack_kv_u64(&pk.pk, "size", m->len);
-  kiln_pack_kv_u64(&pk.pk, "fds", 1);
   load_op_t *op = malloc(sizeof(*op));
-  kiln_status_t st = op ? KILN_OK : KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  if (!st) {
-    op->device = d;
-    op->key64 = k;
-    st = kiln_worker_call(d->worker, "load", &params, &fd, 1, on_load_reply, op);
-  } else {
+  if (!op) {
     close(fd);
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   }
-  kiln_buf_deinit(&params);
+  op->device = d;
+  op->key64 = k;
+  kiln_status_t st = call_with_shm(d->worker, "load", m->hex, m->len, fd, on_load_reply, op);
   if (st) {
     free(op);
     return st;
@@ -106,7 +133,46 @@ static kiln_status_t ensure_loaded(kiln_dslot_t *d, kiln_module_t *m) {
   return kiln_map_put(&d->loaded, k, (void *)((uintptr_t)kiln_worker_generation(d->worker) + 1));
 }
 
-/* Runs a launch that the device gate let through (now, or after a lease ended). */
+static void ignore_reply(void *ctx, kiln_status_t st, const msgpack_object *result) {
+  (void)ctx;
+  (void)result;
+  kiln_status_free(st);
+}
+
+/* Makes sure the slot's worker maps the cancel page (sent once per worker process, before
+ * the launches that refer to it; launches of a worker without it cannot be cancelled). */
+static kiln_status_t ensure_cancel_page(kiln_dslot_t *d) {
+  uint32_t gen = kiln_worker_generation(d->worker);
+  if (d->cancel_page && d->cancel_sent == gen + 1) return KILN_OK;
+  if (!d->cancel_page) {
+    void *map;
+    KILN_RETURN_IF_ERROR(kiln_shm_create("kiln-cancel", KILN_CANCEL_PAGE_BYTES, &d->cancel_fd, &map));
+    d->cancel_page = map;
+  }
+  int fd = fcntl(d->cancel_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "no file descriptor for the cancel page");
+  KILN_RETURN_IF_ERROR(
+      call_with_shm(d->worker, "cancel_page", NULL, KILN_CANCEL_PAGE_BYTES, fd, ignore_reply, NULL));
+  d->cancel_sent = kiln_worker_generation(d->worker) + 1;
+  return KILN_OK;
+}
+
+void kiln_launches_conn_closed(kiln_server_t *s, kiln_conn_t *c) {
+  for (uint32_t i = 0; i < s->num_devices; i++) {
+    size_t it = 0;
+    void *v;
+    while (kiln_map_next(&s->devices[i].slots, &it, NULL, &v)) {
+      kiln_dslot_t *sl = v;
+      for (launch_op_t *op = sl->ops; op; op = op->next)
+        if (op->req->conn == c && sl->cancel_page)
+          /* Relaxed is enough: the worker polls the cell, and a late look costs one more run. */
+          __atomic_store_n(&sl->cancel_page[op->seq % KILN_CANCEL_CELLS], op->seq, __ATOMIC_RELAXED);
+    }
+  }
+}
+
+/* Runs a launch that the device gate let through (now, or after a lease ended), or fails it
+ * with the gate's error (its wait timed out, its connection closed, the device was revoked). */
 static void launch_go(void *ctx, kiln_status_t st) {
   launch_op_t *op = ctx;
   kiln_server_t *s = op->req->conn->server;
@@ -117,9 +183,13 @@ static void launch_go(void *ctx, kiln_status_t st) {
     st = kiln_module_find(s, NULL, hex, 2 * KILN_HASH_BYTES, &m);
   }
   if (!st) st = ensure_loaded(op->slot, m);
+  if (!st) st = ensure_cancel_page(op->slot);
   if (!st)
     st = kiln_worker_call_budget(op->slot->worker, op->method, &op->params, NULL, 0, op->budget_ms, on_reply, op);
-  if (!st) kiln_metrics_launch(op->slot->device, op->slot->tenant, op->method[0] == 't');
+  if (!st) {
+    ops_add(op->slot, op);
+    kiln_metrics_launch(op->slot->device, op->slot->tenant, op->method[0] == 't');
+  }
   if (st) {
     op->slot->tenant->launches--;
     kiln_device_run_done(s, op->slot->device);
@@ -206,8 +276,10 @@ static kiln_status_t start(kiln_call_t *call, bool timed) {
    * not yet started on the cpu, the completion wait on GPUs) and answers E_TIMEOUT; kilnd's
    * watchdog ends a worker that stays silent past it (a kernel that never returns). */
   uint64_t timeout_ms = lp.timeout_ms ? lp.timeout_ms : (uint64_t)(call->server->cfg.launch_timeout_s * 1000.0);
-  msgpack_pack_map(&pk.pk, n + 1 + (timeout_ms ? 1 : 0));
+  op->seq = ++slot->cancel_seq;
+  msgpack_pack_map(&pk.pk, n + 2 + (timeout_ms ? 1 : 0));
   kiln_pack_kv_str(&pk.pk, "module", m->hex);
+  kiln_pack_kv_u64(&pk.pk, "cancel", op->seq);
   if (timeout_ms) kiln_pack_kv_u64(&pk.pk, "deadline_ms", timeout_ms);
   for (uint32_t i = 0; i < p->via.map.size; i++) {
     const msgpack_object_kv *kv = &p->via.map.ptr[i];
@@ -228,7 +300,9 @@ static kiln_status_t start(kiln_call_t *call, bool timed) {
   op->budget_ms = timed ? 0 : timeout_ms; /* a `time` call runs many launches: no watchdog */
   memcpy(op->key, m->key, KILN_HASH_BYTES);
   bool now;
-  st = kiln_device_gate(call->server, d, tenant, wait, launch_go, op, &now);
+  /* Waiting behind another tenant's lease counts against the same timeout (the kernel gets
+   * its whole deadline once it starts). */
+  st = kiln_device_gate(call->server, d, tenant, call->conn, wait, timeout_ms, launch_go, op, &now);
   if (st) {
     op_free(op);
     return st;

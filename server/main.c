@@ -286,12 +286,7 @@ static void on_signal(uv_signal_t *h, int signum) {
       kiln_status_free(st);
       return;
     }
-    /* Connections of tenants that left the file end now. */
-    for (kiln_conn_t *c = s->conns; c;) {
-      kiln_conn_t *n = c->next;
-      if (c->tenant && c->tenant->disabled) kiln_conn_close(c);
-      c = n;
-    }
+    kiln_tenants_revoke(s);
     return;
   }
   if (s->draining) {

@@ -26,7 +26,8 @@ kiln_status_t kiln_method_hello(kiln_call_t *call) {
   /* Without a tokens file every connection is the "default" tenant and a token is
    * accepted and ignored (docs/protocol.md, hello). */
   if (s->tenants.auth_required) {
-    kiln_tenant_t *t = token ? kiln_tenants_authenticate(&s->tenants, token, token_len) : NULL;
+    uint8_t hash[KILN_HASH_BYTES];
+    kiln_tenant_t *t = token ? kiln_tenants_authenticate(&s->tenants, token, token_len, hash) : NULL;
     if (!t) {
       KILN_LOG_INFO("auth_failed", "conn=%llu peer=%s", (unsigned long long)c->id, c->peer);
       return KILN_STATUS(KILN_E_UNAUTHENTICATED,
@@ -40,6 +41,7 @@ kiln_status_t kiln_method_hello(kiln_call_t *call) {
       t->connections++;
       KILN_LOG_INFO("auth", "conn=%llu tenant=%s", (unsigned long long)c->id, t->name);
     }
+    memcpy(c->token_hash, hash, sizeof(hash));
   }
   /* The tenant's message quota tightens this connection's framing limit. */
   if (c->tenant->quotas.message < c->reader.limits.max_message)

@@ -103,6 +103,7 @@ struct kiln_conn {
   uint64_t partial_since_ns; /* 0 unless part of a message is buffered */
   uint64_t id;
   kiln_tenant_t *tenant; /* NULL until `hello` authenticates (when a tokens file is set) */
+  uint8_t token_hash[KILN_HASH_BYTES]; /* of the token `hello` gave: SIGHUP checks it is still valid */
   char peer[64];
 };
 
@@ -189,8 +190,15 @@ typedef struct kiln_device_entry {
   kiln_tenant_t *lease_tenant;
   kiln_conn_t *lease_conn;
   uint64_t lease_id;
+  uint64_t lease_start_ns;
   uv_timer_t lease_timer;
   struct kiln_held *held_head, *held_tail; /* requests waiting for the lease to change */
+  uv_timer_t held_timer; /* the next held launch's deadline, or a lease's cool-down end */
+  /* The last lease, for its tenant's next one (lease.c): `contended` when another tenant
+   * wanted the device while it stood or has used it since. */
+  kiln_tenant_t *last_lease_tenant;
+  uint64_t last_lease_end_ns, last_lease_ns;
+  bool lease_contended;
 } kiln_device_entry_t;
 
 /* The device worker of one tenant on one device, and what it has loaded. */
@@ -200,24 +208,54 @@ typedef struct kiln_dslot {
   kiln_worker_t *worker;
   kiln_map_t loaded; /* module key64 -> worker generation + 1 it was loaded in */
   uint32_t reaped_generation; /* tensors of older worker generations are given up (tensors.c) */
+  /* Launches and timings at the worker (launch.c), and the shared page through which kilnd
+   * tells the worker to drop those whose client has gone: cell seq % KILN_CANCEL_CELLS holds
+   * the seq of a cancelled request. */
+  struct launch_op *ops;
+  uint64_t *cancel_page;
+  int cancel_fd;
+  uint32_t cancel_sent; /* worker generation + 1 that has the page */
+  uint64_t cancel_seq;
 } kiln_dslot_t;
+
+#define KILN_CANCEL_PAGE_BYTES 4096
+#define KILN_CANCEL_CELLS (KILN_CANCEL_PAGE_BYTES / 8)
 
 /* Once a second: ends device workers silent past their launches' deadlines. */
 void kiln_devices_watchdog(kiln_server_t *s);
 /* The slot of (device, tenant), created (and its worker set up) on first use. */
 kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                kiln_dslot_t **out);
+/* A connection closed (conn.c): its leases end, its held launches and pending lease requests
+ * are dropped, and the worker is told to skip or stop its launches and timings. */
+void kiln_devices_conn_closed(kiln_server_t *s, kiln_conn_t *c);
 /* Leases (lease.c). */
-void kiln_leases_conn_closed(kiln_server_t *s, kiln_conn_t *c);
 kiln_status_t kiln_method_lease(kiln_call_t *call);
 kiln_status_t kiln_method_release(kiln_call_t *call);
-/* Launch gate: runs `go(ctx)` now when the device is free for this tenant, holds it while
- * another tenant's lease is pending or active (or fails with E_UNAVAILABLE when the client
- * asked not to wait). */
+/* Launch gate: runs `go(ctx, OK)` now (*out_now) when the device is free for this tenant,
+ * holds it while another tenant's lease is pending or active, or fails with E_UNAVAILABLE when
+ * the client asked not to wait. A held launch gets go(ctx, E_TIMEOUT) after waiting `wait_ms`
+ * (0: no limit) and go(ctx, E_CANCELLED) when its connection closes; `go` then calls
+ * kiln_device_run_done like a launch that ran. */
 typedef void (*kiln_held_fn)(void *ctx, kiln_status_t st);
 kiln_status_t kiln_device_gate(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
-                               bool wait, kiln_held_fn go, void *ctx, bool *out_now);
+                               kiln_conn_t *c, bool wait, uint64_t wait_ms, kiln_held_fn go,
+                               void *ctx, bool *out_now);
 void kiln_device_run_done(kiln_server_t *s, kiln_device_entry_t *d);
+/* A tensor operation of a tenant whose launches are held on the device waits behind them
+ * (*out_queued; `go` as for the gate, without kiln_device_run_done), so that a tenant's
+ * requests on one device stay in order; with nothing of the tenant held it is not queued. */
+kiln_status_t kiln_device_follow(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+                                 kiln_conn_t *c, kiln_held_fn go, void *ctx, bool *out_queued);
+/* Ends what a tenant may no longer reach on the device (a reload took the device from its
+ * line, or the tenant from the file): its lease, its held requests, its device worker (the
+ * tensors in it are lost and their bytes given back). */
+void kiln_device_revoke(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t);
+/* Tells the tenant's worker to skip or stop the launches of a closed connection (launch.c). */
+void kiln_launches_conn_closed(kiln_server_t *s, kiln_conn_t *c);
+/* After a tokens reload (SIGHUP): closes connections whose tenant left the file or whose
+ * token is no longer listed, and revokes devices tenants lost (lease.c). */
+void kiln_tenants_revoke(kiln_server_t *s);
 
 /* Memory (memory.c): a tensor's bytes are charged to its tenant's `memory` quota and to
  * the device's capacity before a worker allocates them, and given back when it is freed or
@@ -330,7 +368,8 @@ struct kiln_server {
   uint32_t num_absent;
 
   kiln_map_t tensors; /* id -> kiln_tensor_t* */
-  kiln_map_t lost_tensors; /* id -> tenant index of tensors reaped with their worker */
+  kiln_map_t lost_tensors; /* id -> tenant index << 6 | device index, of tensors reaped with
+                              their worker (tensors.c) */
   kiln_tenants_t tenants;
   uv_signal_t sig_hup;
   struct kiln_compile_state *compile;

@@ -79,6 +79,16 @@ static kiln_status_t parse_option(char *opt, kiln_tenant_spec_t *t) {
     t->stats_all = strcmp(v, "all") == 0;
     return KILN_OK;
   }
+  if (strcmp(k, "lease") == 0) {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || n > KILN_LEASE_MAX_S)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "lease is whole seconds from 0 to %d",
+                         KILN_LEASE_MAX_S);
+    t->quotas.lease = n;
+    return KILN_OK;
+  }
   if (strcmp(k, "devices") == 0) {
     if (strlen(v) >= sizeof(t->devices))
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "devices list too long");
@@ -103,7 +113,7 @@ static kiln_status_t parse_option(char *opt, kiln_tenant_spec_t *t) {
   bool quotable = strlen(k) < KILN_TOKEN_MIN;
   return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                      "unknown option '%s' (known: devices, stats, memory, tensors, launches, "
-                     "compiles, message, connections)",
+                     "compiles, message, connections, lease)",
                      quotable ? k : "...");
 }
 
@@ -148,6 +158,7 @@ kiln_status_t kiln_tokens_parse(const char *text, size_t len, kiln_tokens_file_t
     t = &out->tenants[out->num_tenants++];
     memset(t, 0, sizeof(*t));
     memset(&t->quotas, 0xff, sizeof(t->quotas));
+    t->quotas.lease = KILN_LEASE_DEFAULT_S;
     if (!valid_name(fields[1])) {
       st = KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                        "line %u: tenant names are 1-63 characters of A-Z a-z 0-9 _ - .", lineno);
@@ -257,10 +268,12 @@ kiln_status_t kiln_tenants_reload(kiln_tenants_t *t) {
   return st;
 }
 
-kiln_tenant_t *kiln_tenants_authenticate(const kiln_tenants_t *t, const char *token, size_t len) {
+kiln_tenant_t *kiln_tenants_authenticate(const kiln_tenants_t *t, const char *token, size_t len,
+                                         uint8_t out_hash[KILN_HASH_BYTES]) {
   if (len < KILN_TOKEN_MIN || len > KILN_TOKEN_MAX) return NULL;
   uint8_t h[KILN_HASH_BYTES];
   kiln_hash(token, len, h);
+  if (out_hash) memcpy(out_hash, h, KILN_HASH_BYTES);
   kiln_tenant_t *found = NULL;
   /* Every candidate is compared, in constant time each, whatever matched earlier. */
   for (uint32_t i = 0; i < t->count; i++) {
@@ -269,6 +282,13 @@ kiln_tenant_t *kiln_tenants_authenticate(const kiln_tenants_t *t, const char *to
       if (kiln_secret_compare(h, x->token_hashes[j], KILN_HASH_BYTES) == 0 && !x->disabled)
         found = x;
   }
+  return found;
+}
+
+bool kiln_tenant_has_token(const kiln_tenant_t *t, const uint8_t hash[KILN_HASH_BYTES]) {
+  bool found = false;
+  for (uint32_t j = 0; j < t->num_tokens; j++)
+    found |= kiln_secret_compare(hash, t->token_hashes[j], KILN_HASH_BYTES) == 0;
   return found;
 }
 

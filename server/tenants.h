@@ -27,7 +27,11 @@ typedef struct kiln_quotas {
   uint64_t compiles;    /* compile items queued or running */
   uint64_t message;     /* bytes of one message */
   uint64_t connections; /* open connections */
+  uint64_t lease;       /* longest lease in seconds (0: none allowed); not UINT64_MAX by default */
 } kiln_quotas_t;
+
+#define KILN_LEASE_DEFAULT_S 60 /* a tokens line's lease quota when it names none */
+#define KILN_LEASE_MAX_S 3600   /* the longest lease anyone gets (docs/protocol.md `lease`) */
 
 /* One line of the tokens file, parsed. */
 typedef struct kiln_tenant_spec {
@@ -82,8 +86,12 @@ typedef struct kiln_tenants {
 kiln_status_t kiln_tenants_init(kiln_tenants_t *t, const char *tokens_path);
 /* Re-reads the tokens file; on error the old table stays in force. */
 kiln_status_t kiln_tenants_reload(kiln_tenants_t *t);
-/* The tenant whose token this is, comparing every token in constant time; NULL if none. */
-kiln_tenant_t *kiln_tenants_authenticate(const kiln_tenants_t *t, const char *token, size_t len);
+/* The tenant whose token this is, comparing every token in constant time; NULL if none.
+ * The token's hash goes to out_hash (when not NULL) for kiln_tenant_has_token. */
+kiln_tenant_t *kiln_tenants_authenticate(const kiln_tenants_t *t, const char *token, size_t len,
+                                         uint8_t out_hash[KILN_HASH_BYTES]);
+/* Whether the tenant's line still lists the token of this hash (after a reload). */
+bool kiln_tenant_has_token(const kiln_tenant_t *t, const uint8_t hash[KILN_HASH_BYTES]);
 kiln_tenant_t *kiln_tenants_default(kiln_tenants_t *t); /* NULL when auth is required */
 /* Whether the tenant may use the device (id like "cuda:0", kind like "cuda"). */
 bool kiln_tenant_may_use(const kiln_tenant_t *t, const char *device_id, const char *kind);

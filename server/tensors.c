@@ -36,6 +36,10 @@ typedef struct op {
   uint64_t len;        /* bytes of a read/download reply in buf */
   int kind;            /* OP_* */
   bool reserved;       /* alloc/upload: desc.nbytes and one tensor are charged to the tenant */
+  /* While it waits behind the tenant's held launches (kiln_device_follow): */
+  const char *method;
+  kiln_buf_t params;
+  int fd;
 } op_t;
 
 /* An alloc/upload reply on its way to the client: the tensor is given up when the reply
@@ -49,6 +53,7 @@ typedef struct reply_watch {
 /* Lost-tensor markers kept per tenant, so that a tenant that keeps crashing its worker
  * cannot grow kilnd's memory; beyond this an id answers as unknown. */
 #define KILN_LOST_MARKERS_MAX 65536
+_Static_assert(KILN_MAX_DEVICES <= 64, "a lost marker keeps the device index in 6 bits");
 
 enum { OP_ALLOC, OP_UPLOAD, OP_WRITE, OP_READ, OP_DOWNLOAD, OP_FREE };
 
@@ -69,6 +74,8 @@ static void unreserve(op_t *op) {
 
 static void op_free(op_t *op) {
   unreserve(op);
+  if (op->fd >= 0) close(op->fd);
+  kiln_buf_deinit(&op->params);
   if (op->buf) kiln_shm_pool_put(shm_pool(op->server), op->buf);
   free(op);
 }
@@ -167,6 +174,10 @@ static kiln_status_t pack_params(kiln_buf_t *out, uint64_t handle, uint64_t byte
 /* Forgets the tensor and has its worker free the bytes (after the work queued before). */
 static kiln_status_t send_free(kiln_server_t *s, kiln_tensor_t *t, kiln_worker_cb cb, void *ctx) {
   kiln_worker_t *w = t->slot->worker;
+  if (t->generation != kiln_worker_generation(w)) { /* its worker is gone, and the bytes with it */
+    forget(s, t);
+    return KILN_OK;
+  }
   kiln_buf_t params;
   kiln_buf_init(&params);
   kiln_status_t st = pack_params(&params, t->id, 0, 0, 0, false, 0);
@@ -192,9 +203,10 @@ void kiln_tensors_reap(kiln_server_t *s) {
         kiln_tensor_t *t = tv;
         if (t->slot != sl || t->generation == gen) continue;
         kiln_tenant_t *owner = t->tenant;
+        uintptr_t marker = (uintptr_t)owner->index << 6 | i; /* KILN_MAX_DEVICES fits in 6 bits */
         forget(s, t); /* removing the entry just returned is allowed */
         if (owner->lost_markers < KILN_LOST_MARKERS_MAX &&
-            !kiln_map_put(&s->lost_tensors, id, (void *)(uintptr_t)owner->index))
+            !kiln_map_put(&s->lost_tensors, id, (void *)marker))
           owner->lost_markers++;
       }
     }
@@ -208,7 +220,9 @@ kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t *
   kiln_tenant_t *me = call->conn->tenant;
   kiln_tensors_reap(s);
   kiln_tensor_t *t = kiln_map_get(&s->tensors, id);
-  if (!t && (uintptr_t)kiln_map_get(&s->lost_tensors, id) == me->index) {
+  uintptr_t lost = t ? 0 : (uintptr_t)kiln_map_get(&s->lost_tensors, id);
+  if (lost && lost >> 6 == me->index) {
+    KILN_RETURN_IF_ERROR(kiln_device_permit(&s->devices[lost & 63], me));
     kiln_map_remove(&s->lost_tensors, id);
     me->lost_markers--;
     return KILN_STATUS(KILN_E_NOT_FOUND,
@@ -304,6 +318,27 @@ static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *r
   (void)result;
 }
 
+/* Hands the op to its worker (the fd goes with it). */
+static kiln_status_t send_now(op_t *op) {
+  int fd = op->fd;
+  op->fd = -1;
+  op->generation = kiln_worker_generation(op->slot->worker);
+  kiln_status_t st = kiln_worker_call(op->slot->worker, op->method, &op->params, fd >= 0 ? &fd : NULL,
+                                      fd >= 0 ? 1 : 0, on_worker_reply, op);
+  kiln_buf_deinit(&op->params);
+  return st;
+}
+
+/* The launches it followed have gone to the worker (or it was dropped with `st`). */
+static void follow_go(void *ctx, kiln_status_t st) {
+  op_t *op = ctx;
+  if (!st) st = send_now(op);
+  if (st) {
+    kiln_req_fail(op->req, st);
+    op_free(op);
+  }
+}
+
 /* Sends `method` with params {handle, bytes, offset, size} and, when op has a buffer, its
  * fd with the offset `at` of the bytes in it. The buffer stays op's; the worker is told
  * which one by its fd (and keeps large ones mapped, keyed by inode). */
@@ -314,20 +349,18 @@ static kiln_status_t send_op(kiln_call_t *call, op_t *op, const char *method, ui
     fd = fcntl(op->buf->fd, F_DUPFD_CLOEXEC, 0); /* kiln_worker_call closes what it is given */
     if (fd < 0) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "no file descriptor for a transfer");
   }
-  kiln_buf_t params;
-  kiln_buf_init(&params);
-  kiln_status_t st = pack_params(&params, op->id, bytes, offset, size, fd >= 0, at);
-  if (st) {
-    if (fd >= 0) close(fd);
-    kiln_buf_deinit(&params);
-    return st;
-  }
+  op->fd = fd;
+  op->method = method;
+  kiln_status_t st = pack_params(&op->params, op->id, bytes, offset, size, fd >= 0, at);
+  if (st) return st;
   op->req = call->req;
   op->server = call->server;
-  op->generation = kiln_worker_generation(op->slot->worker);
-  st = kiln_worker_call(op->slot->worker, method, &params, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0,
-                        on_worker_reply, op);
-  kiln_buf_deinit(&params);
+  /* Behind launches of the tenant that wait for another tenant's lease, so that its
+   * requests on the device stay in order. */
+  bool queued;
+  st = kiln_device_follow(call->server, op->slot->device, op->slot->tenant, call->conn, follow_go, op,
+                          &queued);
+  if (!st && !queued) st = send_now(op);
   if (st) return st;
   call->async = true;
   return KILN_OK;
@@ -335,7 +368,10 @@ static kiln_status_t send_op(kiln_call_t *call, op_t *op, const char *method, ui
 
 static op_t *op_new(int kind) {
   op_t *op = calloc(1, sizeof(*op));
-  if (op) op->kind = kind;
+  if (op) {
+    op->kind = kind;
+    op->fd = -1;
+  }
   return op;
 }
 

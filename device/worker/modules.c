@@ -52,6 +52,8 @@ void kiln_dworker_modules_deinit(kiln_dworker_t *w) {
   void *v;
   while (kiln_map_next(&w->modules, &it, NULL, &v)) module_free(w, v);
   kiln_map_deinit(&w->modules);
+  if (w->cancel_page) kiln_shm_unmap((void *)w->cancel_page, w->cancel_cells * 8);
+  w->cancel_page = NULL;
 }
 
 static kiln_status_t do_load(kiln_dworker_call_t *call) {
@@ -141,8 +143,39 @@ static kiln_status_t decode_args(kiln_dworker_t *w, const msgpack_object *params
   return KILN_OK;
 }
 
+/* The launch or timing's cell in the cancel page, when it has one. */
+typedef struct cancel_cell {
+  const volatile uint64_t *cell;
+  uint64_t seq;
+} cancel_cell_t;
+
+static bool is_cancelled(void *ctx) {
+  const cancel_cell_t *c = ctx;
+  return c->cell && __atomic_load_n(c->cell, __ATOMIC_RELAXED) == c->seq;
+}
+
+static kiln_status_t map_cancel_page(kiln_dworker_call_t *call) {
+  kiln_dworker_t *w = call->w;
+  uint64_t size = 0;
+  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "size", true, &size));
+  if (call->nfds < 1 || size < 8 || size > (1u << 20))
+    return KILN_STATUS(KILN_E_INTERNAL, "cancel_page needs one fd and a size of 8 bytes to 1 MiB");
+  void *map;
+  KILN_RETURN_IF_ERROR(kiln_shm_map(call->fds[0], size, false, &map));
+  if (w->cancel_page) kiln_shm_unmap((void *)w->cancel_page, w->cancel_cells * 8);
+  w->cancel_page = map;
+  w->cancel_cells = size / 8;
+  return KILN_OK;
+}
+
 static kiln_status_t run(kiln_dworker_call_t *call, bool timed) {
   kiln_dworker_t *w = call->w;
+  cancel_cell_t cancel = {0};
+  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "cancel", false, &cancel.seq));
+  if (cancel.seq && w->cancel_page) cancel.cell = &w->cancel_page[cancel.seq % w->cancel_cells];
+  /* Queued behind other work when its client left: not run at all. */
+  if (is_cancelled(&cancel))
+    return KILN_STATUS(KILN_E_CANCELLED, "cancelled before it ran (its client has gone)");
   module_t *m = NULL;
   KILN_RETURN_IF_ERROR(find_module(w, call->params, &m));
   char kname[128];
@@ -187,6 +220,8 @@ static kiln_status_t run(kiln_dworker_call_t *call, bool timed) {
     v = cfg.warmup; if (!st) st = kiln_params_u64(call->params, "warmup", false, &v); cfg.warmup = (uint32_t)v;
     if (!st) st = kiln_params_bool(call->params, "flush", false, &cfg.flush);
     cfg.deadline_ns = deadline_ns;
+    cfg.cancelled = is_cancelled;
+    cfg.cancel_ctx = &cancel;
     kiln_time_result_t r;
     if (!st) st = kiln_time_evaluate(w->backend, w->dev, m->mod, &launch, &cfg, &r);
     if (!st) {
@@ -222,6 +257,11 @@ kiln_status_t kiln_dworker_module_method(kiln_dworker_call_t *call, const char *
     KILN_RETURN_IF_ERROR(module_key(call->params, key, &h));
     module_t *m = kiln_map_remove(&call->w->modules, h);
     if (m) module_free(call->w, m);
+    msgpack_pack_nil(call->pk);
+    return KILN_OK;
+  }
+  if (strcmp(method, "cancel_page") == 0) {
+    KILN_RETURN_IF_ERROR(map_cancel_page(call));
     msgpack_pack_nil(call->pk);
     return KILN_OK;
   }

@@ -34,6 +34,10 @@ typedef struct kiln_dworker {
   int channel;
   kiln_dworker_shm_t shm[KILN_DWORKER_SHM_CACHE]; /* by inode, least recently used goes */
   uint64_t shm_clock;
+  /* kilnd's cancel page (modules.c): cell seq % cells holds seq once kilnd cancels the launch
+   * or timing that carried "cancel": seq. Written by kilnd at any time. */
+  const volatile uint64_t *cancel_page;
+  uint64_t cancel_cells;
 } kiln_dworker_t;
 
 typedef struct kiln_dworker_buffer {

@@ -251,6 +251,33 @@ void pb_begin(pbuild_t *b, uint32_t nfields) {
 
 void pb_end(pbuild_t *b) { kiln_buf_deinit(&b->buf); }
 
+void pack_launch_geometry(msgpack_packer *pk, const char *module, const char *kernel, uint32_t grid,
+                          uint32_t block) {
+  kiln_pack_kv_str(pk, "module", module);
+  kiln_pack_kv_str(pk, "kernel", kernel);
+  kiln_pack_cstr(pk, "grid");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint32(pk, grid);
+  kiln_pack_cstr(pk, "block");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint32(pk, block);
+}
+
+void compile_module(client_t *c, uint32_t msgid, const char *ir, char out[65]) {
+  pbuild_t b;
+  pb_begin(&b, 1);
+  kiln_pack_kv_str(&b.p.pk, "ir", ir);
+  client_send(c, msgid, "compile", &b.buf);
+  pb_end(&b);
+  cr_assert(client_recv(c, 120000), "no compile reply");
+  char t[512];
+  cr_assert_eq(code_of(c), 0, "compile: %s", code_of(c) ? text_of(c, t, sizeof(t)) : "");
+  const msgpack_object *m = kiln_params_find(c->msg.result, "module");
+  cr_assert(m && m->type == MSGPACK_OBJECT_STR && m->via.str.size == 64);
+  memcpy(out, m->via.str.ptr, 64);
+  out[64] = 0;
+}
+
 void write_text_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   cr_assert(f, "cannot write %s", path);

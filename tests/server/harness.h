@@ -72,6 +72,12 @@ void pb_end(pbuild_t *b);
  * next message on c. */
 void client_call(client_t *c, const char *method, pbuild_t *params);
 
+/* Packs the four fields module, kernel, grid [grid] and block [block] of a launch's params. */
+void pack_launch_geometry(msgpack_packer *pk, const char *module, const char *kernel, uint32_t grid,
+                          uint32_t block);
+/* Compiles `ir` for the cpu (asserting success) and writes the module id (64 hex + NUL). */
+void compile_module(client_t *c, uint32_t msgid, const char *ir, char out[65]);
+
 /* Writes (replaces) a whole file, e.g. a tokens file before a start or a SIGHUP. */
 void write_text_file(const char *path, const char *text);
 

@@ -29,6 +29,17 @@ enum {
 #define TOK_B "bravo-token-0123456789"
 #define TOK_C "charlie-token-0123456789"
 #define TOK_D "delta-token-0123456789"
+#define TOK_D2 "delta-second-token-0123456789"
+#define TOK_E "echo-token-0123456789"
+#define TOK_F "foxtrot-token-0123456789"
+
+#define TOKENS                                                                         \
+  TOK_A " alpha memory=24M\n"                                                          \
+  TOK_B " bravo memory=1G\n" /* more than the box has */                               \
+  TOK_C " charlie memory=40M\n"                                                        \
+  TOK_D "," TOK_D2 " delta\n" /* no memory quota */                                    \
+  TOK_E " echo lease=5\n"                                                              \
+  TOK_F " foxtrot lease=0\n"
 
 static daemon_t d;
 static char tokens_path[128];
@@ -37,10 +48,7 @@ static void write_tokens(const char *text) { write_text_file(tokens_path, text);
 
 static void start(void) {
   snprintf(tokens_path, sizeof(tokens_path), "/tmp/kiln-quota-tokens-%d", (int)getpid());
-  write_tokens(TOK_A " alpha memory=24M\n"
-               TOK_B " bravo memory=1G\n" /* more than the box has */
-               TOK_C " charlie memory=40M\n"
-               TOK_D " delta\n"); /* no memory quota */
+  write_tokens(TOKENS);
   const char *extra[] = {"--tokens", tokens_path, "--cpu-memory", "64M", NULL};
   daemon_start(&d, extra);
 }
@@ -51,6 +59,7 @@ static void stop(void) {
 }
 
 TestSuite(quota, .init = start, .fini = stop, .timeout = 120);
+TestSuite(outlive, .init = start, .fini = stop, .timeout = 120);
 
 /* --- calls ------------------------------------------------------------------------------- */
 
@@ -123,6 +132,17 @@ static uint64_t my_usage(client_t *c, const char *field) {
   const msgpack_object *t = kiln_params_find(stats(c), "tenants");
   cr_assert(t && t->via.array.size == 1);
   return kiln_params_find(&t->via.array.ptr[0], field)->via.u64;
+}
+
+/* Polls the caller's usage until it reads `want`: for what follows another connection's
+ * close, which kilnd sees in its own time. */
+static void wait_usage(client_t *c, const char *field, uint64_t want) {
+  uint64_t v = my_usage(c, field);
+  for (int i = 0; i < 500 && v != want; i++) {
+    usleep(10000);
+    v = my_usage(c, field);
+  }
+  cr_assert_eq(v, want, "%s stays %llu", field, (unsigned long long)v);
 }
 
 static int64_t worker_pid(client_t *c) {
@@ -247,4 +267,299 @@ Test(quota, a_dead_worker_gives_its_memory_back) {
   cr_assert(strstr(err(&a), "lost"), "%s", err(&a));
   call_id(&a, "download", big, E_NOT_FOUND); /* said once; afterwards an unknown id */
   client_close(&a);
+}
+
+/* --- section 6: work and rights that outlive their owner --------------------------------- */
+
+static const char spin_ll[] =
+    "define void @spin(ptr %p, i32 %n) section \"kiln.kernel\" {\n"
+    "entry:\n"
+    "  br label %loop\n"
+    "loop:\n"
+    "  %i = phi i32 [0, %entry], [%i1, %loop]\n"
+    "  %v = load volatile i32, ptr %p\n"
+    "  %v1 = add i32 %v, 1\n"
+    "  store volatile i32 %v1, ptr %p\n"
+    "  %i1 = add i32 %i, 1\n"
+    "  %more = icmp ult i32 %i1, %n\n"
+    "  br i1 %more, label %loop, label %done\n"
+    "done:\n"
+    "  ret void\n"
+    "}\n"
+    "define void @mark(ptr %p) section \"kiln.kernel\" {\n"
+    "  store i32 7, ptr %p\n"
+    "  ret void\n"
+    "}\n";
+
+static void send_lease(client_t *c, uint32_t msgid, uint64_t seconds, bool wait);
+
+/* A lease on cpu:0 that must be granted at once. */
+static void lease_ok(client_t *c, uint32_t msgid, uint64_t seconds) {
+  send_lease(c, msgid, seconds, true);
+  reply_to(c, msgid);
+  cr_assert_eq(code_of(c), 0, "lease: %s", err(c));
+}
+
+static const float zero4[4] = {0, 0, 0, 0};
+
+/* Compiles the kernels above for the client's tenant; returns a zeroed tensor of 4 floats. */
+static uint64_t spin_ready(client_t *c, char mod[65]) {
+  compile_module(c, 40, spin_ll, mod);
+  return upload4(c, zero4);
+}
+
+/* launch (or time, with `repeat` repeats of one run each) of spin(tensor, n) or, with n 0,
+ * mark(tensor). timeout_ms 0 leaves the field out. */
+static void send_kernel(client_t *c, uint32_t msgid, const char *module, uint64_t tensor, uint32_t n,
+                        bool wait, uint64_t timeout_ms, uint32_t repeat) {
+  pbuild_t b;
+  pb_begin(&b, 6 + (timeout_ms ? 1 : 0) + (repeat ? 3 : 0));
+  pack_launch_geometry(&b.p.pk, module, n ? "spin" : "mark", 1, 1);
+  kiln_pack_cstr(&b.p.pk, "args");
+  msgpack_pack_array(&b.p.pk, n ? 2 : 1);
+  msgpack_pack_map(&b.p.pk, 1);
+  kiln_pack_kv_u64(&b.p.pk, "tensor", tensor);
+  if (n) msgpack_pack_uint32(&b.p.pk, n);
+  kiln_pack_kv_bool(&b.p.pk, "wait", wait);
+  if (timeout_ms) kiln_pack_kv_u64(&b.p.pk, "timeout_ms", timeout_ms);
+  if (repeat) {
+    kiln_pack_kv_u64(&b.p.pk, "repeat", repeat);
+    kiln_pack_kv_u64(&b.p.pk, "number", 1);
+    kiln_pack_kv_u64(&b.p.pk, "warmup", 0);
+  }
+  client_send(c, msgid, repeat ? "time" : "launch", &b.buf);
+  pb_end(&b);
+}
+
+static void send_lease(client_t *c, uint32_t msgid, uint64_t seconds, bool wait) {
+  pbuild_t b;
+  pb_begin(&b, 1 + (seconds ? 1 : 0));
+  kiln_pack_kv_bool(&b.p.pk, "wait", wait);
+  if (seconds) kiln_pack_kv_u64(&b.p.pk, "seconds", seconds);
+  client_send(c, msgid, "lease", &b.buf);
+  pb_end(&b);
+}
+
+/* Waits until the process has used `ticks` more clock ticks of CPU than `since`: evidence that
+ * it runs the work it was given (not a measure of time). */
+static long cpu_ticks(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  cr_assert(f, "no process %d", (int)pid);
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')');
+  cr_assert(p);
+  unsigned long ut = 0, st = 0;
+  /* after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt
+   * cmajflt utime stime */
+  cr_assert(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2);
+  return (long)(ut + st);
+}
+
+static void wait_busy(pid_t pid, long since, long ticks) {
+  for (int i = 0; i < 3000 && cpu_ticks(pid) < since + ticks; i++) usleep(10000);
+  cr_assert(cpu_ticks(pid) >= since + ticks, "the worker never got busy");
+}
+
+/* A client that leaves has its running `time` stopped and its queued launches and
+ * allocations dropped: the worker is free for the tenant's next request at once, the queued
+ * kernel never ran, and the tensors whose ids were never delivered hold no memory. */
+Test(outlive, a_departed_client_leaves_no_work_and_no_memory_behind) {
+  client_t a, b;
+  connect_as(&a, TOK_A);
+  connect_as(&b, TOK_A);
+  char mod[65];
+  uint64_t spun = spin_ready(&a, mod), marked = spin_ready(&b, mod);
+  pid_t pid = (pid_t)worker_pid(&a);
+  long before = cpu_ticks(pid);
+  /* About a minute of runs at the least; only cancelling ends it sooner. */
+  send_kernel(&a, 50, mod, spun, 2000000, true, 0, 1000000);
+  send_kernel(&a, 51, mod, marked, 0, true, 0, 0);
+  for (uint32_t i = 0; i < 3; i++) send_alloc(&a, 52 + i, "uint8", 4 * MIB);
+  client_send(&a, 59, "ping", NULL);
+  reply_to(&a, 59); /* kilnd has handed all of it to the worker */
+  wait_busy(pid, before, 20);
+  client_close(&a);
+  /* Queued behind all of that in the same worker. */
+  expect_data(&b, marked, zero4);
+  cr_assert_eq(worker_pid(&b), pid, "the worker was replaced instead of told");
+  cr_assert_eq(my_usage(&b, "launches"), 0);
+  cr_assert_eq(my_usage(&b, "tensors"), 2, "undelivered tensors are still held");
+  cr_assert_eq(my_usage(&b, "memory"), 32);
+  client_close(&b);
+}
+
+/* Leases have a per-tenant maximum (the `lease` quota, 60 s unless the tokens line says). */
+Test(outlive, leases_are_bounded_by_the_lease_quota) {
+  client_t e, f, a;
+  connect_as(&e, TOK_E);
+  connect_as(&f, TOK_F);
+  connect_as(&a, TOK_A);
+  send_lease(&e, 60, 6, true);
+  reply_to(&e, 60);
+  cr_assert_eq(code_of(&e), E_RESOURCE_EXHAUSTED, "%s", err(&e));
+  cr_assert(strstr(err(&e), "lease quota"), "%s", err(&e));
+  send_lease(&e, 61, 0, true); /* no seconds: the quota when below 60 */
+  reply_to(&e, 61);
+  cr_assert_eq(code_of(&e), 0, "%s", err(&e));
+  cr_assert_eq(kiln_params_find(e.msg.result, "seconds")->via.u64, 5);
+  send_lease(&e, 62, 0, true);
+  reply_to(&e, 62);
+  cr_assert_eq(code_of(&e), E_INVALID_ARGUMENT, "%s", err(&e)); /* no renewal while it stands */
+  send_lease(&f, 63, 1, true);
+  reply_to(&f, 63);
+  cr_assert_eq(code_of(&f), E_RESOURCE_EXHAUSTED, "%s", err(&f));
+  send_lease(&a, 64, 61, true); /* the default quota */
+  reply_to(&a, 64);
+  cr_assert_eq(code_of(&a), E_RESOURCE_EXHAUSTED, "%s", err(&a));
+  client_close(&e);
+  client_close(&f);
+  client_close(&a);
+}
+
+/* A launch held behind another tenant's lease waits at most its timeout_ms; a connection
+ * that closes takes its held launches and pending lease requests with it. */
+Test(outlive, held_launches_honour_their_timeout) {
+  client_t a, b, c;
+  connect_as(&a, TOK_A);
+  connect_as(&b, TOK_B);
+  connect_as(&c, TOK_C);
+  char mod[65];
+  uint64_t tb = spin_ready(&b, mod), tc = spin_ready(&c, mod);
+  lease_ok(&a, 70, 60);
+  send_kernel(&b, 71, mod, tb, 0, true, 200, 0);
+  reply_to(&b, 71);
+  cr_assert_eq(code_of(&b), E_TIMEOUT, "%s", err(&b));
+  cr_assert(strstr(err(&b), "lease"), "%s", err(&b));
+  expect_data(&b, tb, zero4); /* it never ran */
+  /* charlie's held launch and lease request go with its connection; alpha's release then
+   * reaches nobody but bravo's next launch. */
+  send_kernel(&c, 72, mod, tc, 0, true, 0, 0);
+  send_lease(&c, 73, 10, true);
+  client_send(&c, 74, "ping", NULL);
+  reply_to(&c, 74);
+  client_close(&c);
+  connect_as(&c, TOK_C);
+  wait_usage(&c, "launches", 0); /* kilnd saw the close: the held launch is gone */
+  client_close(&c);
+  client_close(&a); /* ends the lease when kilnd sees it */
+  /* Runs once alpha's lease is gone, unless charlie's lease request were left behind: then
+   * charlie would hold the device for 10 s and this launch would time out. */
+  send_kernel(&b, 76, mod, tb, 0, true, 5000, 0);
+  reply_to(&b, 76);
+  cr_assert_eq(code_of(&b), 0, "%s", err(&b));
+  client_close(&b);
+}
+
+/* Reloads the tokens file with `text` and returns once kilnd has applied it: the connection
+ * `canary` (whose token the new text leaves out) is closed by the reload. */
+static void reload(const char *text, client_t *canary) {
+  write_tokens(text);
+  kill(d.pid, SIGHUP);
+  cr_assert(client_wait_closed(canary, 10000), "the reload did not close the canary");
+  client_close(canary);
+}
+
+/* Revocation: after SIGHUP, a connection whose token left the file is closed even though its
+ * tenant stays; the tenant's other token keeps working. */
+Test(outlive, a_removed_token_closes_its_connections) {
+  client_t one, two;
+  connect_as(&one, TOK_D);
+  connect_as(&two, TOK_D2);
+  write_tokens(TOK_D2 " delta\n" TOK_A " alpha\n");
+  kill(d.pid, SIGHUP);
+  cr_assert(client_wait_closed(&one, 10000), "a connection outlived its token");
+  client_close(&one);
+  client_send(&two, 80, "devices", NULL);
+  reply_to(&two, 80);
+  cr_assert_eq(code_of(&two), 0, "%s", err(&two));
+  client_connect_tcp(&one, &d);
+  client_send_hello(&one, 81, TOK_D);
+  reply_to(&one, 81);
+  cr_assert_eq(code_of(&one), 3 /* E_UNAUTHENTICATED */);
+  client_close(&one);
+  client_close(&two);
+}
+
+/* A tenant whose line loses a device loses what it had there: its lease (others waiting run),
+ * its tensors (their memory goes back), access to both. */
+Test(outlive, a_revoked_device_takes_lease_tensors_and_access) {
+  client_t a, b, canary;
+  connect_as(&a, TOK_A);
+  connect_as(&b, TOK_B);
+  connect_as(&canary, TOK_F);
+  char mod[65];
+  uint64_t ta = alloc_ok(&a, 8 * MIB), tb = spin_ready(&b, mod);
+  lease_ok(&a, 90, 60);
+  send_kernel(&b, 91, mod, tb, 0, true, 0, 0); /* held behind alpha's lease */
+  cr_assert_not(client_recv(&b, 200), "a launch ran through another tenant's lease");
+  reload(TOK_A " alpha memory=24M devices=cuda\n" TOK_B " bravo\n", &canary);
+  reply_to(&b, 91);
+  cr_assert_eq(code_of(&b), 0, "%s", err(&b));
+  call_id(&a, "download", ta, E_PERMISSION);
+  send_alloc(&a, 92, "uint8", 16);
+  reply_to(&a, 92);
+  cr_assert_eq(code_of(&a), E_PERMISSION, "%s", err(&a));
+  wait_usage(&a, "memory", 0); /* its worker is gone, and with it the 8 MiB */
+  /* Given the device back, alpha starts afresh. */
+  connect_as(&canary, TOK_B);
+  reload(TOK_A " alpha memory=24M\n", &canary);
+  call_id(&a, "download", ta, E_NOT_FOUND);
+  alloc_ok(&a, 20 * MIB);
+  client_close(&a);
+  client_close(&b);
+}
+
+/* Renewal abuse: a tenant that leases again as soon as its lease ends, while another tenant
+ * waited, gets its next lease only after the others had the device as long; its pending
+ * request holds nobody back meanwhile. */
+Test(outlive, a_lease_taken_again_at_once_waits_its_turn) {
+  client_t a, b;
+  connect_as(&a, TOK_A);
+  connect_as(&b, TOK_B);
+  char mod[65];
+  uint64_t tb = spin_ready(&b, mod);
+  lease_ok(&a, 100, 3);
+  send_kernel(&b, 101, mod, tb, 0, true, 0, 0); /* waits for the lease to expire */
+  reply_to(&b, 101);
+  cr_assert_eq(code_of(&b), 0, "%s", err(&b));
+  send_lease(&a, 102, 3, false);
+  reply_to(&a, 102);
+  cr_assert_eq(code_of(&a), E_UNAVAILABLE, "%s", err(&a));
+  cr_assert(strstr(err(&a), "next lease"), "%s", err(&a));
+  send_lease(&a, 103, 3, true); /* pending through its cool-down */
+  send_kernel(&b, 104, mod, tb, 0, false, 0, 0);
+  reply_to(&b, 104);
+  cr_assert_eq(code_of(&b), 0, "a pending lease in its cool-down held bravo back: %s", err(&b));
+  cr_assert_not(client_recv(&a, 0), "alpha's lease came before bravo's turn");
+  reply_to(&a, 103); /* and then it comes */
+  cr_assert_eq(code_of(&a), 0, "%s", err(&a));
+  client_close(&a);
+  client_close(&b);
+}
+
+/* A tenant's requests on one device complete in the order sent, also when its launch waits
+ * behind another tenant's lease: the download sent after it waits too and sees its result. */
+Test(outlive, requests_behind_a_held_launch_keep_their_order) {
+  client_t a, b;
+  connect_as(&a, TOK_A);
+  connect_as(&b, TOK_B);
+  char mod[65];
+  uint64_t tb = spin_ready(&b, mod);
+  lease_ok(&a, 110, 60);
+  send_kernel(&b, 111, mod, tb, 0, true, 0, 0); /* held */
+  client_send_id(&b, 112, "download", tb);
+  cr_assert_not(client_recv(&b, 200), "the download overtook the held launch");
+  client_close(&a); /* the lease ends when kilnd sees it */
+  reply_to(&b, 111);
+  cr_assert_eq(code_of(&b), 0, "%s", err(&b));
+  reply_to(&b, 112);
+  const msgpack_object *data = kiln_params_find(b.msg.result, "data");
+  int32_t first;
+  memcpy(&first, data->via.bin.ptr, 4);
+  cr_assert_eq(first, 7, "the download ran before the launch");
+  client_close(&b);
 }

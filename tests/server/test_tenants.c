@@ -69,19 +69,7 @@ static const char vadd_ll[] =
     "  ret void\n"
     "}\n";
 
-static void compile_inc(client_t *c, char out[65]) {
-  pbuild_t b;
-  pb_begin(&b, 1);
-  kiln_pack_kv_str(&b.p.pk, "ir", vadd_ll);
-  client_send(c, 4, "compile", &b.buf);
-  pb_end(&b);
-  cr_assert(client_recv(c, 60000));
-  char t[512];
-  cr_assert_eq(code_of(c), 0, "compile: %s", code_of(c) ? text_of(c, t, sizeof(t)) : "");
-  const msgpack_object *m = kiln_params_find(c->msg.result, "module");
-  memcpy(out, m->via.str.ptr, 64);
-  out[64] = 0;
-}
+static void compile_inc(client_t *c, char out[65]) { compile_module(c, 4, vadd_ll, out); }
 
 static void send_inc(client_t *c, uint32_t msgid, const char *module, uint64_t tensor, bool wait) {
   pbuild_t b;
