@@ -69,7 +69,11 @@ void kiln_conn_update_reading(kiln_conn_t *c) {
     uv_read_stop(&c->h.stream);
     c->reading = false;
   } else if (!over && !c->reading && !s->draining) {
-    if (uv_read_start(&c->h.stream, on_alloc, on_read) == 0) c->reading = true;
+    if (uv_read_start(&c->h.stream, on_alloc, on_read) == 0) {
+      c->reading = true;
+      /* The stall clock starts again: time kilnd spent not reading is not the peer's. */
+      c->reading_since_ns = kiln_now_ns();
+    }
   }
 }
 
@@ -267,12 +271,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   }
   c->in_dispatch = false;
   flush(c);
-  if (!c->closing) {
-    c->partial_since_ns = kiln_reader_partial(&c->reader)
-                              ? (c->partial_since_ns ? c->partial_since_ns : c->last_activity_ns)
-                              : 0;
-    kiln_conn_update_reading(c);
-  }
+  if (!c->closing) kiln_conn_update_reading(c);
   (void)s;
   kiln_conn_release(c);
 }
@@ -345,6 +344,16 @@ static void trim_heap_when_idle(kiln_server_t *s, uint64_t now) {
   s->heap_trimmed = true;
 }
 
+/* A peer is stalled when part of a message is buffered, kilnd is reading, and no byte has
+ * arrived for `limit` since the later of the last byte and the moment reading (re)started.
+ * A message may take any time to arrive as long as bytes keep coming, and while kilnd
+ * itself holds reading back (requests in flight, replies unsent) the clock stands still. */
+static bool stalled_mid_message(const kiln_conn_t *c, uint64_t now, uint64_t limit) {
+  if (!c->reading || !kiln_reader_partial(&c->reader)) return false;
+  uint64_t since = KILN_MAX(c->last_activity_ns, c->reading_since_ns);
+  return now > since && now - since > limit;
+}
+
 void kiln_conns_sweep(kiln_server_t *s) {
   kiln_tensors_sweep(s);
   kiln_devices_watchdog(s);
@@ -355,10 +364,10 @@ void kiln_conns_sweep(kiln_server_t *s) {
   for (kiln_conn_t *c = s->conns; c;) {
     kiln_conn_t *next = c->next;
     if (!c->closing && !c->close_after_write) {
-      if (c->partial_since_ns && now - c->partial_since_ns > partial) {
+      if (stalled_mid_message(c, now, partial)) {
         kiln_conn_fail(c, false, 0,
                        KILN_STATUS(KILN_E_TIMEOUT,
-                                   "a message started %.0f s ago is still incomplete; closing",
+                                   "no bytes of an unfinished message arrived for %.0f s; closing",
                                    s->cfg.partial_timeout_s));
       } else if (c->inflight == 0 && now - c->last_activity_ns > idle) {
         KILN_LOG_DEBUG("conn_idle", "conn=%llu", (unsigned long long)c->id);

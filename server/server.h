@@ -99,8 +99,8 @@ struct kiln_conn {
   bool close_after_write;
   bool in_dispatch;  /* inside read_cb: small replies are coalesced and flushed after it */
   kiln_buf_t out;    /* small replies not yet handed to the socket */
-  uint64_t last_activity_ns;
-  uint64_t partial_since_ns; /* 0 unless part of a message is buffered */
+  uint64_t last_activity_ns; /* bytes last arrived (or the connection was accepted) */
+  uint64_t reading_since_ns; /* kilnd last started reading (after back-pressure) */
   uint64_t id;
   kiln_tenant_t *tenant; /* NULL until `hello` authenticates (when a tokens file is set) */
   uint8_t token_hash[KILN_HASH_BYTES]; /* of the token `hello` gave: SIGHUP checks it is still valid */
