@@ -65,9 +65,20 @@ kiln_status_t kiln_rpc_parse(const uint8_t *bytes, size_t len, kiln_rpc_msg_t *o
   out->type = (kiln_rpc_type_t)a[0].via.u64;
   if (out->type == KILN_RPC_NOTIFICATION) {
     if (n != 3) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "a notification has 3 elements");
-    if (!str_or_bin(&a[1], &out->method, &out->method_len))
-      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "notification method must be a string");
-    return parse_params(&a[2], &out->params);
+    /* A notification gets no answer, so nothing in it can be refused: whatever its method
+     * and params, it is well framed. What cannot be read is left NULL and flagged. */
+    if (!str_or_bin(&a[1], &out->method, &out->method_len)) {
+      out->method = NULL;
+      out->method_len = 0;
+      out->odd = true;
+    }
+    kiln_status_t ps = parse_params(&a[2], &out->params);
+    if (ps) {
+      kiln_status_free(ps);
+      out->params = NULL;
+      out->odd = true;
+    }
+    return KILN_OK;
   }
   if (n != 4) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "requests and responses have 4 elements");
   if (!is_uint(&a[1]) || a[1].via.u64 > UINT32_MAX)

@@ -29,11 +29,16 @@ typedef struct kiln_rpc_msg {
   const msgpack_object *params; /* the named-field map, or NULL for [] (empty) */
   const msgpack_object *error;  /* responses: nil or [code, message] */
   const msgpack_object *result; /* responses */
+  bool odd; /* notifications: the method is not a str/bin (method NULL) or the params are not
+               [] / [map] / map / nil (params NULL) */
   msgpack_unpacked unpacked;    /* owns the zone of the decoded tree */
 } kiln_rpc_msg_t;
 
 /* Decodes one whole message. On failure *out_has_msgid says whether out->msgid holds the
- * request's msgid (so an error reply can be addressed); the caller still calls
+ * request's msgid: then the message is a well-framed request [0, msgid, method, params]
+ * whose method or params are wrong, and an error reply can be addressed to it; otherwise
+ * the message is none of the three shapes. A notification [2, method, params] always
+ * decodes, whatever its method and params (see `odd`). The caller still calls
  * kiln_rpc_msg_deinit(). */
 kiln_status_t kiln_rpc_parse(const uint8_t *bytes, size_t len, kiln_rpc_msg_t *out,
                              bool *out_has_msgid);

@@ -44,15 +44,25 @@ static void on_close(uv_handle_t *h) {
   kiln_server_t *s = c->server;
   list_remove(s, c);
   s->num_conns--;
+  if (c->condemned) s->num_condemned--;
   if (c->tenant) c->tenant->connections--;
+  kiln_peer_leave_anonymous(s, c);
   kiln_devices_conn_closed(s, c);
   KILN_LOG_DEBUG("conn_close", "conn=%llu inflight=%u", (unsigned long long)c->id, c->inflight);
   kiln_conn_release(c);
   kiln_server_maybe_finish_drain(s);
 }
 
+/* The connection is on its way out: it no longer counts against --max-connections. */
+static void condemn(kiln_conn_t *c) {
+  if (c->condemned) return;
+  c->condemned = true;
+  c->server->num_condemned++;
+}
+
 void kiln_conn_close(kiln_conn_t *c) {
   if (c->closing) return;
+  condemn(c);
   c->closing = true;
   c->reading = false;
   uv_read_stop(&c->h.stream);
@@ -63,8 +73,9 @@ void kiln_conn_close(kiln_conn_t *c) {
 void kiln_conn_update_reading(kiln_conn_t *c) {
   if (c->closing || c->close_after_write) return;
   kiln_server_t *s = c->server;
+  uint64_t max_unsent = c->anonymous ? KILN_ANON_MAX_UNSENT : s->cfg.max_unsent_bytes;
   bool over = c->inflight >= s->cfg.max_inflight ||
-              uv_stream_get_write_queue_size(&c->h.stream) + c->out.len > s->cfg.max_unsent_bytes;
+              uv_stream_get_write_queue_size(&c->h.stream) + c->out.len > max_unsent;
   if (over && c->reading) {
     uv_read_stop(&c->h.stream);
     c->reading = false;
@@ -211,6 +222,7 @@ void kiln_conn_fail(kiln_conn_t *c, bool has_msgid, uint32_t msgid, kiln_status_
   c->in_dispatch = false;
   flush(c);
   c->close_after_write = true;
+  condemn(c);
   if (c->closing) {
     kiln_buf_deinit(&b);
     return;
@@ -225,6 +237,9 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   kiln_conn_t *c = KILN_CONTAINER_OF(h, kiln_conn_t, h.handle);
   size_t n = 0;
   void *p = kiln_reader_space(&c->reader, &n);
+  /* Before hello, small reads: what one read can make kilnd answer (a flood of tiny
+   * requests, each refused with a longer error) stays small too. */
+  if (c->anonymous && n > 4096) n = 4096;
   buf->base = p;
   buf->len = p ? n : 0;
 }
@@ -302,27 +317,30 @@ void kiln_conn_accept(kiln_listener_t *l) {
     kiln_conn_close(c);
     return;
   }
-  if (l->is_tcp) {
-    uv_tcp_nodelay(&c->h.tcp, 1);
-    struct sockaddr_storage ss;
-    int n = sizeof(ss);
-    char ip[64] = "?";
-    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &n) == 0 && ss.ss_family == AF_INET)
-      uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-    snprintf(c->peer, sizeof(c->peer), "%s", ip);
-  } else {
-    snprintf(c->peer, sizeof(c->peer), "unix");
+  if (l->is_tcp) uv_tcp_nodelay(&c->h.tcp, 1);
+  kiln_peer_identify(c, l->is_tcp);
+  c->accepted_ns = c->last_activity_ns = kiln_now_ns();
+  if (s->draining) {
+    kiln_conn_fail(c, false, 0, KILN_STATUS(KILN_E_UNAVAILABLE, "the server is shutting down"));
+    return;
   }
-  c->last_activity_ns = kiln_now_ns();
-  if (s->num_conns > s->cfg.max_connections) {
+  if (s->tenants.auth_required) {
+    kiln_status_t st = kiln_peer_admit(s, c);
+    if (st) {
+      kiln_conn_fail(c, false, 0, st);
+      return;
+    }
+    c->reader.limits.max_message = KILN_ANON_MAX_MESSAGE;
+  }
+  /* Anonymous connections never lock out a tenant: at the cap, the oldest of them makes
+   * room before a newcomer is refused. */
+  if (s->num_conns - s->num_condemned > s->cfg.max_connections &&
+      !kiln_peer_evict_oldest(s, c, "closed to make room: the server is at its connection limit "
+                                    "and this connection had not completed hello")) {
     kiln_conn_fail(c, false, 0,
                    KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED,
                                "the server has reached its limit of %u connections; retry later",
                                s->cfg.max_connections));
-    return;
-  }
-  if (s->draining) {
-    kiln_conn_fail(c, false, 0, KILN_STATUS(KILN_E_UNAVAILABLE, "the server is shutting down"));
     return;
   }
   KILN_LOG_DEBUG("conn_open", "conn=%llu peer=%s", (unsigned long long)c->id, c->peer);
@@ -359,6 +377,7 @@ void kiln_conns_sweep(kiln_server_t *s) {
   kiln_devices_watchdog(s);
   uint64_t now = kiln_now_ns();
   trim_heap_when_idle(s, now);
+  kiln_peers_sweep(s, now);
   uint64_t idle = (uint64_t)(s->cfg.idle_timeout_s * 1e9);
   uint64_t partial = (uint64_t)(s->cfg.partial_timeout_s * 1e9);
   for (kiln_conn_t *c = s->conns; c;) {
@@ -374,6 +393,26 @@ void kiln_conns_sweep(kiln_server_t *s) {
         kiln_conn_close(c);
       }
     }
+    c = next;
+  }
+}
+
+void kiln_conns_cancel_and_close(kiln_server_t *s) {
+  for (kiln_conn_t *c = s->conns; c;) {
+    kiln_conn_t *next = c->next;
+    c->refs++;
+    kiln_reqs_cancel(c, KILN_STATUS(KILN_E_CANCELLED, "the server is shutting down"));
+    if (!c->closing) {
+      if (c->reading) {
+        uv_read_stop(&c->h.stream);
+        c->reading = false;
+      }
+      flush(c);
+      c->close_after_write = true;
+      condemn(c);
+      if (!c->closing && uv_stream_get_write_queue_size(&c->h.stream) == 0) kiln_conn_close(c);
+    }
+    kiln_conn_release(c);
     c = next;
   }
 }

@@ -38,6 +38,11 @@ static void usage(FILE *f) {
           "  --partial-timeout S   close a connection that sends no byte of an unfinished\n"
           "                        message for this long while kilnd reads (default 30)\n"
           "  --grace S             drain period on SIGTERM/SIGINT (default 10)\n"
+          "  --hello-timeout S     with --tokens: close a connection that has not completed\n"
+          "                        hello this long after connecting (default 10)\n"
+          "  --max-anonymous N     with --tokens: connections without hello at once; the\n"
+          "                        oldest is closed for a newcomer (default 64)\n"
+          "  --max-anonymous-per-peer N  of those, from one address (default 8)\n"
           "  --worker-dir DIR      where the worker binaries are (default: next to kilnd)\n"
           "  --hsa-library PATH    the ROCm runtime hsa:N devices use (default libhsa-runtime64.so.1\n"
           "                        from the library path; e.g. the software GPU, docs/softgpu.md)\n"
@@ -92,7 +97,8 @@ static bool parse_u64(const char *s, uint64_t *out) {
 static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
          O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_LTIMEOUT, O_CMEM,
-         O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_CPUMEM, O_HSALIB };
+         O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_CPUMEM, O_HSALIB,
+         O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -117,6 +123,9 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"metrics", required_argument, 0, O_METRICS},
       {"cpu-memory", required_argument, 0, O_CPUMEM},
       {"hsa-library", required_argument, 0, O_HSALIB},
+      {"hello-timeout", required_argument, 0, O_HELLO_TIMEOUT},
+      {"max-anonymous", required_argument, 0, O_MAX_ANON},
+      {"max-anonymous-per-peer", required_argument, 0, O_MAX_ANON_PEER},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -199,6 +208,14 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         setenv("KILN_HSA_LIBRARY", abs, 1);
         break;
       }
+      case O_HELLO_TIMEOUT:
+        if (!parse_double(optarg, &cfg->hello_timeout_s) || cfg->hello_timeout_s <= 0) goto bad;
+        break;
+      case O_MAX_ANON:
+      case O_MAX_ANON_PEER:
+        if (!parse_u64(optarg, &u) || u == 0 || u > 1000000) goto bad;
+        *(o == O_MAX_ANON ? &cfg->max_anonymous : &cfg->max_anonymous_per_peer) = (uint32_t)u;
+        break;
       case O_VERSION: printf("kilnd %s\n", KILN_VERSION); exit(0);
       case O_HELP: usage(stdout); exit(0);
       default: usage(stderr); return 2;
@@ -230,16 +247,20 @@ static void raise_nofile(void) {
 
 static void on_drain_timeout(uv_timer_t *t) {
   kiln_server_t *s = t->data;
+  if (s->drain_finished) {
+    /* Past the flush deadline (or a second signal): what clients have not read is dropped. */
+    for (kiln_conn_t *c = s->conns; c;) {
+      kiln_conn_t *n = c->next;
+      kiln_conn_close(c);
+      c = n;
+    }
+    return;
+  }
   KILN_LOG_WARN("drain_timeout", "grace_s=%.1f conns=%u inflight=%llu", s->cfg.grace_s,
                 s->num_conns, (unsigned long long)s->total_inflight);
-  /* Past the grace period nothing more is waited for: work still held by workers is
-   * cancelled when they are stopped. */
+  /* Past the grace period nothing more is waited for: work still in flight is answered
+   * E_CANCELLED. */
   s->drain_forced = true;
-  for (kiln_conn_t *c = s->conns; c;) {
-    kiln_conn_t *n = c->next;
-    kiln_conn_close(c);
-    c = n;
-  }
   kiln_server_maybe_finish_drain(s);
 }
 
@@ -249,15 +270,24 @@ static void close_walk_cb(uv_handle_t *h, void *arg) {
 
 void kiln_server_maybe_finish_drain(kiln_server_t *s) {
   if (!s->draining) return;
-  if (s->total_inflight > 0 && !s->drain_forced) return;
-  if (s->drain_finished) return;
-  s->drain_finished = true;
-  /* Nothing in flight: close what is left; the loop ends when the last handle closes. */
-  for (kiln_conn_t *c = s->conns; c;) {
-    kiln_conn_t *n = c->next;
-    kiln_conn_close(c);
-    c = n;
+  if (s->drain_finished) {
+    /* The last connection has flushed its answers: the loop ends when every handle closes. */
+    if (s->num_conns == 0 && !s->drain_walked) {
+      s->drain_walked = true;
+      uv_walk(s->loop, close_walk_cb, NULL);
+      /* Closing the last signal watcher gave SIGTERM and SIGINT their default action back
+       * (libuv restores it): a second signal from now on must not kill us instead of the
+       * exit 0 we are heading for. */
+      signal(SIGTERM, SIG_IGN);
+      signal(SIGINT, SIG_IGN);
+    }
+    return;
   }
+  if (s->total_inflight > 0 && !s->drain_forced) return;
+  s->drain_finished = true;
+  /* Workers first, while connections are open: the requests they held are answered
+   * E_CANCELLED; then every request still in flight (queued compiles, held launches) is, and
+   * each connection closes once its answers are written. */
   kiln_compile_shutdown(s);
   kiln_metrics_stop(s);
   for (uint32_t i = 0; i < s->num_devices; i++) {
@@ -269,11 +299,10 @@ void kiln_server_maybe_finish_drain(kiln_server_t *s) {
       sl->worker = NULL;
     }
   }
-  /* Closing every handle closes the signal watchers too: a second SIGTERM in that window
-   * must not kill us by default action instead of the exit 0 we are heading for. */
-  signal(SIGTERM, SIG_IGN);
-  signal(SIGINT, SIG_IGN);
-  uv_walk(s->loop, close_walk_cb, NULL);
+  kiln_conns_cancel_and_close(s);
+  /* A client that does not read its answers does not hold the exit up for long. */
+  uv_timer_start(&s->drain_timer, on_drain_timeout, 2000, 0);
+  kiln_server_maybe_finish_drain(s);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -314,6 +343,9 @@ int main(int argc, char **argv) {
   cfg->idle_timeout_s = 300;
   cfg->partial_timeout_s = 30;
   cfg->grace_s = 10;
+  cfg->hello_timeout_s = 10;
+  cfg->max_anonymous = 64;
+  cfg->max_anonymous_per_peer = 8;
   cfg->max_inflight = 256;
   cfg->max_unsent_bytes = 64ull << 20;
   kiln_limits_default(&cfg->limits);
@@ -330,6 +362,9 @@ int main(int argc, char **argv) {
   default_cache_dir(cfg->cache_dir, sizeof(cfg->cache_dir));
   int rc = parse_args(argc, argv, cfg);
   if (rc) return rc;
+  /* A str is bounded like a bin, by the message limit: `ir` may come as either, and the
+   * payload limit (256 MiB) is the one limit on it (docs/protocol.md). */
+  cfg->limits.max_str = (uint32_t)KILN_MIN(cfg->limits.max_message, UINT32_MAX);
   kiln_log_set_process("kilnd");
   raise_nofile();
   /* The readiness fd must not leak into worker processes: the reader waits for its EOF. */
@@ -354,7 +389,8 @@ int main(int argc, char **argv) {
   kiln_map_init(&s->tensors);
   s->requests_by_method = calloc((size_t)kiln_method_count(), sizeof(uint64_t));
 
-  st = kiln_tenants_init(&s->tenants, cfg->tokens);
+  st = kiln_peers_init(s);
+  if (!st) st = kiln_tenants_init(&s->tenants, cfg->tokens);
   if (!st) st = kiln_devices_probe(s);
   if (!st) st = kiln_compile_init(s);
   if (!st) st = kiln_listeners_start(s);

@@ -54,6 +54,9 @@ typedef struct kiln_config {
   double compile_timeout_s;
   double launch_timeout_s; /* default deadline of one launch; 0 = none */
   uint64_t compile_max_memory; /* RLIMIT_AS of each compile worker */
+  /* Connections before hello on a tokens server (peers.c, docs/operations.md). */
+  double hello_timeout_s;
+  uint32_t max_anonymous, max_anonymous_per_peer;
   uint64_t cache_max_bytes;    /* disk store bound */
   uint64_t cpu_memory;         /* --cpu-memory: capacity of cpu:0; 0 = the default */
 } kiln_config_t;
@@ -97,14 +100,20 @@ struct kiln_conn {
   bool reading;
   bool closing;      /* uv_close called or close pending after the last write */
   bool close_after_write;
+  bool condemned;    /* closing or closing after the last write: not counted against the cap */
   bool in_dispatch;  /* inside read_cb: small replies are coalesced and flushed after it */
   kiln_buf_t out;    /* small replies not yet handed to the socket */
+  uint64_t accepted_ns;
   uint64_t last_activity_ns; /* bytes last arrived (or the connection was accepted) */
   uint64_t reading_since_ns; /* kilnd last started reading (after back-pressure) */
   uint64_t id;
   kiln_tenant_t *tenant; /* NULL until `hello` authenticates (when a tokens file is set) */
   uint8_t token_hash[KILN_HASH_BYTES]; /* of the token `hello` gave: SIGHUP checks it is still valid */
   char peer[64];
+  uint64_t peer_key;          /* the peer's address (peers.c) */
+  bool anonymous;             /* on a tokens server, until hello authenticates */
+  kiln_conn_t *anon_prev, *anon_next; /* server's anonymous list, oldest first */
+  kiln_req_t *reqs;           /* requests in flight (dispatch.c) */
 };
 
 void kiln_conn_accept(kiln_listener_t *l);
@@ -121,11 +130,46 @@ void kiln_conn_release(kiln_conn_t *c);
 /* Re-evaluates backpressure (after a reply or a write completes). */
 void kiln_conn_update_reading(kiln_conn_t *c);
 void kiln_conns_sweep(kiln_server_t *s); /* timeouts; called every second */
+/* Shutdown, past the grace period: every request still in flight is answered E_CANCELLED,
+ * and each connection closes once what it was sent has been written. */
+void kiln_conns_cancel_and_close(kiln_server_t *s);
+
+/* --- peers: connections before hello (peers.c) -------------------------------------------- */
+
+#define KILN_ANON_MAX_MESSAGE (64u << 10) /* bytes of one message before hello */
+#define KILN_ANON_MAX_UNSENT (64u << 10)  /* replies unsent before reading pauses */
+#define KILN_HELLO_FAILURE_BURST 10       /* failed hellos a peer may make at once */
+#define KILN_HELLO_FAILURE_REFILL_S 6     /* and then one more per this many seconds */
+
+typedef struct kiln_peer {
+  uint32_t anonymous;    /* its open connections that have not authenticated */
+  double hello_budget;   /* failed hellos it may still make */
+  uint64_t budget_at_ns; /* when hello_budget was brought up to date */
+} kiln_peer_t;
+
+kiln_status_t kiln_peers_init(kiln_server_t *s);
+/* Names the peer of an accepted connection (c->peer) and computes its key. */
+void kiln_peer_identify(kiln_conn_t *c, bool tcp);
+/* A new connection on a tokens server becomes anonymous: E_RESOURCE_EXHAUSTED when its peer
+ * holds max_anonymous_per_peer already; when max_anonymous are open, the oldest is closed
+ * to make room. */
+kiln_status_t kiln_peer_admit(kiln_server_t *s, kiln_conn_t *c);
+/* The connection authenticated or closed (idempotent). */
+void kiln_peer_leave_anonymous(kiln_server_t *s, kiln_conn_t *c);
+/* Closes the oldest anonymous connection but `except`; false when there is none. */
+bool kiln_peer_evict_oldest(kiln_server_t *s, const kiln_conn_t *except, const char *why);
+/* Failed-hello rate limit: whether the peer may try now (else the seconds until it may). */
+bool kiln_peer_hello_allowed(kiln_server_t *s, kiln_conn_t *c, uint32_t *out_retry_s);
+void kiln_peer_hello_failed(kiln_server_t *s, kiln_conn_t *c);
+/* Once a second: closes anonymous connections past --hello-timeout, forgets idle peers. */
+void kiln_peers_sweep(kiln_server_t *s, uint64_t now);
 
 /* --- requests (dispatch.c) ---------------------------------------------------------------- */
 
 struct kiln_req {
   kiln_conn_t *conn;
+  kiln_req_t *prev, *next; /* the connection's requests in flight */
+  bool answered;           /* cancelled by shutdown: the handler's answer is dropped */
   uint32_t msgid;
   int method; /* index in the dispatch table */
   uint64_t start_ns;
@@ -139,6 +183,9 @@ void kiln_req_reply(kiln_req_t *r, kiln_buf_t *bytes, const void *extra, size_t 
                     void (*release)(void *), void *extra_ctx);
 /* Replies with an error and frees the request; takes ownership of st. */
 void kiln_req_fail(kiln_req_t *r, kiln_status_t st);
+/* Answers every request of c still in flight with st (a copy each; takes ownership of st).
+ * Their handlers still hold them: what they answer later is dropped. */
+void kiln_reqs_cancel(kiln_conn_t *c, kiln_status_t st);
 
 /* Handles one whole message from a client. */
 void kiln_dispatch(kiln_conn_t *c, const uint8_t *bytes, size_t len);
@@ -353,13 +400,15 @@ struct kiln_server {
   int num_listeners;
   kiln_conn_t *conns; /* doubly linked */
   uint32_t num_conns;
+  uint32_t num_condemned; /* of those, closing (conn.c) */
   uint64_t next_conn_id;
   uv_timer_t sweep_timer;
   uv_timer_t drain_timer;
   uv_signal_t sig_term, sig_int, sig_pipe;
   bool draining;
   bool drain_forced;   /* the grace period ended */
-  bool drain_finished; /* handles are closing; the loop is about to end */
+  bool drain_finished; /* answers cancelled; connections are flushing and closing */
+  bool drain_walked;   /* every handle is closing; the loop is about to end */
   uint64_t start_ns;
 
   kiln_device_entry_t devices[KILN_MAX_DEVICES];
@@ -384,6 +433,12 @@ struct kiln_server {
   uint64_t total_inflight;
   uint64_t idle_since_ns; /* when total_inflight last became 0 (sweep's view); 0 while busy */
   bool heap_trimmed;      /* malloc_trim ran since the server last went idle */
+
+  /* peers.c */
+  kiln_map_t peers;        /* peer key -> kiln_peer_t* */
+  uint8_t peer_salt[16];   /* keys are salted hashes: no one can aim a collision */
+  uint32_t num_anonymous;
+  kiln_conn_t *anon_head, *anon_tail;
 };
 
 kiln_server_t *kiln_server_get(void); /* the one server of this process */

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -107,9 +108,17 @@ static void client_init(client_t *c, int fd) {
   kiln_reader_init(&c->reader, &lim, 65536);
 }
 
-void client_connect_tcp(client_t *c, const daemon_t *d) {
+void client_connect_tcp(client_t *c, const daemon_t *d) { client_connect_tcp_from(c, d, NULL); }
+
+void client_connect_tcp_from(client_t *c, const daemon_t *d, const char *source_ip) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   cr_assert(fd >= 0);
+  if (source_ip) {
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    cr_assert(inet_pton(AF_INET, source_ip, &src.sin_addr) == 1);
+    cr_assert(bind(fd, (struct sockaddr *)&src, sizeof(src)) == 0, "bind %s: %s", source_ip,
+              strerror(errno));
+  }
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   cr_assert(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));

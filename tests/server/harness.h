@@ -34,6 +34,9 @@ typedef struct client {
 } client_t;
 
 void client_connect_tcp(client_t *c, const daemon_t *d);
+/* Connects from a given local address (any of 127.0.0.0/8 works on loopback): the daemon
+ * sees another peer. */
+void client_connect_tcp_from(client_t *c, const daemon_t *d, const char *source_ip);
 void client_connect_unix(client_t *c, const daemon_t *d);
 void client_close(client_t *c);
 void client_send_raw(client_t *c, const void *bytes, size_t len);
