@@ -3,7 +3,7 @@
  * target: OUT_DIR/<stem>.<target>.kart. The conformance suite loads these, so it runs on a
  * machine without LLVM (copy the build's tests/device directory there).
  *
- *   kiln-test-kernelc OUT_DIR TARGET[,TARGET...] FILE.bc...
+ *   kiln-test-kernelc OUT_DIR TARGET[,TARGET...] FILE.bc|FILE.te...
  *
  * Add a target for a GPU the build did not cover, e.g. `... kernels gfx1100 *.bc`.
  *
@@ -52,7 +52,10 @@ static int compile_one(kiln_compiler_t *c, const char *out_dir, const char *targ
     fprintf(stderr, "kernelc: cannot read %s\n", path);
     return 1;
   }
-  kiln_compile_request_t req = {.payload = ir, .payload_size = len, .kind = KILN_PAYLOAD_LLVM,
+  /* FILE.te: a te program (tests/softgpu's topi corpus); anything else LLVM bitcode */
+  size_t pl = strlen(path);
+  kiln_payload_kind_t kind = pl > 3 && strcmp(path + pl - 3, ".te") == 0 ? KILN_PAYLOAD_TE : KILN_PAYLOAD_LLVM;
+  kiln_compile_request_t req = {.payload = ir, .payload_size = len, .kind = kind,
                                 .target = target, .options = kiln_compile_options_default()};
   kiln_artifact_t art;
   kiln_status_t s = kiln_compiler_compile(c, &req, &art);

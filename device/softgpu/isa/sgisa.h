@@ -88,6 +88,8 @@ typedef struct sg_report {
   uint32_t group[3];     /* work-group id */
   uint32_t item[3];      /* work-item id within the group (first active lane involved) */
   char message[256];     /* one line: what, which instruction (mnemonic and address), why */
+  uint64_t instructions; /* wave instructions the dispatch executed (set by sg_dispatch_run on
+                          * every outcome; the interpreter's speed is instructions / time) */
 } sg_report_t;
 
 typedef struct sg_dispatch {
