@@ -17,108 +17,15 @@
 #include "base/util.h"
 #include "server/server.h"
 
-typedef struct kiln_held {
-  struct kiln_held *next;
-  kiln_tenant_t *tenant;
-  kiln_conn_t *conn;      /* the requester's connection: its requests go when it closes */
-  bool is_lease;
-  bool follows;           /* a tensor operation queued behind its tenant's held launches */
-  uint64_t deadline_ns;   /* a launch's wait limit; 0: none */
-  uint64_t not_before_ns; /* a lease in its tenant's cool-down; 0: none */
-  kiln_held_fn go;
-  void *ctx;
-} kiln_held_t;
-
 typedef struct lease_req {
   kiln_req_t *req;
   kiln_device_entry_t *device;
   uint64_t seconds;
 } lease_req_t;
 
-static void pump(kiln_server_t *s, kiln_device_entry_t *d);
-
-static void hold(kiln_device_entry_t *d, kiln_held_t *h) {
-  if (d->held_tail) d->held_tail->next = h;
-  else d->held_head = h;
-  d->held_tail = h;
-}
-
-static void unlink_held(kiln_device_entry_t *d, kiln_held_t *prev, kiln_held_t *h) {
-  if (prev) prev->next = h->next;
-  else d->held_head = h->next;
-  if (d->held_tail == h) d->held_tail = prev;
-  h->next = NULL;
-}
-
-/* Whether a held lease request may be granted now: it is not cooling down. */
-static bool lease_ready(const kiln_held_t *h, uint64_t now) { return h->not_before_ns <= now; }
-
-/* A launch of tenant t waits while another tenant holds the lease or has one ready to be
- * granted (a lease request in its cool-down holds nobody back). */
-static bool must_wait(const kiln_device_entry_t *d, const kiln_tenant_t *t, uint64_t now) {
-  if (d->lease_tenant) return d->lease_tenant != t;
-  for (const kiln_held_t *h = d->held_head; h; h = h->next)
-    if (h->is_lease ? lease_ready(h, now) : !h->follows && h->tenant != t) return true;
-  return false;
-}
-
-/* Another tenant than the last leaseholder wants the device: the holder's next lease, if
- * asked for soon, cools down first. */
-static void note_other(kiln_device_entry_t *d, const kiln_tenant_t *t) {
+void kiln_lease_note_use(kiln_device_entry_t *d, const kiln_tenant_t *t) {
   if (d->last_lease_tenant && d->last_lease_tenant != t) d->lease_contended = true;
   if (d->lease_tenant && d->lease_tenant != t) d->lease_contended = true;
-}
-
-kiln_status_t kiln_device_gate(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
-                               kiln_conn_t *c, bool wait, uint64_t wait_ms, kiln_held_fn go,
-                               void *ctx, bool *out_now) {
-  *out_now = false;
-  uint64_t now = kiln_now_ns();
-  note_other(d, t);
-  if (!must_wait(d, t, now)) {
-    d->running++;
-    *out_now = true;
-    return KILN_OK;
-  }
-  if (!wait)
-    return KILN_STATUS(KILN_E_UNAVAILABLE, "device %s is leased by another tenant; retry later or "
-                                           "send \"wait\": true to queue",
-                       d->id);
-  kiln_held_t *h = calloc(1, sizeof(*h));
-  if (!h) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  h->tenant = t;
-  h->conn = c;
-  h->go = go;
-  h->ctx = ctx;
-  h->deadline_ns = wait_ms ? now + wait_ms * 1000000ull : 0;
-  hold(d, h);
-  pump(s, d); /* arms the timer for the deadline */
-  return KILN_OK;
-}
-
-kiln_status_t kiln_device_follow(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
-                                 kiln_conn_t *c, kiln_held_fn go, void *ctx, bool *out_queued) {
-  *out_queued = false;
-  bool behind = false;
-  for (const kiln_held_t *h = d->held_head; h && !behind; h = h->next)
-    behind = !h->is_lease && h->tenant == t;
-  if (!behind) return KILN_OK;
-  kiln_held_t *h = calloc(1, sizeof(*h));
-  if (!h) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  h->tenant = t;
-  h->conn = c;
-  h->follows = true;
-  h->go = go;
-  h->ctx = ctx;
-  hold(d, h);
-  *out_queued = true;
-  (void)s;
-  return KILN_OK;
-}
-
-void kiln_device_run_done(kiln_server_t *s, kiln_device_entry_t *d) {
-  d->running--;
-  pump(s, d);
 }
 
 static void lease_end(kiln_server_t *s, kiln_device_entry_t *d, const char *why) {
@@ -133,7 +40,7 @@ static void lease_end(kiln_server_t *s, kiln_device_entry_t *d, const char *why)
   d->lease_conn = NULL;
   d->lease_id = 0;
   uv_timer_stop(&d->lease_timer);
-  pump(s, d);
+  kiln_device_pump(s, d);
 }
 
 static void on_lease_timeout(uv_timer_t *t) {
@@ -150,7 +57,7 @@ static void lease_granted(void *ctx, kiln_status_t st) {
   if (st) {
     kiln_req_fail(r, st);
     free(lr);
-    pump(s, d);
+    kiln_device_pump(s, d);
     return;
   }
   d->lease_tenant = r->conn->tenant;
@@ -172,66 +79,6 @@ static void lease_granted(void *ctx, kiln_status_t st) {
   kiln_pack_kv_u64(&pk.pk, "seconds", lr->seconds);
   kiln_req_reply(r, &b, NULL, 0, NULL, NULL);
   free(lr);
-}
-
-/* Lets held requests go with `st` (after running++ for launches, as go expects). */
-static void release_held(kiln_held_t *h, kiln_device_entry_t *d, kiln_status_t st) {
-  if (!h->is_lease && !h->follows) d->running++;
-  h->go(h->ctx, st);
-  free(h);
-}
-
-static void on_held_timer(uv_timer_t *t) { pump(kiln_server_get(), t->data); }
-
-/* Lets waiting work through in order: launches while no other tenant holds the device, a
- * lease once nothing else runs (a lease in its cool-down is passed over, and holds nobody
- * back). Launches past their wait limit fail with E_TIMEOUT. Then arms the timer for the
- * next deadline or cool-down end. Every `go` may re-enter here, so each step starts over
- * from the head. */
-static void pump(kiln_server_t *s, kiln_device_entry_t *d) {
-  for (;;) {
-    uint64_t now = kiln_now_ns();
-    kiln_held_t *prev = NULL, *h = d->held_head, *expired_prev = NULL, *expired = NULL;
-    for (kiln_held_t *p = NULL, *x = d->held_head; x; p = x, x = x->next)
-      if (!x->is_lease && x->deadline_ns && x->deadline_ns <= now) {
-        expired_prev = p;
-        expired = x;
-        break;
-      }
-    if (expired) {
-      unlink_held(d, expired_prev, expired);
-      release_held(expired, d,
-                   KILN_STATUS(KILN_E_TIMEOUT,
-                               "waited past its timeout for another tenant's lease on %s; the "
-                               "kernel did not run (retry, or send a larger \"timeout_ms\")",
-                               d->id));
-      continue;
-    }
-    while (h && h->is_lease && !lease_ready(h, now)) {
-      prev = h;
-      h = h->next;
-    }
-    if (!h) break;
-    if (h->is_lease) {
-      if (d->lease_tenant || d->running > 0) break;
-    } else if (!h->follows && d->lease_tenant && d->lease_tenant != h->tenant) {
-      break;
-    }
-    unlink_held(d, prev, h);
-    release_held(h, d, KILN_OK);
-  }
-  /* The timer: the earliest held deadline or cool-down end still ahead. */
-  uint64_t now = kiln_now_ns(), next = 0;
-  for (kiln_held_t *x = d->held_head; x; x = x->next) {
-    uint64_t at = x->is_lease ? x->not_before_ns : x->deadline_ns;
-    if (at > now && (!next || at < next)) next = at;
-  }
-  if (!next) {
-    uv_timer_stop(&d->held_timer);
-    return;
-  }
-  uv_timer_start(&d->held_timer, on_held_timer, (next - now + 999999) / 1000000, 0);
-  (void)s;
 }
 
 /* The longest lease the tenant may take, in seconds. */
@@ -268,7 +115,7 @@ kiln_status_t kiln_method_lease(kiln_call_t *call) {
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                        "tenant '%s' already holds the lease on %s; a lease cannot be extended",
                        t->name, d->id);
-  note_other(d, t);
+  kiln_lease_note_use(d, t);
   /* Renewal right after a lease that others waited for: the same wait again, first. */
   uint64_t now = kiln_now_ns(), not_before = 0;
   if (d->last_lease_tenant == t && d->lease_contended &&
@@ -280,27 +127,20 @@ kiln_status_t kiln_method_lease(kiln_call_t *call) {
                        "lease there comes %.1f s from now",
                        t->name, d->id, (double)(now - d->last_lease_end_ns) / 1e9,
                        (double)(not_before - now) / 1e9);
-  if (!wait && (d->lease_tenant || must_wait(d, t, now) || d->running))
+  if (!wait && (d->lease_tenant || kiln_device_lease_waits(d, t)))
     return KILN_STATUS(KILN_E_UNAVAILABLE, "device %s is busy or leased; retry or wait", d->id);
   lease_req_t *lr = calloc(1, sizeof(*lr));
-  kiln_held_t *h = calloc(1, sizeof(*h));
-  if (!lr || !h) {
-    free(lr);
-    free(h);
-    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  }
+  if (!lr) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   lr->req = call->req;
   lr->device = d;
   lr->seconds = seconds;
-  h->tenant = t;
-  h->conn = call->conn;
-  h->is_lease = true;
-  h->not_before_ns = not_before;
-  h->go = lease_granted;
-  h->ctx = lr;
-  hold(d, h);
+  kiln_status_t st =
+      kiln_device_hold_lease(call->server, d, t, call->conn, not_before, lease_granted, lr);
+  if (st) {
+    free(lr);
+    return st;
+  }
   call->async = true;
-  pump(call->server, d);
   return KILN_OK;
 }
 
@@ -321,28 +161,12 @@ kiln_status_t kiln_method_release(kiln_call_t *call) {
   return KILN_STATUS(KILN_E_NOT_FOUND, "no lease %llu held by this tenant", (unsigned long long)lease);
 }
 
-/* Drops the held requests for which `match` holds, failing each with a copy of `why`. */
-static void drop_held(kiln_server_t *s, kiln_device_entry_t *d, const kiln_conn_t *c,
-                      const kiln_tenant_t *t, const kiln_status_t why) {
-  for (;;) {
-    kiln_held_t *prev = NULL, *h = d->held_head;
-    while (h && !((c && h->conn == c) || (t && h->tenant == t))) {
-      prev = h;
-      h = h->next;
-    }
-    if (!h) break;
-    unlink_held(d, prev, h);
-    release_held(h, d, KILN_STATUS(kiln_status_code(why), "%s", kiln_status_message(why)));
-  }
-  pump(s, d);
-}
-
 void kiln_devices_conn_closed(kiln_server_t *s, kiln_conn_t *c) {
   kiln_status_t why = KILN_STATUS(KILN_E_CANCELLED, "the connection closed");
   for (uint32_t i = 0; i < s->num_devices; i++) {
     kiln_device_entry_t *d = &s->devices[i];
     if (d->lease_conn == c) lease_end(s, d, "connection closed");
-    drop_held(s, d, c, NULL, why);
+    kiln_device_drop_held(s, d, c, NULL, why);
   }
   kiln_status_free(why);
   kiln_launches_conn_closed(s, c);
@@ -352,7 +176,7 @@ void kiln_device_revoke(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t 
   if (d->lease_tenant == t) lease_end(s, d, "revoked");
   kiln_status_t why = KILN_STATUS(KILN_E_PERMISSION, "tenant '%s' may no longer use %s (tokens file "
                                                      "reloaded)", t->name, d->id);
-  drop_held(s, d, NULL, t, why);
+  kiln_device_drop_held(s, d, NULL, t, why);
   kiln_dslot_t *sl = kiln_map_get(&d->slots, t->index);
   if (sl && kiln_worker_pid(sl->worker) > 0) {
     KILN_LOG_INFO("device_revoked", "device=%s tenant=%s", d->id, t->name);

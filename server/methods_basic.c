@@ -182,7 +182,7 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
   for (uint32_t i = 0; i < s->tenants.count; i++) {
     kiln_tenant_t *t = s->tenants.all[i];
     if (t->disabled || (!see_all && t != me)) continue;
-    msgpack_pack_map(pk, 10);
+    msgpack_pack_map(pk, 12);
     kiln_pack_kv_str(pk, "name", t->name);
     kiln_pack_kv_u64(pk, "connections", t->connections);
     kiln_pack_kv_u64(pk, "tensors", t->tensors);
@@ -193,6 +193,8 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
     kiln_pack_kv_u64(pk, "modules", t->modules.count);
     kiln_pack_kv_u64(pk, "requests", t->requests);
     kiln_pack_kv_u64(pk, "errors", t->errors);
+    kiln_pack_kv_u64(pk, "transfer_bytes", t->transfer_bytes);
+    kiln_pack_kv_u64(pk, "transfers_queued", t->transfers_waiting);
   }
   return KILN_OK;
 }

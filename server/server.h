@@ -279,7 +279,12 @@ void kiln_devices_conn_closed(kiln_server_t *s, kiln_conn_t *c);
 /* Leases (lease.c). */
 kiln_status_t kiln_method_lease(kiln_call_t *call);
 kiln_status_t kiln_method_release(kiln_call_t *call);
-/* Launch gate: runs `go(ctx, OK)` now (*out_now) when the device is free for this tenant,
+/* Tenant t uses or waits for the device: a leaseholder that leases again soon after will
+ * wait its turn (lease.c). */
+void kiln_lease_note_use(kiln_device_entry_t *d, const kiln_tenant_t *t);
+
+/* The device gate (gate.c): requests that may not go to a device worker yet wait there.
+ * Launch gate: runs `go(ctx, OK)` now (*out_now) when the device is free for this tenant,
  * holds it while another tenant's lease is pending or active, or fails with E_UNAVAILABLE when
  * the client asked not to wait. A held launch gets go(ctx, E_TIMEOUT) after waiting `wait_ms`
  * (0: no limit) and go(ctx, E_CANCELLED) when its connection closes; `go` then calls
@@ -294,6 +299,27 @@ void kiln_device_run_done(kiln_server_t *s, kiln_device_entry_t *d);
  * requests on one device stay in order; with nothing of the tenant held it is not queued. */
 kiln_status_t kiln_device_follow(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                  kiln_conn_t *c, kiln_held_fn go, void *ctx, bool *out_queued);
+/* A read or download of `bytes` waits (*out_queued) while its tenant's transfer buffers hold
+ * KILN_TRANSFER_BUDGET (one transfer of any size may go when none is out), and behind what
+ * else of the tenant is held; `go` as for follow. Not queued: the caller charges the bytes
+ * now. kiln_tenant_transfer_done gives them back. */
+#define KILN_TRANSFER_BUDGET (512ull << 20)
+kiln_status_t kiln_device_transfer(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+                                   kiln_conn_t *c, uint64_t bytes, kiln_held_fn go, void *ctx,
+                                   bool *out_queued);
+void kiln_tenant_transfer_done(kiln_server_t *s, kiln_tenant_t *t, uint64_t bytes);
+/* A lease request, granted by `go(ctx, OK)` once nothing else runs and not before
+ * not_before_ns (0: at once); go(ctx, error) when dropped. */
+kiln_status_t kiln_device_hold_lease(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+                                     kiln_conn_t *c, uint64_t not_before_ns, kiln_held_fn go,
+                                     void *ctx);
+/* Whether a lease asked for now would have to wait (something runs or holds the device). */
+bool kiln_device_lease_waits(const kiln_device_entry_t *d, const kiln_tenant_t *t);
+/* Lets through what may go now, fails launches past their wait, arms the timer. */
+void kiln_device_pump(kiln_server_t *s, kiln_device_entry_t *d);
+/* Fails the held requests of connection c or of tenant t with a copy of `why`. */
+void kiln_device_drop_held(kiln_server_t *s, kiln_device_entry_t *d, const kiln_conn_t *c,
+                           const kiln_tenant_t *t, kiln_status_t why);
 /* Ends what a tenant may no longer reach on the device (a reload took the device from its
  * line, or the tenant from the file): its lease, its held requests, its device worker (the
  * tensors in it are lost and their bytes given back). */

@@ -72,6 +72,8 @@ typedef struct kiln_tenant {
   /* usage */
   uint64_t memory, tensors, launches, compiles, connections;
   uint64_t lost_markers; /* ids of its tensors lost with a worker, remembered (tensors.c) */
+  uint64_t transfer_bytes;    /* read/download reply buffers held for it (gate.c) */
+  uint64_t transfers_waiting; /* reads/downloads queued for that budget */
   uint64_t requests, errors;
   kiln_map_t modules; /* key64 of modules this tenant compiled -> (void *)1 */
 } kiln_tenant_t;

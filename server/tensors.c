@@ -40,6 +40,8 @@ typedef struct op {
   const char *method;
   kiln_buf_t params;
   int fd;
+  uint64_t offset;  /* read/download: where the reply's bytes start in the tensor */
+  uint64_t charged; /* read/download: bytes charged to the tenant's transfer budget */
 } op_t;
 
 /* An alloc/upload reply on its way to the client: the tensor is given up when the reply
@@ -77,6 +79,7 @@ static void op_free(op_t *op) {
   if (op->fd >= 0) close(op->fd);
   kiln_buf_deinit(&op->params);
   if (op->buf) kiln_shm_pool_put(shm_pool(op->server), op->buf);
+  if (op->charged) kiln_tenant_transfer_done(op->server, op->slot->tenant, op->charged);
   free(op);
 }
 
@@ -342,8 +345,8 @@ static void follow_go(void *ctx, kiln_status_t st) {
 /* Sends `method` with params {handle, bytes, offset, size} and, when op has a buffer, its
  * fd with the offset `at` of the bytes in it. The buffer stays op's; the worker is told
  * which one by its fd (and keeps large ones mapped, keyed by inode). */
-static kiln_status_t send_op(kiln_call_t *call, op_t *op, const char *method, uint64_t bytes,
-                             uint64_t offset, uint64_t size, uint64_t at) {
+static kiln_status_t prepare(op_t *op, const char *method, uint64_t bytes, uint64_t offset,
+                             uint64_t size, uint64_t at) {
   int fd = -1;
   if (op->buf) {
     fd = fcntl(op->buf->fd, F_DUPFD_CLOEXEC, 0); /* kiln_worker_call closes what it is given */
@@ -351,15 +354,19 @@ static kiln_status_t send_op(kiln_call_t *call, op_t *op, const char *method, ui
   }
   op->fd = fd;
   op->method = method;
-  kiln_status_t st = pack_params(&op->params, op->id, bytes, offset, size, fd >= 0, at);
-  if (st) return st;
+  return pack_params(&op->params, op->id, bytes, offset, size, fd >= 0, at);
+}
+
+static kiln_status_t send_op(kiln_call_t *call, op_t *op, const char *method, uint64_t bytes,
+                             uint64_t offset, uint64_t size, uint64_t at) {
+  KILN_RETURN_IF_ERROR(prepare(op, method, bytes, offset, size, at));
   op->req = call->req;
   op->server = call->server;
-  /* Behind launches of the tenant that wait for another tenant's lease, so that its
-   * requests on the device stay in order. */
+  /* Behind what of the tenant waits in the device gate, so that its requests on the device
+   * stay in order. */
   bool queued;
-  st = kiln_device_follow(call->server, op->slot->device, op->slot->tenant, call->conn, follow_go, op,
-                          &queued);
+  kiln_status_t st = kiln_device_follow(call->server, op->slot->device, op->slot->tenant, call->conn,
+                                        follow_go, op, &queued);
   if (!st && !queued) st = send_now(op);
   if (st) return st;
   call->async = true;
@@ -487,6 +494,26 @@ kiln_status_t kiln_method_write(kiln_call_t *call) {
   return st;
 }
 
+/* Charges the reply's bytes to the tenant's transfer budget, makes its buffer and sends. */
+static kiln_status_t read_start(op_t *op) {
+  kiln_tenant_t *t = op->slot->tenant;
+  t->transfer_bytes += op->len;
+  op->charged = op->len;
+  KILN_RETURN_IF_ERROR(kiln_shm_pool_get(shm_pool(op->server), op->len, t->index, &op->buf));
+  op->buf->owner = t->index;
+  KILN_RETURN_IF_ERROR(prepare(op, "read", op->desc.nbytes, op->offset, op->len, 0));
+  return send_now(op);
+}
+
+static void read_go(void *ctx, kiln_status_t st) {
+  op_t *op = ctx;
+  if (!st) st = read_start(op);
+  if (st) {
+    kiln_req_fail(op->req, st);
+    op_free(op);
+  }
+}
+
 static kiln_status_t start_read(kiln_call_t *call, kiln_tensor_t *t, int kind, uint64_t offset,
                                 uint64_t size) {
   if (size > KILN_MAX_TRANSFER)
@@ -506,13 +533,16 @@ static kiln_status_t start_read(kiln_call_t *call, kiln_tensor_t *t, int kind, u
     if (st) op_free(op);
     return st;
   }
-  kiln_status_t st = kiln_shm_pool_get(shm_pool(call->server), size, t->tenant->index, &op->buf);
-  if (!st) {
-    op->buf->owner = t->tenant->index;
-    op->len = size;
-    st = send_op(call, op, "read", t->desc.nbytes, offset, size, 0);
-  }
+  op->req = call->req;
+  op->len = size;
+  op->offset = offset;
+  /* The reply's buffer is made when the read goes, within the tenant's transfer budget. */
+  bool queued;
+  kiln_status_t st = kiln_device_transfer(call->server, t->device, t->tenant, call->conn, size,
+                                          read_go, op, &queued);
+  if (!st && !queued) st = read_start(op);
   if (st) op_free(op);
+  else call->async = true;
   return st;
 }
 

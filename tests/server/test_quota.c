@@ -563,3 +563,29 @@ Test(outlive, requests_behind_a_held_launch_keep_their_order) {
   cr_assert_eq(first, 7, "the download ran before the launch");
   client_close(&b);
 }
+
+/* Replies of reads wait in kilnd's buffers until written: a client that pipelines reads and
+ * never reads the replies makes kilnd hold at most the tenant's transfer budget (512 MiB),
+ * and still gets every reply, in order and correct, once it reads. */
+Test(outlive, unread_replies_hold_at_most_the_transfer_budget) {
+  client_t a, b;
+  connect_as(&a, TOK_B);
+  connect_as(&b, TOK_B);
+  uint64_t id = alloc_ok(&a, 48 * MIB);
+  enum { N = 16 };
+  for (uint32_t i = 0; i < N; i++) client_send_id(&a, 120 + i, "read", id);
+  client_send(&a, 119, "ping", NULL); /* kilnd has dispatched the reads before answering */
+  wait_usage(&b, "transfers_queued", N - 10); /* 10 x 48 MiB fit in 512 MiB */
+  cr_assert_eq(my_usage(&b, "transfer_bytes"), 10 * 48 * MIB);
+  uint32_t next = 120;
+  for (uint32_t i = 0; i < N + 1; i++) {
+    cr_assert(client_recv(&a, 60000), "reply %u of %u missing", i, N + 1);
+    if (a.msg.msgid == 119) continue;
+    cr_assert_eq(a.msg.msgid, next++, "replies out of order");
+    cr_assert_eq(code_of(&a), 0, "%s", err(&a));
+    cr_assert_eq(a.msg.result->via.bin.size, 48 * MIB);
+  }
+  wait_usage(&b, "transfer_bytes", 0);
+  client_close(&a);
+  client_close(&b);
+}
