@@ -675,6 +675,13 @@ static void build_key(const kiln_compile_state_t *cs, const build_t *b, uint8_t 
 /* Starts (or joins, or answers from the cache) one build for waiter `w`. */
 static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio, waiter_t *w) {
   kiln_tenant_t *t = w->tenant;
+  /* A prebuilt cpu shared object is native code nobody checked (the compiler vets what it
+   * builds itself): only where the operator said so, and then it runs confined. */
+  if (strcmp(resolved_kind(b), "cpu-so") == 0 && !cs->server->cfg.allow_prebuilt_cpu)
+    return KILN_STATUS(KILN_E_PERMISSION,
+                       "prebuilt cpu shared objects are refused by this server: their code cannot "
+                       "be checked; compile from LLVM IR instead, or an operator may start kilnd "
+                       "with --allow-prebuilt-cpu");
   KILN_RETURN_IF_ERROR(kiln_quota_check(t, "compiles", t->compiles, 1, t->quotas.compiles));
   t->compiles++; /* from here on waiter_finish gives it back */
   uint8_t key[KILN_HASH_BYTES];

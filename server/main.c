@@ -59,6 +59,11 @@ static void usage(FILE *f) {
           "  --cache-max-bytes BYTES     disk bound of the artifact cache (default 4 GiB)\n"
           "  --cpu-memory BYTES    tensor bytes cpu:0 may hold, all tenants (K M G T; default:\n"
           "                        half of RAM or of kilnd's cgroup memory.max if smaller)\n"
+          "  --worker-uids FIRST-LAST  when kilnd runs as root: compile workers run as FIRST,\n"
+          "                        each tenant's device workers as FIRST + its index (unused\n"
+          "                        uids; default: every worker as nobody)\n"
+          "  --allow-prebuilt-cpu  accept prebuilt cpu shared objects (their code cannot be\n"
+          "                        checked; they run inside the device worker's sandbox)\n"
           "  --version, --help\n");
 }
 
@@ -98,7 +103,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
          O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_LTIMEOUT, O_CMEM,
          O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_CPUMEM, O_HSALIB,
-         O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER };
+         O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER, O_WUIDS, O_PREBUILT };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -126,6 +131,8 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"hello-timeout", required_argument, 0, O_HELLO_TIMEOUT},
       {"max-anonymous", required_argument, 0, O_MAX_ANON},
       {"max-anonymous-per-peer", required_argument, 0, O_MAX_ANON_PEER},
+      {"worker-uids", required_argument, 0, O_WUIDS},
+      {"allow-prebuilt-cpu", no_argument, 0, O_PREBUILT},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -216,6 +223,17 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         if (!parse_u64(optarg, &u) || u == 0 || u > 1000000) goto bad;
         *(o == O_MAX_ANON ? &cfg->max_anonymous : &cfg->max_anonymous_per_peer) = (uint32_t)u;
         break;
+      case O_WUIDS: {
+        unsigned long a, b;
+        int end = 0;
+        if (sscanf(optarg, "%lu-%lu%n", &a, &b, &end) != 2 || optarg[end] || a == 0 || b < a ||
+            b > 0x7fffffffUL)
+          goto bad;
+        cfg->worker_uid_first = (uint32_t)a;
+        cfg->worker_uid_last = (uint32_t)b;
+        break;
+      }
+      case O_PREBUILT: cfg->allow_prebuilt_cpu = true; break;
       case O_VERSION: printf("kilnd %s\n", KILN_VERSION); exit(0);
       case O_HELP: usage(stdout); exit(0);
       default: usage(stderr); return 2;
@@ -391,6 +409,7 @@ int main(int argc, char **argv) {
 
   st = kiln_peers_init(s);
   if (!st) st = kiln_tenants_init(&s->tenants, cfg->tokens);
+  if (!st) st = kiln_workers_identity_init(s);
   if (!st) st = kiln_devices_probe(s);
   if (!st) st = kiln_compile_init(s);
   if (!st) st = kiln_listeners_start(s);

@@ -59,6 +59,8 @@ typedef struct kiln_config {
   uint32_t max_anonymous, max_anonymous_per_peer;
   uint64_t cache_max_bytes;    /* disk store bound */
   uint64_t cpu_memory;         /* --cpu-memory: capacity of cpu:0; 0 = the default */
+  uint32_t worker_uid_first, worker_uid_last; /* --worker-uids; 0 = not given */
+  bool allow_prebuilt_cpu;     /* --allow-prebuilt-cpu */
 } kiln_config_t;
 
 /* --- listeners (listener.c) --------------------------------------------------------------- */
@@ -360,10 +362,16 @@ typedef void (*kiln_worker_cb)(void *ctx, kiln_status_t st, const msgpack_object
 
 typedef enum kiln_worker_kind { KILN_WORKER_DEVICE = 1, KILN_WORKER_COMPILER = 2 } kiln_worker_kind_t;
 
+/* Checks --worker-uids against how kilnd runs and the tenants, and settles which uids
+ * workers get (docs/operations.md "Security model"); called once at start. */
+kiln_status_t kiln_workers_identity_init(kiln_server_t *s);
 /* Creates the supervisor of one worker process (spawned lazily on first call). */
 kiln_status_t kiln_worker_create(kiln_server_t *s, kiln_worker_kind_t kind, const char *device_id,
                                  const char *const *argv_tail, kiln_worker_t **out);
 void kiln_worker_destroy(kiln_worker_t *w); /* kills the process */
+/* The tenant whose device worker this is: it runs under the tenant's uid (kilnd as root) and
+ * with an address space sized from the tenant's memory quota. Set before the first call. */
+void kiln_worker_set_tenant(kiln_worker_t *w, const kiln_tenant_t *t);
 /* Starts the process now instead of at the first call (compile workers start warm). */
 kiln_status_t kiln_worker_start(kiln_worker_t *w);
 /* Kills the process now; the calls it held fail with `code` and `reason` instead of the

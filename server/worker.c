@@ -3,15 +3,19 @@
  *
  * Each process lifetime is an "incarnation" with its own handles and pending calls, so a
  * dead process's handles can finish closing while a new one already runs. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/sandbox.h"
 #include "base/util.h"
 #include "protocol/channel.h"
 #include "server/metrics.h"
@@ -44,6 +48,10 @@ typedef struct incarnation {
   char kill_reason[160];
   int64_t exit_status;
   int term_signal;
+  char tmp_dir[512]; /* a compile worker's private directory, removed when it has exited */
+  /* The worker's sandbox stopped it on a system call (its SIGSYS handler said which). */
+  bool violation;
+  uint32_t violation_nr, violation_arch;
   kiln_reader_t reader;
   kiln_map_t pending; /* msgid -> pending_t* */
   uint64_t last_progress_ns; /* the last answer, or the first call made to an idle worker */
@@ -53,6 +61,7 @@ typedef struct incarnation {
 struct kiln_worker {
   kiln_server_t *server;
   kiln_worker_kind_t kind;
+  const kiln_tenant_t *tenant; /* device workers */
   char device_id[128];
   char path[600];
   char *argv[16];
@@ -85,6 +94,119 @@ uint32_t kiln_worker_inflight(const kiln_worker_t *w) {
 
 static const char *worker_binary(kiln_worker_kind_t k) {
   return k == KILN_WORKER_DEVICE ? "kiln-device-worker" : "kiln-compile-worker";
+}
+
+/* --- whom workers run as -------------------------------------------------------------------- */
+
+/* kilnd as root never runs a worker as root: with --worker-uids each tenant's device workers
+ * get their own uid (FIRST + the tenant's index; compile workers FIRST), like systemd's
+ * DynamicUser; without it every worker runs as nobody. As another user, workers share its
+ * uid (they cannot be given another one). */
+static struct {
+  bool root;
+  bool shared; /* every worker as one uid (nobody) */
+  uid_t shared_uid;
+  gid_t shared_gid;
+} ident;
+
+kiln_status_t kiln_workers_identity_init(kiln_server_t *s) {
+  const kiln_config_t *cfg = &s->cfg;
+  ident.root = geteuid() == 0;
+  bool given = cfg->worker_uid_first != 0;
+  if (!ident.root) {
+    if (given)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                         "--worker-uids needs kilnd to run as root (it switches worker processes "
+                         "to those uids); as uid %u every worker runs as uid %u",
+                         (unsigned)geteuid(), (unsigned)geteuid());
+    return KILN_OK;
+  }
+  if (!given) {
+    struct passwd *pw = getpwnam("nobody");
+    ident.shared = true;
+    ident.shared_uid = pw ? pw->pw_uid : 65534;
+    ident.shared_gid = pw ? pw->pw_gid : 65534;
+    KILN_LOG_WARN("worker_uids", "mode=shared uid=%u gid=%u message=\"kilnd runs as root: every "
+                  "worker runs as nobody; give --worker-uids FIRST-LAST for one uid per tenant\"",
+                  (unsigned)ident.shared_uid, (unsigned)ident.shared_gid);
+    return KILN_OK;
+  }
+  uint64_t need = 1 + (uint64_t)s->tenants.count;
+  uint64_t have = (uint64_t)cfg->worker_uid_last - cfg->worker_uid_first + 1;
+  if (have < need)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "--worker-uids %u-%u holds %llu uids; the compile workers and %u tenants "
+                       "need %llu",
+                       cfg->worker_uid_first, cfg->worker_uid_last, (unsigned long long)have,
+                       s->tenants.count, (unsigned long long)need);
+  /* The range must be nobody's: a worker under a user's uid could reach that user's files
+   * and processes. */
+  for (uint64_t u = cfg->worker_uid_first; u <= cfg->worker_uid_last && u - cfg->worker_uid_first < 65536; u++) {
+    struct passwd *pw = getpwuid((uid_t)u);
+    if (pw)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                         "--worker-uids %u-%u includes uid %llu, which is the user '%s': give a "
+                         "range of unused uids",
+                         cfg->worker_uid_first, cfg->worker_uid_last, (unsigned long long)u,
+                         pw->pw_name);
+  }
+  KILN_LOG_INFO("worker_uids", "mode=per_tenant first=%u last=%u", cfg->worker_uid_first,
+                cfg->worker_uid_last);
+  return KILN_OK;
+}
+
+/* The uid and gid worker w runs as; false when kilnd is not root (it keeps kilnd's). */
+static kiln_status_t worker_identity(const kiln_worker_t *w, uid_t *uid, gid_t *gid, bool *out_switch) {
+  *out_switch = ident.root;
+  if (!ident.root) return KILN_OK;
+  if (ident.shared) {
+    *uid = ident.shared_uid;
+    *gid = ident.shared_gid;
+    return KILN_OK;
+  }
+  const kiln_config_t *cfg = &w->server->cfg;
+  uint64_t u = cfg->worker_uid_first;
+  if (w->kind == KILN_WORKER_DEVICE) u += w->tenant ? w->tenant->index : 0;
+  if (u > cfg->worker_uid_last)
+    return KILN_STATUS(KILN_E_UNAVAILABLE,
+                       "--worker-uids %u-%u has no uid left for tenant '%s' (index %u): widen the "
+                       "range and restart kilnd",
+                       cfg->worker_uid_first, cfg->worker_uid_last, w->tenant ? w->tenant->name : "",
+                       w->tenant ? w->tenant->index : 0);
+  *uid = (uid_t)u;
+  *gid = (gid_t)u;
+  return KILN_OK;
+}
+
+void kiln_worker_set_tenant(kiln_worker_t *w, const kiln_tenant_t *t) { w->tenant = t; }
+
+/* Removes a worker's private directory without following a link anywhere in it: every
+ * level is opened O_NOFOLLOW relative to its parent, so a symlink put there by the worker
+ * is removed, never walked. */
+static void remove_tree_at(int parent, const char *name, int depth) {
+  if (unlinkat(parent, name, 0) == 0 || errno != EISDIR || depth > 16) return;
+  int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return;
+  }
+  for (struct dirent *e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) remove_tree_at(dirfd(d), e->d_name, depth + 1);
+  closedir(d);
+  unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+static void remove_private_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash || slash == path) return;
+  char parent[512];
+  snprintf(parent, sizeof(parent), "%.*s", (int)(slash - path), path);
+  int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (pfd < 0) return;
+  remove_tree_at(pfd, slash + 1, 0);
+  close(pfd);
 }
 
 /* Finds a worker binary: --worker-dir, else next to kilnd, else the build tree layout. */
@@ -145,6 +267,7 @@ static void free_outmsgs(incarnation_t *inc) {
 
 static void maybe_free_incarnation(incarnation_t *inc) {
   if (!inc->poll_closed || !inc->proc_closed) return;
+  if (inc->tmp_dir[0]) remove_private_dir(inc->tmp_dir);
   kiln_reader_deinit(&inc->reader);
   kiln_map_deinit(&inc->pending);
   free_outmsgs(inc);
@@ -179,14 +302,29 @@ static void incarnation_fail_all(incarnation_t *inc, kiln_status_t why) {
   kiln_status_free(why);
 }
 
+/* Why a worker died, for the requests it held: a sandbox violation names the system call. */
+static void death_reason(const incarnation_t *inc, char *out, size_t cap) {
+  if (inc->violation) {
+    char name[96];
+    kiln_sandbox_syscall_name(inc->violation_arch, (int)inc->violation_nr, name, sizeof(name));
+    snprintf(out, cap, "sandbox violation: system call %u (%s), which this worker may not make",
+             inc->violation_nr, name);
+  } else if (inc->term_signal == SIGSYS) {
+    snprintf(out, cap, "sandbox violation: killed by SIGSYS on a system call it may not make "
+                       "(which one was not reported)");
+  } else if (inc->term_signal) {
+    snprintf(out, cap, "signal %d (%s)", inc->term_signal, strsignal(inc->term_signal));
+  } else {
+    snprintf(out, cap, "exit status %lld", (long long)inc->exit_status);
+  }
+}
+
 static void incarnation_end(incarnation_t *inc) {
   if (inc->dead) return;
   inc->dead = true;
   kiln_worker_t *w = inc->worker;
-  char why[200];
-  if (inc->term_signal)
-    snprintf(why, sizeof(why), "signal %d (%s)", inc->term_signal, strsignal(inc->term_signal));
-  else snprintf(why, sizeof(why), "exit status %lld", (long long)inc->exit_status);
+  char why[300];
+  death_reason(inc, why, sizeof(why));
   if (w && inc->retired) {
     for (incarnation_t **pp = &w->retired; *pp; pp = &(*pp)->next_retired)
       if (*pp == inc) {
@@ -198,12 +336,16 @@ static void incarnation_end(incarnation_t *inc) {
     if (!inc->retired) w->generation++;
     if (!w->destroying) {
       w->restarts++;
-      kiln_metrics_worker_died(w->kind == KILN_WORKER_DEVICE, w->device_id, inc->term_signal,
-                               inc->exit_status, inc->kill_code);
+      /* A violation ends the worker with an exit status; it is counted as the signal that
+       * a SECCOMP kill would have been. */
+      kiln_metrics_worker_died(w->kind == KILN_WORKER_DEVICE, w->device_id,
+                               inc->violation ? SIGSYS : inc->term_signal, inc->exit_status,
+                               inc->kill_code);
     }
     w->last_death_ns = kiln_now_ns();
     if (w->cur == inc) w->cur = NULL;
-    KILN_LOG_WARN("worker_died", "kind=%s device=%s pid=%d why=\"%s\" pending=%zu",
+    KILN_LOG_WARN(inc->violation ? "worker_sandbox_violation" : "worker_died",
+                  "kind=%s device=%s pid=%d why=\"%s\" pending=%zu",
                   w->kind == KILN_WORKER_DEVICE ? "device" : "compiler", w->device_id, inc->pid, why,
                   inc->pending.count);
   }
@@ -231,8 +373,13 @@ static void incarnation_end(incarnation_t *inc) {
   if (w) kiln_server_maybe_finish_drain(w->server);
 }
 
+static void read_channel(incarnation_t *inc, bool to_eof);
+
 static void on_process_exit(uv_process_t *p, int64_t status, int sig) {
   incarnation_t *inc = p->data;
+  /* What the worker wrote before it died is still in the socket (a last reply, a sandbox
+   * violation report): read it before its calls are failed. */
+  if (!inc->dead) read_channel(inc, true);
   inc->exited = true;
   inc->exit_status = status;
   inc->term_signal = sig;
@@ -240,10 +387,32 @@ static void on_process_exit(uv_process_t *p, int64_t status, int sig) {
   uv_close((uv_handle_t *)p, on_proc_closed);
 }
 
+/* [2, "sandbox_violation", [{"syscall": NR, "arch": ARCH}]] from the worker's SIGSYS
+ * handler (base/sandbox.c); the process ends right after it. */
+static bool handle_violation(incarnation_t *inc, const kiln_rpc_msg_t *m) {
+  if (m->type != KILN_RPC_NOTIFICATION || !kiln_rpc_method_is(m, KILN_SANDBOX_VIOLATION) || !m->params)
+    return false;
+  uint64_t nr = 0, arch = 0;
+  kiln_status_t st = kiln_params_u64(m->params, "syscall", true, &nr);
+  if (!st) st = kiln_params_u64(m->params, "arch", true, &arch);
+  if (st || nr > UINT32_MAX || arch > UINT32_MAX) {
+    kiln_status_free(st);
+    return false;
+  }
+  inc->violation = true;
+  inc->violation_nr = (uint32_t)nr;
+  inc->violation_arch = (uint32_t)arch;
+  return true;
+}
+
 static void handle_message(incarnation_t *inc, const uint8_t *bytes, size_t len) {
   kiln_rpc_msg_t m;
   bool has;
   kiln_status_t st = kiln_rpc_parse(bytes, len, &m, &has);
+  if (!st && handle_violation(inc, &m)) {
+    kiln_rpc_msg_deinit(&m);
+    return;
+  }
   if (st || m.type != KILN_RPC_RESPONSE) {
     /* A worker that speaks garbage is broken: end it. */
     KILN_LOG_ERROR("worker_protocol", "pid=%d message=\"%s\"", inc->pid,
@@ -306,15 +475,10 @@ static void flush_out(incarnation_t *inc) {
   update_poll(inc);
 }
 
-static void on_poll(uv_poll_t *h, int status, int events) {
-  incarnation_t *inc = h->data;
-  if (status < 0) {
-    kill(inc->pid, SIGKILL);
-    return;
-  }
-  if (events & UV_WRITABLE) flush_out(inc);
-  if (!(events & UV_READABLE) || inc->dead) return;
-  for (int rounds = 0; rounds < 16; rounds++) {
+/* Reads and handles what the worker sent: up to 16 buffers, or (to_eof, once the process
+ * has exited) everything left in the socket. */
+static void read_channel(incarnation_t *inc, bool to_eof) {
+  for (int rounds = 0; to_eof || rounds < 16; rounds++) {
     size_t cap;
     void *space = kiln_reader_space(&inc->reader, &cap);
     if (!space) {
@@ -329,7 +493,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     if (n <= 0) {
       /* EOF: the process is exiting; on_process_exit reports why. Stop polling a dead socket. */
       uv_poll_stop(&inc->poll);
-      if (!inc->exited) kill(inc->pid, SIGKILL);
+      if (!inc->exited && !to_eof) kill(inc->pid, SIGKILL);
       return;
     }
     kiln_reader_commit(&inc->reader, (size_t)n);
@@ -344,8 +508,19 @@ static void on_poll(uv_poll_t *h, int status, int events) {
       kill(inc->pid, SIGKILL);
       return;
     }
-    if ((size_t)n < cap) break;
+    if (!to_eof && (size_t)n < cap) break;
   }
+}
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  incarnation_t *inc = h->data;
+  if (status < 0) {
+    kill(inc->pid, SIGKILL);
+    return;
+  }
+  if (events & UV_WRITABLE) flush_out(inc);
+  if (!(events & UV_READABLE) || inc->dead) return;
+  read_channel(inc, false);
 }
 
 static void update_poll(incarnation_t *inc) {
@@ -386,6 +561,10 @@ static kiln_status_t spawn_failed(kiln_worker_t *w, const char *why) {
 
 static kiln_status_t spawn(kiln_worker_t *w) {
   kiln_server_t *s = w->server;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  bool switch_uid;
+  KILN_RETURN_IF_ERROR(worker_identity(w, &uid, &gid, &switch_uid));
   int pair[2];
   kiln_status_t st = kiln_channel_pair(pair);
   if (st) {
@@ -407,6 +586,51 @@ static kiln_status_t spawn(kiln_worker_t *w) {
   kiln_reader_init(&inc->reader, &lim, 64 * 1024);
   kiln_map_init(&inc->pending);
 
+  /* This incarnation's arguments: the worker's own, then whom it runs as, its private
+   * directory (compile workers) and its address-space budget (device workers). */
+  char *args[24], uid_s[16], gid_s[16], mem_s[24];
+  int n = 0;
+  for (int i = 0; i < w->argc && n < 14; i++) args[n++] = w->argv[i];
+  if (switch_uid) {
+    snprintf(uid_s, sizeof(uid_s), "%u", (unsigned)uid);
+    snprintf(gid_s, sizeof(gid_s), "%u", (unsigned)gid);
+    args[n++] = "--uid";
+    args[n++] = uid_s;
+    args[n++] = "--gid";
+    args[n++] = gid_s;
+  }
+  if (w->kind == KILN_WORKER_COMPILER) {
+    const char *base = getenv("TMPDIR");
+    snprintf(inc->tmp_dir, sizeof(inc->tmp_dir), "%s/kiln-compile-XXXXXX",
+             base && base[0] == '/' ? base : "/tmp");
+    char why[600];
+    why[0] = 0;
+    if (!mkdtemp(inc->tmp_dir)) {
+      snprintf(why, sizeof(why), "cannot make a directory %s: %s", inc->tmp_dir, strerror(errno));
+      inc->tmp_dir[0] = 0;
+    } else if (switch_uid && chown(inc->tmp_dir, uid, gid) != 0) {
+      snprintf(why, sizeof(why), "chown %s: %s", inc->tmp_dir, strerror(errno));
+    }
+    if (why[0]) {
+      close(pair[0]);
+      close(pair[1]);
+      if (inc->tmp_dir[0]) rmdir(inc->tmp_dir);
+      kiln_reader_deinit(&inc->reader);
+      kiln_map_deinit(&inc->pending);
+      free(inc);
+      return spawn_failed(w, why);
+    }
+    args[n++] = "--tmp-dir";
+    args[n++] = inc->tmp_dir;
+  }
+  if (w->kind == KILN_WORKER_DEVICE && w->tenant && w->tenant->quotas.memory &&
+      w->tenant->quotas.memory != UINT64_MAX) {
+    snprintf(mem_s, sizeof(mem_s), "%llu", (unsigned long long)w->tenant->quotas.memory);
+    args[n++] = "--max-memory";
+    args[n++] = mem_s;
+  }
+  args[n] = NULL;
+
   uv_stdio_container_t stdio[4];
   stdio[0].flags = UV_IGNORE;
   stdio[1].flags = UV_INHERIT_FD;
@@ -417,7 +641,7 @@ static kiln_status_t spawn(kiln_worker_t *w) {
   stdio[3].data.fd = pair[1];
   uv_process_options_t opt = {0};
   opt.file = w->path;
-  opt.args = w->argv;
+  opt.args = args;
   opt.exit_cb = on_process_exit;
   opt.stdio = stdio;
   opt.stdio_count = 4;
@@ -561,8 +785,11 @@ void kiln_worker_kill(kiln_worker_t *w, kiln_code_t code, const char *reason) {
 /* Cuts an incarnation loose from its worker at shutdown: its calls fail now, and its exit
  * callbacks (which free it) never reach back into the worker. */
 static void abandon(incarnation_t *inc) {
-  /* Closing the channel asks the worker to exit; SIGTERM makes sure. */
+  /* Closing the channel asks the worker to exit; SIGTERM makes sure. Its private directory
+   * goes now: the loop ends before the process handle's close callback would run. */
   kill(inc->pid, SIGTERM);
+  if (inc->tmp_dir[0]) remove_private_dir(inc->tmp_dir);
+  inc->tmp_dir[0] = 0;
   inc->worker = NULL;
   inc->next_retired = NULL;
   inc->dead = true;

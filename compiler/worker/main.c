@@ -5,12 +5,19 @@
  *   --channel-fd N           serve kilnd until the channel closes
  *   --max-memory BYTES       address-space limit of this process (RLIMIT_AS), so that a
  *                            payload that makes LLVM balloon kills this worker, not the box
+ *   --tmp-dir DIR            the private directory in-process lld links in (kilnd makes it
+ *                            and removes it when this process ends)
+ *   --uid N --gid N          the uid to run as when kilnd runs as root
+ *
+ * Once LLVM is set up the worker confines itself (base/sandbox.h, profile "compiler"): the
+ * file system is the device libraries, libc and libm (link inputs) and --tmp-dir.
  *
  * Method "compile": params {kind, target, opt_level, max_block, fast_math, size, fds: 1}
  * with the payload in the memfd; result {"artifact": bin (protocol/artifact.h encoding),
  * "compile_ms": float}. LLVM may end this process on input it cannot handle; kilnd reports
  * that job as E_COMPILER_CRASHED and starts a new worker. */
 #include <errno.h>
+#include <link.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,8 +27,10 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/sandbox.h"
 #include "base/util.h"
 #include "compiler/compiler.h"
+#include "compiler/internal.h"
 #include "protocol/channel.h"
 #include "protocol/frame.h"
 #include "protocol/rpc.h"
@@ -124,9 +133,50 @@ static kiln_status_t do_compile(kiln_compiler_t *c, const msgpack_object *params
   return KILN_OK;
 }
 
-static int serve(int channel) {
+typedef struct options {
+  uint64_t max_memory;
+  const char *tmp_dir;
+  uid_t uid;
+  gid_t gid;
+} options_t;
+
+/* The files of libc and libm as this process loaded them: lld reads them as link inputs of
+ * cpu modules (compiler/cpu.c names the same objects). */
+static int note_libc(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  const char **out = data;
+  const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  if (!slash) return 0;
+  if (strcmp(slash, "/libc.so.6") == 0) out[0] = info->dlpi_name;
+  else if (strcmp(slash, "/libm.so.6") == 0) out[1] = info->dlpi_name;
+  return 0;
+}
+
+static kiln_status_t confine(int channel, const options_t *o) {
+  kiln_sandbox_config_t cfg = {.profile = KILN_SANDBOX_COMPILER, .channel_fd = channel,
+                               .uid = o->uid, .gid = o->gid, .max_files = 1024};
+  cfg.max_address_space = o->max_memory;
+  const char *dir = getenv("KILN_DEVICE_LIBS");
+  const char *libs[2] = {NULL, NULL};
+  dl_iterate_phdr(note_libc, libs);
+  int r = 0;
+  cfg.read[r++] = dir && dir[0] ? dir : kc_devlibs_default_dir();
+  for (int i = 0; i < 2; i++)
+    if (libs[i]) cfg.read[r++] = libs[i];
+  if (o->tmp_dir) cfg.write[0] = o->tmp_dir;
+  kiln_sandbox_report_t rep;
+  KILN_RETURN_IF_ERROR(kiln_sandbox_enter(&cfg, &rep));
+  KILN_LOG_INFO("sandbox", "profile=compiler uid=%u landlock_abi=%d threads=%u landlock_threads=%u "
+                "cwd_removed=%d tmp_dir=%s",
+                (unsigned)rep.uid, rep.landlock_abi, rep.threads, rep.landlock_threads,
+                rep.cwd_removed, o->tmp_dir ? o->tmp_dir : "");
+  return KILN_OK;
+}
+
+static int serve(int channel, const options_t *o) {
   kiln_compiler_t *c;
   kiln_status_t st = kiln_compiler_create(NULL, &c);
+  if (!st) st = confine(channel, o);
   if (st) {
     KILN_LOG_ERROR("compiler_create", "message=\"%s\"", kiln_status_message(st));
     return 2;
@@ -204,14 +254,18 @@ static int serve(int channel) {
 int main(int argc, char **argv) {
   int channel = -1;
   bool identity = false;
-  unsigned long long max_memory = 0;
+  options_t o = {0};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--identity") == 0) identity = true;
     else if (strcmp(argv[i], "--channel-fd") == 0 && i + 1 < argc) channel = atoi(argv[++i]);
     else if (strcmp(argv[i], "--max-memory") == 0 && i + 1 < argc)
-      max_memory = strtoull(argv[++i], NULL, 10);
+      o.max_memory = strtoull(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--tmp-dir") == 0 && i + 1 < argc) o.tmp_dir = argv[++i];
+    else if (strcmp(argv[i], "--uid") == 0 && i + 1 < argc) o.uid = (uid_t)strtoul(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--gid") == 0 && i + 1 < argc) o.gid = (gid_t)strtoul(argv[++i], NULL, 10);
     else {
       fprintf(stderr, "usage: kiln-compile-worker --identity | --channel-fd N [--max-memory B]\n"
+                      "       [--tmp-dir DIR] [--uid N --gid N]\n"
                       "(started by kilnd; not meant to be run by hand)\n");
       return 2;
     }
@@ -219,21 +273,17 @@ int main(int argc, char **argv) {
   if (kiln_crypto_init()) return 1;
   if (identity) return print_identity();
   if (channel < 0) return 2;
+  kiln_sandbox_close_inherited(channel);
   kiln_log_set_process("compile-worker");
   signal(SIGINT, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
+  /* In-process lld writes its two files of a link under $TMPDIR (compiler/link.c). */
+  if (o.tmp_dir) setenv("TMPDIR", o.tmp_dir, 1);
   /* Compiling is throughput work: as SCHED_BATCH at a lower priority it yields the cores to
    * kilnd's event loop (cache hits, pings, launches), so a busy compile pool (or the warm-up
    * of a fresh one) does not delay the requests that need no compiler. */
   struct sched_param sp = {0};
   sched_setscheduler(0, SCHED_BATCH, &sp);
   setpriority(PRIO_PROCESS, 0, 5);
-#if !defined(__SANITIZE_ADDRESS__)
-  /* AddressSanitizer reserves terabytes of shadow address space: no RLIMIT_AS there. */
-  if (max_memory) {
-    struct rlimit rl = {max_memory, max_memory};
-    setrlimit(RLIMIT_AS, &rl);
-  }
-#endif
-  return serve(channel);
+  return serve(channel, &o);
 }

@@ -51,6 +51,9 @@ static kiln_status_t cpu_open(uint32_t index, const int *cpus, size_t ncpus,
   kiln_device_t *dev = calloc(1, sizeof *dev);
   if (!dev) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   kiln_status_t s = kiln_cpu_probe_info(&dev->info);
+  /* Read from sysfs now, while the worker may still open files (its sandbox comes after
+   * open); cache flushes size their buffer with it later. */
+  kiln_cpu_llc_bytes();
   if (!s) s = kiln_cpu_pool_create(cpus, ncpus, &dev->pool);
   if (s) {
     cpu_close(dev);

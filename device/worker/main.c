@@ -1,6 +1,11 @@
 /* kiln-device-worker: `--probe` prints what every backend finds (MessagePack on stdout);
- * `--channel-fd N --device ID` serves one device for kilnd until the channel closes. */
+ * `--channel-fd N --device ID` serves one device for kilnd until the channel closes, confined
+ * (base/sandbox.h) from the moment the device is open:
+ *   --uid N --gid N     the tenant's uid when kilnd runs as root
+ *   --max-memory BYTES  the tenant's memory quota: sizes RLIMIT_AS on the cpu device */
+#include <dirent.h>
 #include <errno.h>
+#include <libgen.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -9,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/sandbox.h"
 #include "base/util.h"
 #include "device/registry.h"
 #include "device/worker/worker.h"
@@ -158,7 +164,75 @@ static int parse_cpus(const char *s, int *out, int cap) {
   return n;
 }
 
-static int serve(int channel, const char *device_id, const int *cpus, int ncpus) {
+typedef struct options {
+  uid_t uid;
+  gid_t gid;
+  uint64_t max_memory; /* 0: no quota */
+} options_t;
+
+/* Pages of address space the process has mapped now (its code, libraries, pool stacks). */
+static uint64_t mapped_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long long pages = 0;
+  if (f) {
+    if (fscanf(f, "%llu", &pages) != 1) pages = 0;
+    fclose(f);
+  }
+  return pages * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Confines this worker now that its device is open (docs/operations.md "Security model").
+ * The cpu device runs tenants' native code: no files at all. A GPU worker keeps its
+ * driver's device files and libraries. */
+static kiln_status_t confine(int channel, const kiln_backend_t *backend, const options_t *o) {
+  kiln_sandbox_config_t cfg = {.channel_fd = channel, .uid = o->uid, .gid = o->gid, .max_files = 4096};
+  bool cpu = strcmp(backend->kind, "cpu") == 0;
+  cfg.profile = cpu ? KILN_SANDBOX_CPU_DEVICE : KILN_SANDBOX_GPU_DEVICE;
+  if (cpu && o->max_memory) {
+    /* The tenant's tensors, the same again for a transfer's shared-memory mapping while it
+     * is copied, freed buffers kept for reuse (up to 1 GiB) and the cache-flush buffer. */
+    cfg.max_address_space = mapped_bytes() + 2 * o->max_memory + (3ull << 29);
+  }
+  static char self_proc[32], lib_dir[512];
+  if (!cpu) {
+    int d = 0, x = 0, r = 0;
+    static char nvidia[8][300];
+    cfg.devices[d++] = "/dev/kfd";
+    cfg.devices[d++] = "/dev/dri";
+    int nn = 0;
+    DIR *dir = opendir("/dev");
+    for (struct dirent *e; dir && (e = readdir(dir)) && nn < 8;)
+      if (strncmp(e->d_name, "nvidia", 6) == 0) {
+        snprintf(nvidia[nn], sizeof(nvidia[nn]), "/dev/%s", e->d_name);
+        cfg.devices[d++] = nvidia[nn++];
+      }
+    if (dir) closedir(dir);
+    /* Drivers load parts of themselves late (CUDA's PTX JIT library, ROCr's tools). */
+    const char *libs[] = {"/usr/lib", "/lib", "/usr/lib64", "/lib64", "/opt/rocm", "/usr/local/cuda",
+                          "/etc/ld.so.cache"};
+    for (size_t i = 0; i < sizeof(libs) / sizeof(libs[0]); i++) cfg.exec[x++] = libs[i];
+    const char *lib = getenv("KILN_HSA_LIBRARY");
+    if (!lib) lib = getenv("KILN_CUDA_LIBRARY");
+    if (lib && lib[0] == '/') {
+      snprintf(lib_dir, sizeof(lib_dir), "%s", lib);
+      cfg.exec[x++] = dirname(lib_dir);
+    }
+    snprintf(self_proc, sizeof(self_proc), "/proc/%d", (int)getpid());
+    const char *reads[] = {"/sys", self_proc, "/proc/cpuinfo", "/proc/meminfo", "/proc/stat",
+                           "/proc/driver"};
+    for (size_t i = 0; i < sizeof(reads) / sizeof(reads[0]); i++) cfg.read[r++] = reads[i];
+  }
+  kiln_sandbox_report_t rep;
+  KILN_RETURN_IF_ERROR(kiln_sandbox_enter(&cfg, &rep));
+  KILN_LOG_INFO("sandbox", "profile=%s uid=%u landlock_abi=%d threads=%u landlock_threads=%u "
+                "cwd_removed=%d max_address_space=%llu",
+                cpu ? "cpu" : "gpu", (unsigned)rep.uid, rep.landlock_abi, rep.threads,
+                rep.landlock_threads, rep.cwd_removed, (unsigned long long)cfg.max_address_space);
+  return KILN_OK;
+}
+
+static int serve(int channel, const char *device_id, const int *cpus, int ncpus,
+                 const options_t *opts) {
   kiln_dworker_t w = {.channel = channel};
   snprintf(w.device_id, sizeof(w.device_id), "%s", device_id);
   uint32_t index;
@@ -175,6 +249,12 @@ static int serve(int channel, const char *device_id, const int *cpus, int ncpus)
   if (!st) st = w.backend->open(index, ncpus > 0 ? cpus : NULL, (size_t)ncpus, &w.dev);
   if (st) {
     KILN_LOG_ERROR("open_failed", "device=%s message=\"%s\"", device_id, kiln_status_message(st));
+    kiln_status_free(st);
+    return 2;
+  }
+  st = confine(channel, w.backend, opts);
+  if (st) {
+    KILN_LOG_ERROR("sandbox_failed", "device=%s message=\"%s\"", device_id, kiln_status_message(st));
     kiln_status_free(st);
     return 2;
   }
@@ -241,10 +321,15 @@ int main(int argc, char **argv) {
   bool probe = false;
   static int cpus[256];
   int ncpus = 0;
+  options_t opts = {0};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--probe") == 0) probe = true;
     else if (strcmp(argv[i], "--channel-fd") == 0 && i + 1 < argc) channel = atoi(argv[++i]);
     else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
+    else if (strcmp(argv[i], "--uid") == 0 && i + 1 < argc) opts.uid = (uid_t)strtoul(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--gid") == 0 && i + 1 < argc) opts.gid = (gid_t)strtoul(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--max-memory") == 0 && i + 1 < argc)
+      opts.max_memory = strtoull(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--cpus") == 0 && i + 1 < argc) {
       ncpus = parse_cpus(argv[++i], cpus, 256);
       if (ncpus < 0) {
@@ -255,6 +340,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: kiln-device-worker --probe | --channel-fd N --device ID [--cpus LIST]\n"
+              "       [--uid N --gid N] [--max-memory BYTES]\n"
               "(started by kilnd; not meant to be run by hand)\n");
       return 2;
     }
@@ -266,11 +352,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kiln-device-worker: --channel-fd is required\n");
     return 2;
   }
+  kiln_sandbox_close_inherited(channel);
   char name[48];
   snprintf(name, sizeof(name), "device-worker/%s", device);
   kiln_log_set_process(name);
   /* kilnd handles SIGINT for the process group; the worker ends when its channel closes. */
   signal(SIGINT, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
-  return serve(channel, device, cpus, ncpus);
+  return serve(channel, device, cpus, ncpus, &opts);
 }

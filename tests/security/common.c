@@ -168,3 +168,23 @@ int device_worker_pid(client_t *c) {
   }
   return 0;
 }
+
+uint8_t *build_attacks(const char *dir, const char *tokens, bool ctor, size_t *out_len) {
+  const char *src = getenv("KILN_ATTACKS_SRC");
+  cr_assert(src, "set KILN_ATTACKS_SRC to tests/security/attacks.c.in");
+  char so[256], cmd[1400];
+  snprintf(so, sizeof(so), "%s/attacks%s.so", dir, ctor ? "-ctor" : "");
+  snprintf(cmd, sizeof(cmd),
+           "cc -x c -std=gnu11 -O1 -shared -fPIC -DTOKENS='\"%s\"' %s -o '%s' '%s' 2>&1", tokens,
+           ctor ? "-DCTOR" : "", so, src);
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
+  FILE *f = fopen(so, "rb");
+  cr_assert(f);
+  static uint8_t buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  uint8_t *copy = malloc(n);
+  memcpy(copy, buf, n);
+  *out_len = n;
+  return copy;
+}

@@ -45,4 +45,9 @@ char *copy_workers(void);
 /* The pid of the running device worker of (device, tenant) as stats shows it; 0 if none. */
 int device_worker_pid(client_t *c);
 
+/* Builds tests/security/attacks.c.in ($KILN_ATTACKS_SRC) with the system cc into dir, with
+ * TOKENS naming the tokens file (and its constructor when ctor); returns the shared object's
+ * bytes (malloc'ed). */
+uint8_t *build_attacks(const char *dir, const char *tokens, bool ctor, size_t *out_len);
+
 #endif
