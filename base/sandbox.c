@@ -472,7 +472,12 @@ static kiln_status_t build_filter(scmp_filter_ctx f, kiln_sandbox_profile_t p) {
     RULE(f, SCMP_ACT_ERRNO(ENOSYS), clone3, 0);
     KILN_RETURN_IF_ERROR(allow_list(f, file_calls));
   }
-  if (p == KILN_SANDBOX_GPU_DEVICE) KILN_RETURN_IF_ERROR(allow_list(f, driver_calls));
+  if (p == KILN_SANDBOX_GPU_DEVICE) {
+    KILN_RETURN_IF_ERROR(allow_list(f, driver_calls));
+    /* Reading its own memory without faulting (the software GPU's check of a kernel's
+     * addresses); another process's memory stays out of reach. */
+    RULE(f, SCMP_ACT_ALLOW, process_vm_readv, 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)pid));
+  }
   return KILN_OK;
 }
 
