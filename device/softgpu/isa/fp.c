@@ -13,27 +13,6 @@
 
 #include "device/softgpu/isa/internal.h"
 
-float sg_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t sg_u32(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-double sg_f64(uint64_t u) {
-  double f;
-  memcpy(&f, &u, 8);
-  return f;
-}
-uint64_t sg_u64(double f) {
-  uint64_t u;
-  memcpy(&u, &f, 8);
-  return u;
-}
-
 #define F32_SIGN 0x80000000u
 #define F32_INF 0x7f800000u
 #define F32_QNAN 0x7fc00000u
@@ -46,6 +25,13 @@ static int exp32(uint32_t u) { return (int)((u >> 23) & 0xff); }
 static int exp64(uint64_t u) { return (int)((u >> 52) & 0x7ff); }
 static bool denorm32(uint32_t u) { return exp32(u) == 0 && (u & 0x7fffff); }
 static bool denorm64(uint64_t u) { return exp64(u) == 0 && (u & 0xfffffffffffffull); }
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("fma", "default")))
+#endif
+void sg_fma_lanes(uint32_t *d, const uint32_t *a, const uint32_t *b, const uint32_t *c) {
+  for (int l = 0; l < SG_LANES; l++) d[l] = sg_u32(fmaf(sg_f32(a[l]), sg_f32(b[l]), sg_f32(c[l])));
+}
 
 uint32_t sg_flush32(uint32_t u) { return denorm32(u) ? (u & F32_SIGN) : u; }
 uint64_t sg_flush64(uint64_t u) { return denorm64(u) ? (u & F64_SIGN) : u; }

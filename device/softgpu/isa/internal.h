@@ -247,10 +247,29 @@ void sg_vsrc64(sg_wave_t *w, const sg_inst_t *in, int i, sg_ty_t ty, uint32_t lo
 unsigned sg_vreg(const sg_wave_t *w, unsigned code, unsigned which_bit);
 
 /* ---- floating point (fp.c) ----------------------------------------------------------------- */
-float sg_f32(uint32_t u);
-uint32_t sg_u32(float f);
-double sg_f64(uint64_t u);
-uint64_t sg_u64(double f);
+static inline float sg_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint32_t sg_u32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static inline double sg_f64(uint64_t u) {
+  double f;
+  memcpy(&f, &u, 8);
+  return f;
+}
+static inline uint64_t sg_u64(double f) {
+  uint64_t u;
+  memcpy(&u, &f, 8);
+  return u;
+}
+/* d[l] = fma(a[l], b[l], c[l]) on f32 bit patterns, for 64 lanes: one rounding, with the
+ * host's FMA instructions where it has them (a clone chosen at load time). */
+void sg_fma_lanes(uint32_t *d, const uint32_t *a, const uint32_t *b, const uint32_t *c);
 uint32_t sg_flush32(uint32_t u);          /* denormal -> zero, sign kept */
 uint64_t sg_flush64(uint64_t u);
 uint16_t sg_flush16(uint16_t u);

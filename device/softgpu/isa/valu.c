@@ -245,7 +245,7 @@ int valu_f32(sg_wave_t *w, const sg_inst_t *in) {
     }
     switch (op) {
     case F_FMA: case F_FMAC: case F_FMAAK: case F_FMAMK:
-      FOR_LANES d[l] = ul(fmaf(fl(a[l]), fl(b[l]), fl(c[l])));
+      sg_fma_lanes(d, a, b, c);
       break;
     case F_MAD: case F_MAC: case F_MADAK: case F_MADMK:
       /* v_mad/v_mac are unfused and do not support denormals on gfx9 */

@@ -397,19 +397,21 @@ int valu_vop3p(sg_wave_t *w, const sg_inst_t *in) {
       bool sl = (in->opsel >> i) & 1, sh = (in->opsel_hi >> i) & 1;
       uint32_t nl = ((in->neg >> i) & 1) && op != P_MOV_B32 ? 0x80000000u : 0;
       uint32_t nh = ((in->neg_hi >> i) & 1) && op != P_MOV_B32 ? 0x80000000u : 0;
+      const uint32_t *pl = sl ? hi[i] : lo[i], *ph = sh ? hi[i] : lo[i];
       FOR_LANES {
-        uint32_t vl = (sl ? hi[i][l] : lo[i][l]) ^ nl, vh = (sh ? hi[i][l] : lo[i][l]) ^ nh;
-        xl[i][l] = fl ? sg_flush32(vl) : vl;
-        xh[i][l] = fl ? sg_flush32(vh) : vh;
+        xl[i][l] = pl[l] ^ nl;
+        xh[i][l] = ph[l] ^ nh;
+      }
+      if (fl) FOR_LANES {
+        xl[i][l] = sg_flush32(xl[i][l]);
+        xh[i][l] = sg_flush32(xh[i][l]);
       }
     }
     uint32_t dl[SG_LANES], dh[SG_LANES];
     switch (op) {
     case P_FMA_F32:
-      FOR_LANES {
-        dl[l] = sg_u32(fmaf(sg_f32(xl[0][l]), sg_f32(xl[1][l]), sg_f32(xl[2][l])));
-        dh[l] = sg_u32(fmaf(sg_f32(xh[0][l]), sg_f32(xh[1][l]), sg_f32(xh[2][l])));
-      }
+      sg_fma_lanes(dl, xl[0], xl[1], xl[2]);
+      sg_fma_lanes(dh, xh[0], xh[1], xh[2]);
       break;
     case P_MUL_F32:
       FOR_LANES {

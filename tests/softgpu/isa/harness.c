@@ -1,6 +1,15 @@
 #include "tests/softgpu/isa/harness.h"
 
+#ifdef SGT_NO_CRITERION
+/* bench/softgpu_isa_bench.c builds the harness without Criterion: a failed check ends it */
+#include <stdlib.h>
+#define cr_assert(cond, ...) \
+  do { if (!(cond)) { fprintf(stderr, "harness: " __VA_ARGS__); fprintf(stderr, " (%s)\n", #cond); abort(); } } while (0)
+#define cr_assert_eq(a, b, ...) cr_assert((a) == (b), "" __VA_ARGS__)
+#define cr_assert_fail(...) cr_assert(0, __VA_ARGS__)
+#else
 #include <criterion/criterion.h>
+#endif
 #include <elf.h>
 #include <msgpack.h>
 #include <stdio.h>
