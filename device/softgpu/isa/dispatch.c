@@ -261,6 +261,11 @@ static int wave_run(sg_wave_t *w) {
       w->state = SG_W_ERROR;
       break;
     }
+    if (job->d.max_instructions && w->icount + count > job->d.max_instructions) {
+      sg_wave_fail(w, in, SG_ERR_BUDGET, 0, 0, -1, "a wave ran more than %llu instructions (last %s at 0x%llx)",
+                   (unsigned long long)job->d.max_instructions, in->mnem, (unsigned long long)in->pc);
+      break;
+    }
   }
   w->icount += count;
   return w->state == SG_W_ERROR;

@@ -71,6 +71,7 @@ typedef enum sg_status {
   SG_ERR_UNIMPLEMENTED, /* an instruction the interpreter does not implement: message names it */
   SG_ERR_ILLEGAL,       /* an undecodable instruction, s_trap, a kernel descriptor that cannot run */
   SG_ERR_CHECK,         /* a SOFTGPU_CHECK finding made fatal */
+  SG_ERR_BUDGET,        /* a wave ran more than sg_dispatch_t.max_instructions instructions */
 } sg_status_t;
 
 /* hsa_amd_memory_fault_reason_t bits, repeated here so this header needs no HSA header. */
@@ -114,6 +115,9 @@ typedef struct sg_dispatch {
   uint64_t scratch_va;
   uint64_t scratch_va_size;
   uint32_t scratch_srd[4];
+  /* Stops the dispatch with SG_ERR_BUDGET when one wave executes more instructions than this
+   * (a kernel that never ends); 0: no limit. */
+  uint64_t max_instructions;
 } sg_dispatch_t;
 
 /* Non-fatal findings (SOFTGPU_CHECK=uninit,race; floating-point notes) go here; may be NULL.

@@ -378,6 +378,7 @@ sg_status_t sgt_launch_items(sgt_ctx_t *c, const char *kernel, const uint32_t it
   d.group_segment_size = c->lds_override ? c->lds_override : k->group_fixed + dyn_lds;
   d.private_segment_size = k->private_fixed;
   d.kernarg_address = kva;
+  d.max_instructions = c->max_instructions;
   d.shared_aperture_base = SGT_SHARED_APERTURE;
   d.private_aperture_base = SGT_PRIVATE_APERTURE;
   d.scratch_va = SCRATCH_VA;

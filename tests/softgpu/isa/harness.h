@@ -49,6 +49,7 @@ typedef struct sgt_ctx {
   int nwarnings;
   uint64_t last_instructions;
   uint32_t lds_override; /* nonzero: the packet's group segment size (fault tests) */
+  uint64_t max_instructions; /* per wave; 0: no limit */
 } sgt_ctx_t;
 
 /* "gfx942" or "gfx90a" */

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <elf.h>
+
+#include "protocol/artifact.h"
 #include "tests/softgpu/isa/asm.h"
 
 static const sg_target_t targets[] = {SG_GFX942, SG_GFX90A};
@@ -223,6 +226,103 @@ Test(softgpu_checks, lds_race_between_waves) {
     uint32_t b64[3] = {64, 1, 1};
     sgt_run(&c, "r", one, b64, 0, NULL, 0);
     cr_assert_eq(c.nwarnings, 0, "%s", c.warnings[0]);
+    sgt_deinit(&c);
+  }
+}
+
+/* Hostile code: vadd with bits flipped in its instructions, then with its code replaced by
+ * random dwords. Whatever the bytes say, the dispatch ends with a status and a message (a
+ * fault, an undecodable or unimplemented instruction, the instruction budget), never a crash
+ * of the process the interpreter lives in (the suite also runs under ASan and UBSan). */
+Test(softgpu_faults, hostile_code_ends_with_a_status, .timeout = 300) {
+  for (int t = 0; t < 2; t++) {
+    char path[600];
+    snprintf(path, sizeof(path), "%s/vadd.%s.kart", KILN_TEST_KART_DIR, sgt_target_name(targets[t]));
+    size_t n;
+    uint8_t *bytes = sgt_read_file(path, &n);
+    cr_assert(bytes, "%s", path);
+    kiln_artifact_t a;
+    kiln_status_t s = kiln_artifact_decode(bytes, n, &a);
+    cr_assert(!s);
+    free(bytes);
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)a.code;
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(a.code + eh->e_shoff);
+    size_t text = 0, text_size = 0;
+    for (int i = 0; i < eh->e_shnum; i++)
+      if (sh[i].sh_flags & SHF_EXECINSTR) text = sh[i].sh_offset, text_size = sh[i].sh_size;
+    cr_assert(text_size >= 64);
+    uint8_t *elf = malloc(a.code_size);
+    cr_assert(elf);
+    unsigned seed = 77 + (unsigned)t;
+    int outcomes[8] = {0};
+    for (int trial = 0; trial < 120; trial++) {
+      memcpy(elf, a.code, a.code_size);
+      if (trial < 80) {
+        for (int f = 0; f < 1 + trial % 3; f++) {
+          size_t at = text + (size_t)rand_r(&seed) % (text_size < 0x90 ? text_size : 0x90);
+          elf[at] ^= (uint8_t)(1u << (rand_r(&seed) % 8));
+        }
+      } else {
+        for (size_t i = 0; i < text_size; i++) elf[text + i] = (uint8_t)rand_r(&seed);
+      }
+      sgt_ctx_t c;
+      sgt_init(&c, targets[t]);
+      sgt_load_elf(&c, elf, a.code_size);
+      c.max_instructions = 20000;
+      float x[256] = {0};
+      uint64_t va = sgt_upload(&c, x, sizeof(x)), vo = sgt_alloc(&c, sizeof(x), SG_ACC_READ | SG_ACC_WRITE);
+      sgt_arg_t args[] = {SGA_PTR(va), SGA_PTR(va), SGA_PTR(vo), SGA_I32(256)};
+      uint32_t grid[3] = {2, 1, 1}, block[3] = {128, 1, 1};
+      sg_report_t r;
+      sg_status_t st = sgt_launch(&c, "vadd", grid, block, 0, args, 4, &r);
+      cr_assert(st == SG_OK || st == SG_FAULT_MEMORY || st == SG_FAULT_APERTURE || st == SG_ERR_LDS_RANGE ||
+                st == SG_ERR_UNIMPLEMENTED || st == SG_ERR_ILLEGAL || st == SG_ERR_BUDGET,
+                "%s trial %d: status %d", sgt_target_name(targets[t]), trial, (int)st);
+      cr_assert_eq(r.status, st);
+      if (st != SG_OK) cr_assert(r.message[0], "%s trial %d: status %d without a message", sgt_target_name(targets[t]), trial, (int)st);
+      outcomes[st < 8 ? st : 7]++;
+      sgt_deinit(&c);
+    }
+    cr_log_info("%s: ok %d, memory %d, aperture %d, lds %d, unimplemented %d, illegal %d, budget %d",
+                sgt_target_name(targets[t]), outcomes[SG_OK], outcomes[SG_FAULT_MEMORY], outcomes[SG_FAULT_APERTURE],
+                outcomes[SG_ERR_LDS_RANGE], outcomes[SG_ERR_UNIMPLEMENTED], outcomes[SG_ERR_ILLEGAL],
+                outcomes[SG_ERR_BUDGET] + outcomes[7]);
+    /* random bytes must have stopped somewhere other than a clean end at least once */
+    cr_assert_lt(outcomes[SG_OK], 120);
+    free(elf);
+    kiln_artifact_deinit(&a);
+  }
+}
+
+Test(softgpu_faults, descriptors_that_cannot_run_are_refused) {
+  for (int t = 0; t < 2; t++) {
+    sgt_ctx_t c;
+    sgt_init(&c, targets[t]);
+    sgt_load_kart(&c, "vadd");
+    sgt_kernel_t *k = (sgt_kernel_t *)sgt_kernel(&c, "vadd");
+    uint8_t *kd = c.image + (k->kd_va - c.image_va);
+    float x[64] = {0};
+    uint64_t va = sgt_upload(&c, x, sizeof(x));
+    sgt_arg_t args[] = {SGA_PTR(va), SGA_PTR(va), SGA_PTR(va), SGA_I32(64)};
+    uint32_t one[3] = {1, 1, 1}, block[3] = {64, 1, 1};
+    sg_report_t r;
+    /* these edits precede the first dispatch: nothing of the image is decoded yet */
+    kd[57] |= 1u << 2; /* kernel_code_properties bit 10: wavefront size 32 */
+    cr_assert_eq(sgt_launch(&c, "vadd", one, block, 0, args, 4, &r), SG_ERR_ILLEGAL);
+    cr_assert(strstr(r.message, "wave32"), "%s", r.message);
+    kd[57] &= (uint8_t)~(1u << 2);
+    kd[58] = 2; /* kernarg preload of 2 dwords */
+    cr_assert_eq(sgt_launch(&c, "vadd", one, block, 0, args, 4, &r), SG_ERR_ILLEGAL);
+    cr_assert(strstr(r.message, "preload"), "%s", r.message);
+    kd[58] = 0;
+    int64_t far = 1ll << 40;
+    memcpy(kd + 16, &far, 8); /* the entry far outside the image */
+    cr_assert_eq(sgt_launch(&c, "vadd", one, block, 0, args, 4, &r), SG_ERR_ILLEGAL);
+    cr_assert(strstr(r.message, "outside the code image"), "%s", r.message);
+    /* a kernel object that is no descriptor of this image */
+    k->kd_va = c.image_va + c.image_size + 64;
+    cr_assert_eq(sgt_launch(&c, "vadd", one, block, 0, args, 4, &r), SG_ERR_ILLEGAL);
+    cr_assert(strstr(r.message, "kernel descriptor"), "%s", r.message);
     sgt_deinit(&c);
   }
 }
