@@ -27,6 +27,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
 void kiln_conn_release(kiln_conn_t *c) {
   if (--c->refs > 0) return;
+  kiln_conn_tls_free(c);
   kiln_reader_deinit(&c->reader);
   kiln_buf_deinit(&c->out);
   free(c);
@@ -66,16 +67,22 @@ void kiln_conn_close(kiln_conn_t *c) {
   c->closing = true;
   c->reading = false;
   uv_read_stop(&c->h.stream);
+  if (c->tls) kiln_conn_tls_closing(c);
   /* Pending writes get their callbacks with UV_ECANCELED before on_close runs. */
   uv_close(&c->h.handle, on_close);
+}
+
+/* Reply bytes not yet written to the socket. */
+static uint64_t unsent(const kiln_conn_t *c) {
+  return uv_stream_get_write_queue_size(&c->h.stream) + c->out.len +
+         (c->tls ? kiln_conn_tls_unsent(c) : 0);
 }
 
 void kiln_conn_update_reading(kiln_conn_t *c) {
   if (c->closing || c->close_after_write) return;
   kiln_server_t *s = c->server;
   uint64_t max_unsent = c->anonymous ? KILN_ANON_MAX_UNSENT : s->cfg.max_unsent_bytes;
-  bool over = c->inflight >= s->cfg.max_inflight ||
-              uv_stream_get_write_queue_size(&c->h.stream) + c->out.len > max_unsent;
+  bool over = c->inflight >= s->cfg.max_inflight || unsent(c) > max_unsent;
   if (over && c->reading) {
     uv_read_stop(&c->h.stream);
     c->reading = false;
@@ -88,18 +95,24 @@ void kiln_conn_update_reading(kiln_conn_t *c) {
   }
 }
 
-static void on_write(uv_write_t *req, int status) {
-  out_write_t *w = KILN_CONTAINER_OF(req, out_write_t, req);
-  kiln_conn_t *c = w->conn;
-  if (status == 0) kiln_metrics_bytes(0, w->len);
-  free(w->bytes);
-  if (w->release) w->release(w->ctx);
-  free(w);
+bool kiln_conn_written(kiln_conn_t *c, int status, size_t len) {
+  if (status == 0) kiln_metrics_bytes(0, len);
   if (status < 0 && status != UV_ECANCELED) {
     KILN_LOG_DEBUG("write_error", "conn=%llu error=%s", (unsigned long long)c->id,
                    uv_strerror(status));
     kiln_conn_close(c);
-  } else if (!c->closing) {
+  }
+  return !c->closing;
+}
+
+static void on_write(uv_write_t *req, int status) {
+  out_write_t *w = KILN_CONTAINER_OF(req, out_write_t, req);
+  kiln_conn_t *c = w->conn;
+  size_t len = w->len;
+  free(w->bytes);
+  if (w->release) w->release(w->ctx);
+  free(w);
+  if (kiln_conn_written(c, status, len)) {
     if (c->close_after_write && uv_stream_get_write_queue_size(&c->h.stream) == 0)
       kiln_conn_close(c);
     else kiln_conn_update_reading(c);
@@ -111,6 +124,10 @@ static void on_write(uv_write_t *req, int status) {
  * synchronously first: most replies leave in that one syscall with no allocation. */
 static void write_now(kiln_conn_t *c, uint8_t *bytes, size_t len, const void *extra,
                       size_t extra_len, void (*release)(void *), void *ctx) {
+  if (c->tls) {
+    kiln_conn_tls_send(c, bytes, len, extra, extra_len, release, ctx);
+    return;
+  }
   uv_buf_t bufs[2];
   int nb = 0;
   size_t done = 0;
@@ -214,6 +231,12 @@ void kiln_conn_fail(kiln_conn_t *c, bool has_msgid, uint32_t msgid, kiln_status_
   KILN_LOG_INFO("protocol_error", "conn=%llu peer=%s code=%s message=%s", (unsigned long long)c->id,
                 c->peer, kiln_code_name(code), kiln_log_quote(q, sizeof(q), kiln_status_message(st)));
   kiln_status_free(st);
+  if (c->tls && kiln_conn_tls_handshaking(c)) {
+    /* Nothing can be said to a peer before its handshake is done. */
+    kiln_buf_deinit(&b);
+    kiln_conn_close(c);
+    return;
+  }
   if (c->reading) {
     uv_read_stop(&c->h.stream);
     c->reading = false;
@@ -235,6 +258,10 @@ void kiln_conn_fail(kiln_conn_t *c, bool has_msgid, uint32_t msgid, kiln_status_
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   kiln_conn_t *c = KILN_CONTAINER_OF(h, kiln_conn_t, h.handle);
+  if (c->tls) {
+    kiln_conn_tls_alloc(c, buf);
+    return;
+  }
   size_t n = 0;
   void *p = kiln_reader_space(&c->reader, &n);
   /* Before hello, small reads: what one read can make kilnd answer (a flood of tiny
@@ -244,9 +271,28 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   buf->len = p ? n : 0;
 }
 
+bool kiln_conn_consume(kiln_conn_t *c) {
+  for (;;) {
+    if (c->closing || c->close_after_write) return false;
+    const uint8_t *msg;
+    size_t len;
+    kiln_frame_result_t fr = kiln_reader_next(&c->reader, &msg, &len);
+    if (fr == KILN_FRAME_NEED_MORE) return true;
+    if (fr == KILN_FRAME_ERROR) {
+      size_t plen;
+      const uint8_t *pending = kiln_reader_pending(&c->reader, &plen);
+      uint32_t msgid = 0;
+      bool has = kiln_rpc_peek_msgid(pending, plen, &msgid);
+      kiln_status_t e = kiln_reader_error(&c->reader);
+      kiln_conn_fail(c, has, msgid, KILN_STATUS(kiln_status_code(e), "%s", kiln_status_message(e)));
+      return false;
+    }
+    kiln_dispatch(c, msg, len);
+  }
+}
+
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   kiln_conn_t *c = KILN_CONTAINER_OF(st, kiln_conn_t, h.stream);
-  kiln_server_t *s = c->server;
   if (nread == 0) return;
   if (nread < 0) {
     if (nread == UV_ENOBUFS) {
@@ -264,30 +310,17 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   }
   c->last_activity_ns = kiln_now_ns();
   kiln_metrics_bytes((uint64_t)nread, 0);
-  kiln_reader_commit(&c->reader, (size_t)nread);
   c->refs++; /* a handler may close the connection; keep it alive until we are done */
   c->in_dispatch = true;
-  for (;;) {
-    const uint8_t *msg;
-    size_t len;
-    kiln_frame_result_t fr = kiln_reader_next(&c->reader, &msg, &len);
-    if (fr == KILN_FRAME_NEED_MORE) break;
-    if (fr == KILN_FRAME_ERROR) {
-      size_t plen;
-      const uint8_t *pending = kiln_reader_pending(&c->reader, &plen);
-      uint32_t msgid = 0;
-      bool has = kiln_rpc_peek_msgid(pending, plen, &msgid);
-      kiln_status_t e = kiln_reader_error(&c->reader);
-      kiln_conn_fail(c, has, msgid, KILN_STATUS(kiln_status_code(e), "%s", kiln_status_message(e)));
-      break;
-    }
-    kiln_dispatch(c, msg, len);
-    if (c->closing || c->close_after_write) break;
+  if (c->tls) {
+    kiln_conn_tls_received(c, buf->base, (size_t)nread);
+  } else {
+    kiln_reader_commit(&c->reader, (size_t)nread);
+    kiln_conn_consume(c);
   }
   c->in_dispatch = false;
   flush(c);
   if (!c->closing) kiln_conn_update_reading(c);
-  (void)s;
   kiln_conn_release(c);
 }
 
@@ -316,6 +349,16 @@ void kiln_conn_accept(kiln_listener_t *l) {
   if (uv_accept(&l->h.stream, &c->h.stream) != 0) {
     kiln_conn_close(c);
     return;
+  }
+  if (l->tls) {
+    kiln_status_t st = kiln_conn_tls_start(c, s->tls_ctx);
+    if (st) {
+      KILN_LOG_WARN("tls_error", "conn=%llu error=\"%s\"", (unsigned long long)c->id,
+                    kiln_status_message(st));
+      kiln_status_free(st);
+      kiln_conn_close(c);
+      return;
+    }
   }
   if (l->is_tcp) uv_tcp_nodelay(&c->h.tcp, 1);
   kiln_peer_identify(c, l->is_tcp);
@@ -367,7 +410,8 @@ static void trim_heap_when_idle(kiln_server_t *s, uint64_t now) {
  * A message may take any time to arrive as long as bytes keep coming, and while kilnd
  * itself holds reading back (requests in flight, replies unsent) the clock stands still. */
 static bool stalled_mid_message(const kiln_conn_t *c, uint64_t now, uint64_t limit) {
-  if (!c->reading || !kiln_reader_partial(&c->reader)) return false;
+  bool partial = kiln_reader_partial(&c->reader) || (c->tls && kiln_conn_tls_partial(c));
+  if (!c->reading || !partial) return false;
   uint64_t since = KILN_MAX(c->last_activity_ns, c->reading_since_ns);
   return now > since && now - since > limit;
 }
@@ -380,9 +424,15 @@ void kiln_conns_sweep(kiln_server_t *s) {
   kiln_peers_sweep(s, now);
   uint64_t idle = (uint64_t)(s->cfg.idle_timeout_s * 1e9);
   uint64_t partial = (uint64_t)(s->cfg.partial_timeout_s * 1e9);
+  uint64_t handshake = (uint64_t)(s->cfg.handshake_timeout_s * 1e9);
   for (kiln_conn_t *c = s->conns; c;) {
     kiln_conn_t *next = c->next;
-    if (!c->closing && !c->close_after_write) {
+    if (!c->closing && c->tls && kiln_conn_tls_handshaking(c) &&
+        now - c->accepted_ns > handshake) {
+      KILN_LOG_INFO("tls_handshake_timeout", "conn=%llu peer=%s", (unsigned long long)c->id,
+                    c->peer);
+      kiln_conn_close(c);
+    } else if (!c->closing && !c->close_after_write) {
       if (stalled_mid_message(c, now, partial)) {
         kiln_conn_fail(c, false, 0,
                        KILN_STATUS(KILN_E_TIMEOUT,
@@ -410,7 +460,7 @@ void kiln_conns_cancel_and_close(kiln_server_t *s) {
       flush(c);
       c->close_after_write = true;
       condemn(c);
-      if (!c->closing && uv_stream_get_write_queue_size(&c->h.stream) == 0) kiln_conn_close(c);
+      if (!c->closing && unsent(c) == 0) kiln_conn_close(c);
     }
     kiln_conn_release(c);
     c = next;

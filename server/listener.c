@@ -1,4 +1,4 @@
-/* Listeners: tcp:HOST:PORT and unix:PATH. */
+/* Listeners: tcp:HOST:PORT, tls:HOST:PORT and unix:PATH. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "server/server.h"
+#include "server/tls.h"
 
 static void on_connection(uv_stream_t *server, int status) {
   kiln_listener_t *l = server->data;
@@ -50,33 +51,60 @@ kiln_status_t kiln_tcp_address(const char *spec, struct sockaddr_storage *out, b
   return KILN_OK;
 }
 
-static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char *spec) {
+/* Beyond loopback, anyone who can reach the port could run code here: kilnd needs to know
+ * who connects (tokens, or for TLS client certificates), and tokens must not cross the
+ * network in clear unless the operator says the network is trusted. */
+static kiln_status_t check_exposure(kiln_server_t *s, const char *spec, bool tls) {
+  const char *scheme = tls ? "tls" : "tcp";
+  bool client_certs = tls && s->cfg.tls_client_ca[0];
+  if (!s->tenants.auth_required && !client_certs)
+    return KILN_STATUS(KILN_E_PERMISSION,
+                       "refusing to listen on %s:%s without a tokens file%s: anyone who can reach "
+                       "it could run code here. Pass --tokens FILE (docs/operations.md) or listen "
+                       "on 127.0.0.1",
+                       scheme, spec, tls ? " or --tls-client-ca" : "");
+  if (!tls && !s->cfg.insecure_tcp)
+    return KILN_STATUS(KILN_E_PERMISSION,
+                       "refusing to listen on tcp:%s beyond loopback: tokens and tensors would "
+                       "cross the network in clear. Listen on tls:%s with --tls-cert and "
+                       "--tls-key, or pass --insecure-tcp on a network you trust",
+                       spec, spec);
+  return KILN_OK;
+}
+
+static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char *spec, bool tls) {
   struct sockaddr_storage ss;
   bool loopback;
   KILN_RETURN_IF_ERROR(kiln_tcp_address(spec, &ss, &loopback));
-  if (!loopback && !s->tenants.auth_required)
-    return KILN_STATUS(KILN_E_PERMISSION,
-                       "refusing to listen on tcp:%s without a tokens file: anyone who can reach "
-                       "it could run code here. Pass --tokens FILE (docs/operations.md) or listen "
-                       "on 127.0.0.1",
-                       spec);
+  if (!loopback) KILN_RETURN_IF_ERROR(check_exposure(s, spec, tls));
+  if (tls && !s->tls_ctx) {
+    if (!s->cfg.tls_cert[0] || !s->cfg.tls_key[0])
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                         "listening on tls:%s needs --tls-cert FILE and --tls-key FILE", spec);
+    KILN_RETURN_IF_ERROR(kiln_tls_ctx_create(s->cfg.tls_cert, s->cfg.tls_key,
+                                             s->cfg.tls_client_ca[0] ? s->cfg.tls_client_ca : NULL,
+                                             &s->tls_ctx));
+  }
   uv_tcp_init(s->loop, &l->h.tcp);
   l->is_tcp = true;
+  l->tls = tls;
   l->h.handle.data = l;
   int rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&ss, 0);
   if (!rc) rc = uv_listen(&l->h.stream, 511, on_connection);
-  if (rc) return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot listen on tcp:%s: %s", spec, uv_strerror(rc));
+  if (rc)
+    return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot listen on %s:%s: %s", tls ? "tls" : "tcp", spec,
+                       uv_strerror(rc));
   struct sockaddr_storage bound;
   int blen = sizeof(bound);
   uv_tcp_getsockname(&l->h.tcp, (struct sockaddr *)&bound, &blen);
   char ip[64];
   if (bound.ss_family == AF_INET6) {
     uv_ip6_name((struct sockaddr_in6 *)&bound, ip, sizeof(ip));
-    snprintf(l->address, sizeof(l->address), "tcp:[%s]:%d", ip,
+    snprintf(l->address, sizeof(l->address), "%s:[%s]:%d", tls ? "tls" : "tcp", ip,
              ntohs(((struct sockaddr_in6 *)&bound)->sin6_port));
   } else {
     uv_ip4_name((struct sockaddr_in *)&bound, ip, sizeof(ip));
-    snprintf(l->address, sizeof(l->address), "tcp:%s:%d", ip,
+    snprintf(l->address, sizeof(l->address), "%s:%s:%d", tls ? "tls" : "tcp", ip,
              ntohs(((struct sockaddr_in *)&bound)->sin_port));
   }
   return KILN_OK;
@@ -109,11 +137,12 @@ kiln_status_t kiln_listeners_start(kiln_server_t *s) {
     memset(l, 0, sizeof(*l));
     l->server = s;
     kiln_status_t st;
-    if (strncmp(spec, "tcp:", 4) == 0) st = start_tcp(s, l, spec + 4);
+    if (strncmp(spec, "tcp:", 4) == 0) st = start_tcp(s, l, spec + 4, false);
+    else if (strncmp(spec, "tls:", 4) == 0) st = start_tcp(s, l, spec + 4, true);
     else if (strncmp(spec, "unix:", 5) == 0) st = start_unix(s, l, spec + 5);
     else
       st = KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                       "listen address '%s' must start with tcp: or unix:", spec);
+                       "listen address '%s' must start with tcp:, tls: or unix:", spec);
     if (st) return st;
     s->num_listeners++;
     KILN_LOG_INFO("listen", "addr=%s", l->address);

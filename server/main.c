@@ -16,6 +16,7 @@
 #include "base/util.h"
 #include "server/compile.h"
 #include "server/metrics.h"
+#include "server/tls.h"
 
 static kiln_server_t the_server;
 static const char *metrics_spec; /* --metrics */
@@ -25,8 +26,14 @@ kiln_server_t *kiln_server_get(void) { return &the_server; }
 static void usage(FILE *f) {
   fprintf(f,
           "usage: kilnd [options]\n"
-          "  --listen ADDR         tcp:HOST:PORT or unix:PATH (repeatable; port 0 picks a free\n"
-          "                        port). Default: tcp:127.0.0.1:7070 and the default unix socket\n"
+          "  --listen ADDR         tcp:HOST:PORT, tls:HOST:PORT or unix:PATH (repeatable; port 0\n"
+          "                        picks a free port). Default: tcp:127.0.0.1:7070 and the\n"
+          "                        default unix socket\n"
+          "  --tls-cert FILE       certificate chain (PEM) of tls: listeners\n"
+          "  --tls-key FILE        its private key (PEM)\n"
+          "  --tls-client-ca FILE  require client certificates issued by this CA (PEM)\n"
+          "  --handshake-timeout S close a TLS connection whose handshake takes longer (default 10)\n"
+          "  --insecure-tcp        allow tcp: beyond loopback (tokens and data in clear)\n"
           "  --ready-fd N          when every listener is up, write one line per listener with\n"
           "                        its bound address to fd N, then close it\n"
           "  --cache-dir DIR       artifact cache (default $XDG_CACHE_HOME/kiln)\n"
@@ -103,7 +110,8 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
   enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
          O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_LTIMEOUT, O_CMEM,
          O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_CPUMEM, O_HSALIB,
-         O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER, O_WUIDS, O_PREBUILT };
+         O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER, O_WUIDS, O_PREBUILT, O_TLS_CERT,
+         O_TLS_KEY, O_TLS_CA, O_HANDSHAKE, O_INSECURE };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -133,6 +141,11 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"max-anonymous-per-peer", required_argument, 0, O_MAX_ANON_PEER},
       {"worker-uids", required_argument, 0, O_WUIDS},
       {"allow-prebuilt-cpu", no_argument, 0, O_PREBUILT},
+      {"tls-cert", required_argument, 0, O_TLS_CERT},
+      {"tls-key", required_argument, 0, O_TLS_KEY},
+      {"tls-client-ca", required_argument, 0, O_TLS_CA},
+      {"handshake-timeout", required_argument, 0, O_HANDSHAKE},
+      {"insecure-tcp", no_argument, 0, O_INSECURE},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -234,6 +247,14 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         break;
       }
       case O_PREBUILT: cfg->allow_prebuilt_cpu = true; break;
+      case O_TLS_CERT: snprintf(cfg->tls_cert, sizeof(cfg->tls_cert), "%s", optarg); break;
+      case O_TLS_KEY: snprintf(cfg->tls_key, sizeof(cfg->tls_key), "%s", optarg); break;
+      case O_TLS_CA: snprintf(cfg->tls_client_ca, sizeof(cfg->tls_client_ca), "%s", optarg); break;
+      case O_HANDSHAKE:
+        if (!parse_double(optarg, &cfg->handshake_timeout_s) || cfg->handshake_timeout_s <= 0)
+          goto bad;
+        break;
+      case O_INSECURE: cfg->insecure_tcp = true; break;
       case O_VERSION: printf("kilnd %s\n", KILN_VERSION); exit(0);
       case O_HELP: usage(stdout); exit(0);
       default: usage(stderr); return 2;
@@ -327,7 +348,13 @@ static void on_signal(uv_signal_t *h, int signum) {
   kiln_server_t *s = h->data;
   if (signum == SIGPIPE) return;
   if (signum == SIGHUP) {
-    kiln_status_t st = kiln_tenants_reload(&s->tenants);
+    kiln_status_t st = s->tls_ctx ? kiln_tls_ctx_reload(s->tls_ctx) : KILN_OK;
+    if (st) {
+      KILN_LOG_ERROR("tls_reload_failed", "message=\"%s\" action=kept_old_certificate",
+                     kiln_status_message(st));
+      kiln_status_free(st);
+    }
+    st = kiln_tenants_reload(&s->tenants);
     if (st) {
       KILN_LOG_ERROR("tokens_reload_failed", "message=\"%s\" action=kept_old_tokens",
                      kiln_status_message(st));
@@ -362,6 +389,7 @@ int main(int argc, char **argv) {
   cfg->partial_timeout_s = 30;
   cfg->grace_s = 10;
   cfg->hello_timeout_s = 10;
+  cfg->handshake_timeout_s = 10;
   cfg->max_anonymous = 64;
   cfg->max_anonymous_per_peer = 8;
   cfg->max_inflight = 256;

@@ -57,6 +57,10 @@ typedef struct kiln_config {
   /* Connections before hello on a tokens server (peers.c, docs/operations.md). */
   double hello_timeout_s;
   uint32_t max_anonymous, max_anonymous_per_peer;
+  /* TLS listeners (tls.c, conn_tls.c) and plain TCP beyond loopback (listener.c). */
+  char tls_cert[512], tls_key[512], tls_client_ca[512];
+  double handshake_timeout_s;
+  bool insecure_tcp;
   uint64_t cache_max_bytes;    /* disk store bound */
   uint64_t cpu_memory;         /* --cpu-memory: capacity of cpu:0; 0 = the default */
   uint32_t worker_uid_first, worker_uid_last; /* --worker-uids; 0 = not given */
@@ -74,7 +78,8 @@ typedef struct kiln_listener {
   } h;
   kiln_server_t *server;
   bool is_tcp;
-  char address[300]; /* as bound: "tcp:127.0.0.1:40123", "unix:/path" */
+  bool tls; /* tls:HOST:PORT: TCP with TLS on every connection */
+  char address[300]; /* as bound: "tcp:127.0.0.1:40123", "tls:[::1]:7443", "unix:/path" */
   char unix_path[256];
 } kiln_listener_t;
 
@@ -116,6 +121,7 @@ struct kiln_conn {
   bool anonymous;             /* on a tokens server, until hello authenticates */
   kiln_conn_t *anon_prev, *anon_next; /* server's anonymous list, oldest first */
   kiln_req_t *reqs;           /* requests in flight (dispatch.c) */
+  struct kiln_conn_tls *tls;  /* NULL on plain connections (conn_tls.c) */
 };
 
 void kiln_conn_accept(kiln_listener_t *l);
@@ -135,6 +141,27 @@ void kiln_conns_sweep(kiln_server_t *s); /* timeouts; called every second */
 /* Shutdown, past the grace period: every request still in flight is answered E_CANCELLED,
  * and each connection closes once what it was sent has been written. */
 void kiln_conns_cancel_and_close(kiln_server_t *s);
+/* A write of len bytes ended with status (libuv's): counted, or the connection closed on an
+ * error. True while the connection stays open. */
+bool kiln_conn_written(kiln_conn_t *c, int status, size_t len);
+/* Dispatches every whole message the reader holds; false once the connection is closing. */
+bool kiln_conn_consume(kiln_conn_t *c);
+
+/* --- TLS connections (conn_tls.c; the session is server/tls.h) ----------------------------- */
+
+struct kiln_tls_ctx;
+kiln_status_t kiln_conn_tls_start(kiln_conn_t *c, struct kiln_tls_ctx *ctx);
+void kiln_conn_tls_free(kiln_conn_t *c);
+void kiln_conn_tls_alloc(kiln_conn_t *c, uv_buf_t *buf);
+/* Ciphertext received: decrypts it into the reader and dispatches what is whole. */
+void kiln_conn_tls_received(kiln_conn_t *c, const void *p, size_t n);
+/* As kiln_conn_send's write: takes `bytes`, releases `extra` once encrypted. */
+void kiln_conn_tls_send(kiln_conn_t *c, uint8_t *bytes, size_t len, const void *extra,
+                        size_t extra_len, void (*release)(void *), void *ctx);
+size_t kiln_conn_tls_unsent(const kiln_conn_t *c); /* plaintext and ciphertext not written */
+bool kiln_conn_tls_partial(const kiln_conn_t *c);  /* part of a record is buffered */
+bool kiln_conn_tls_handshaking(const kiln_conn_t *c);
+void kiln_conn_tls_closing(kiln_conn_t *c); /* close_notify, best effort */
 
 /* --- peers: connections before hello (peers.c) -------------------------------------------- */
 
@@ -473,6 +500,7 @@ struct kiln_server {
   uint8_t peer_salt[16];   /* keys are salted hashes: no one can aim a collision */
   uint32_t num_anonymous;
   kiln_conn_t *anon_head, *anon_tail;
+  struct kiln_tls_ctx *tls_ctx; /* set when a tls: listener is configured */
 };
 
 kiln_server_t *kiln_server_get(void); /* the one server of this process */

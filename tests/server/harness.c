@@ -65,6 +65,8 @@ void daemon_start(daemon_t *d, const char *const *extra) {
   }
   close(p[0]);
   buf[len] = 0;
+  char *tls = strstr(buf, "\ntls:");
+  if (tls) d->tls_port = atoi(strchr(tls + 5, ':') + 1);
   char *tcp = strstr(buf, "tcp:");
   if (!tcp) {
     char cmd[200];

@@ -19,6 +19,7 @@ typedef struct daemon {
   char unix_path[256];
   char dir[64];    /* private temp dir (cache, socket) */
   char metrics[128]; /* "http://127.0.0.1:PORT/metrics" when started with --metrics, else "" */
+  int tls_port;      /* the first tls: listener's port when started with one, else 0 */
 } daemon_t;
 
 /* Starts kilnd (path from $KILND) with the extra arguments (NULL-terminated). */
