@@ -14,13 +14,19 @@
 #define EAGER_SEND_BYTES (64u << 10)
 
 kiln_status_t kiln_client_create(const char *url, kiln_client_t **out_client) {
+  return kiln_client_create_with(url, NULL, out_client);
+}
+
+kiln_status_t kiln_client_create_with(const char *url, const kiln_client_options_t *opts,
+                                      kiln_client_t **out_client) {
   char def[512];
   if (!url) url = kiln_client_default_url(def, sizeof(def));
   if (strlen(url) >= sizeof(((kiln_client_t *)0)->url))
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "URL of %zu bytes is too long", strlen(url));
   kiln_client_t *c = calloc(1, sizeof(*c));
   if (!c) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for a client");
-  kiln_status_t s = kiln_url_connect(url, &c->fd);
+  c->fd = -1;
+  kiln_status_t s = kiln_url_connect(c, url, opts);
   if (s) {
     free(c);
     return s;
@@ -44,6 +50,7 @@ kiln_status_t kiln_client_create(const char *url, kiln_client_t **out_client) {
 
 void kiln_client_destroy(kiln_client_t *c) {
   if (!c) return;
+  kiln_tls_close(c);
   close(c->fd);
   for (kiln_reply_t *r = c->done_head, *next; r; r = next) {
     next = r->next;

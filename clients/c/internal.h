@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "base/buf.h"
 #include "base/map.h"
@@ -31,8 +32,13 @@ struct kiln_reply {
 /* Value stored in client->calls for a request whose reply has not arrived. */
 #define KILN_CALL_INFLIGHT ((void *)1)
 
+struct ssl_st;
+struct ssl_ctx_st;
+
 struct kiln_client {
   int fd;
+  struct ssl_st *ssl;         /* tls: URLs; NULL on plain connections */
+  struct ssl_ctx_st *ssl_ctx;
   int timeout_ms; /* 0: none */
   char url[512];
   uint32_t next_msgid;
@@ -64,8 +70,20 @@ struct kiln_client {
 
 static inline uint64_t kiln_call_key(uint32_t msgid) { return (uint64_t)msgid + 1; }
 
-/* url.c */
-kiln_status_t kiln_url_connect(const char *url, int *out_fd);
+/* url.c: connects, and for tls: URLs shakes hands (c->ssl, c->ssl_ctx). */
+kiln_status_t kiln_url_connect(kiln_client_t *c, const char *url,
+                               const kiln_client_options_t *opts);
+/* tls.c */
+kiln_status_t kiln_tls_connect(kiln_client_t *c, const char *url, const char *host,
+                               const kiln_client_options_t *opts);
+void kiln_tls_close(kiln_client_t *c);
+/* Bytes sent (> 0), 0 when the socket is full, -1 with *out_err when the connection failed. */
+ssize_t kiln_tls_send(kiln_client_t *c, const void *p, size_t n, kiln_status_t *out_err);
+/* Bytes received (> 0), 0 at the end of the stream, -2 when nothing is there now, -1 with
+ * *out_err when the connection failed. */
+ssize_t kiln_tls_recv(kiln_client_t *c, void *p, size_t cap, kiln_status_t *out_err);
+/* Decrypted or received bytes wait inside OpenSSL: a poll() would not see them. */
+bool kiln_tls_has_pending(const kiln_client_t *c);
 
 /* io.c: moving bytes. deadline_ns 0 means none. */
 kiln_status_t kiln_io_write_some(kiln_client_t *c);

@@ -45,8 +45,47 @@ static void reset_output(kiln_client_t *c) {
   c->out.len = 0;
 }
 
+/* w bytes of the queue went out. */
+static void advance(kiln_client_t *c, size_t w) {
+  size_t left = w;
+  c->queued -= left;
+  while (left > 0) {
+    kiln_seg_t *s = &c->segs[c->seg_head];
+    size_t rest = s->len - c->seg_sent;
+    size_t take = KILN_MIN(rest, left);
+    if (!s->ext) c->queued_packed -= take;
+    c->seg_sent += take;
+    left -= take;
+    if (c->seg_sent == s->len) {
+      c->seg_head++;
+      c->seg_sent = 0;
+    }
+  }
+}
+
+/* On tls: URLs, one segment (at most 1 MiB of it) per SSL_write. */
+static kiln_status_t tls_write_some(kiln_client_t *c) {
+  while (c->seg_head < c->nsegs) {
+    const kiln_seg_t *s = &c->segs[c->seg_head];
+    const uint8_t *base = (s->ext ? s->ext : c->out.data + s->off) + c->seg_sent;
+    size_t n = KILN_MIN(s->len - c->seg_sent, (size_t)1 << 20);
+    kiln_status_t err = NULL;
+    ssize_t w = kiln_tls_send(c, base, n, &err);
+    if (w == 0) return KILN_OK;
+    if (w < 0) {
+      read_some(c); /* the daemon may have said why it closed */
+      set_broken(c, err);
+      return kiln_io_broken(c);
+    }
+    advance(c, (size_t)w);
+  }
+  reset_output(c);
+  return KILN_OK;
+}
+
 kiln_status_t kiln_io_write_some(kiln_client_t *c) {
   if (c->broken) return kiln_io_broken(c);
+  if (c->ssl) return tls_write_some(c);
   while (c->seg_head < c->nsegs) {
     struct iovec iov[IOV_BATCH];
     int n = 0;
@@ -70,20 +109,7 @@ kiln_status_t kiln_io_write_some(kiln_client_t *c) {
                                 strerror(err)));
       return kiln_io_broken(c);
     }
-    size_t left = (size_t)w;
-    c->queued -= left;
-    while (left > 0) {
-      kiln_seg_t *s = &c->segs[c->seg_head];
-      size_t rest = s->len - c->seg_sent;
-      size_t take = KILN_MIN(rest, left);
-      if (!s->ext) c->queued_packed -= take;
-      c->seg_sent += take;
-      left -= take;
-      if (c->seg_sent == s->len) {
-        c->seg_head++;
-        c->seg_sent = 0;
-      }
-    }
+    advance(c, (size_t)w);
   }
   reset_output(c);
   return KILN_OK;
@@ -226,8 +252,16 @@ static size_t read_some(kiln_client_t *c) {
       break;
     }
     if (room >= HUGE_BYTES && rd_is_new_buffer(c, p)) advise_huge(p, room);
-    ssize_t n = recv(c->fd, p, room, 0);
-    if (n < 0) {
+    ssize_t n;
+    if (c->ssl) {
+      kiln_status_t err = NULL;
+      n = kiln_tls_recv(c, p, room, &err);
+      if (n == -2) break;
+      if (n < 0) {
+        set_broken(c, err);
+        break;
+      }
+    } else if ((n = recv(c->fd, p, room, 0)) < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       set_broken(c, KILN_STATUS(KILN_E_UNAVAILABLE, "receiving from %s failed: %s", c->url,
@@ -253,7 +287,9 @@ static size_t read_some(kiln_client_t *c) {
       set_broken(c, KILN_STATUS(KILN_E_INTERNAL, "unreadable reply from %s: %s", c->url,
                                 kiln_status_message(e)));
     }
-    if ((size_t)n < room) break; /* the socket is drained */
+    /* The socket is drained (TLS reads stop at record ends: they go on until OpenSSL says
+     * there is nothing more). */
+    if (!c->ssl && (size_t)n < room) break;
   }
   return handled;
 }
@@ -261,6 +297,10 @@ static size_t read_some(kiln_client_t *c) {
 /* One poll for readability (and writability when output is queued). Returns E_TIMEOUT when
  * the deadline passes first. */
 static kiln_status_t wait_ready(kiln_client_t *c, uint64_t deadline_ns, short *out_revents) {
+  if (kiln_tls_has_pending(c)) { /* already here: poll() would not say so */
+    *out_revents = POLLIN;
+    return KILN_OK;
+  }
   for (;;) {
     int ms = -1;
     if (deadline_ns) {

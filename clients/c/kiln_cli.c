@@ -19,7 +19,7 @@ enum {
 };
 
 static const char USAGE[] =
-    "usage: kiln [--url URL] [--timeout MS] COMMAND [ARGS]\n"
+    "usage: kiln [--url URL] [--tls-ca FILE] [--timeout MS] COMMAND [ARGS]\n"
     "\n"
     "commands:\n"
     "  ping                          round trip to kilnd; prints the time it took\n"
@@ -35,7 +35,13 @@ static const char USAGE[] =
     "                                (--json: the whole `stats` reply as JSON)\n"
     "\n"
     "options:\n"
-    "  --url URL      tcp:HOST:PORT or unix:PATH (default: $KILN_URL, else the default socket)\n"
+    "  --url URL      tcp:HOST:PORT, tls:HOST:PORT or unix:PATH (default: $KILN_URL, else\n"
+    "                 the default socket)\n"
+    "  --tls-ca FILE  for tls: URLs, the CA (PEM) to trust instead of the system's\n"
+    "                 (default: $KILN_TLS_CA)\n"
+    "  --tls-cert FILE, --tls-key FILE\n"
+    "                 client certificate and key (PEM) for a daemon that requires one\n"
+    "                 (default: $KILN_TLS_CERT, $KILN_TLS_KEY)\n"
     "  --timeout MS   give up waiting for a reply after MS milliseconds\n"
     "  KILN_TOKEN     (environment) sent with hello when set\n"
     "\n"
@@ -204,6 +210,7 @@ static const struct {
 
 int main(int argc, char **argv) {
   const char *url = NULL;
+  kiln_client_options_t opts = {0};
   int timeout_ms = 0;
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
@@ -213,13 +220,16 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[i], "--url") && i + 1 < argc) url = argv[++i];
     else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) timeout_ms = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--tls-ca") && i + 1 < argc) opts.tls_ca = argv[++i];
+    else if (!strcmp(argv[i], "--tls-cert") && i + 1 < argc) opts.tls_cert = argv[++i];
+    else if (!strcmp(argv[i], "--tls-key") && i + 1 < argc) opts.tls_key = argv[++i];
     else return usage_error("unknown option %s", argv[i]);
   }
   if (i == argc) return usage_error("no command given%s", "");
   for (size_t k = 0; k < KILN_ARRAY_SIZE(COMMANDS); k++) {
     if (strcmp(argv[i], COMMANDS[k].name) != 0) continue;
     kiln_client_t *c;
-    kiln_status_t s = kiln_client_create(url, &c);
+    kiln_status_t s = kiln_client_create_with(url, &opts, &c);
     if (s) return report("connect", s, EXIT_USAGE);
     kiln_client_set_timeout(c, timeout_ms);
     const char *token = getenv("KILN_TOKEN");

@@ -93,12 +93,14 @@ static kiln_status_t split_host_port(const char *url, const char *hp, char *host
   return KILN_OK;
 bad:
   return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                     "malformed URL %s; expected tcp:HOST:PORT, tcp:[IPV6]:PORT or unix:PATH", url);
+                     "malformed URL %s; expected tcp:HOST:PORT, tls:HOST:PORT (HOST may be [IPV6]) "
+                     "or unix:PATH", url);
 }
 
-static kiln_status_t connect_tcp(const char *url, const char *hp, int *out_fd) {
-  char host[256], port[16];
-  KILN_RETURN_IF_ERROR(split_host_port(url, hp, host, sizeof(host), port, sizeof(port)));
+static kiln_status_t connect_tcp(const char *url, const char *hp, int *out_fd, char *host,
+                                size_t hcap) {
+  char port[16];
+  KILN_RETURN_IF_ERROR(split_host_port(url, hp, host, hcap, port, sizeof(port)));
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICSERV};
   struct addrinfo *res = NULL;
@@ -123,9 +125,20 @@ static kiln_status_t connect_tcp(const char *url, const char *hp, int *out_fd) {
   return connect_error(url, err);
 }
 
-kiln_status_t kiln_url_connect(const char *url, int *out_fd) {
-  if (strncmp(url, "unix:", 5) == 0) return connect_unix(url, url + 5, out_fd);
-  if (strncmp(url, "tcp:", 4) == 0) return connect_tcp(url, url + 4, out_fd);
+kiln_status_t kiln_url_connect(kiln_client_t *c, const char *url,
+                               const kiln_client_options_t *opts) {
+  char host[256];
+  if (strncmp(url, "unix:", 5) == 0) return connect_unix(url, url + 5, &c->fd);
+  if (strncmp(url, "tcp:", 4) == 0) return connect_tcp(url, url + 4, &c->fd, host, sizeof(host));
+  if (strncmp(url, "tls:", 4) == 0) {
+    KILN_RETURN_IF_ERROR(connect_tcp(url, url + 4, &c->fd, host, sizeof(host)));
+    kiln_status_t s = kiln_tls_connect(c, url, host, opts);
+    if (s) {
+      close(c->fd);
+      c->fd = -1;
+    }
+    return s;
+  }
   return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                     "unsupported URL '%s'; use tcp:HOST:PORT or unix:PATH", url);
+                     "unsupported URL '%s'; use tcp:HOST:PORT, tls:HOST:PORT or unix:PATH", url);
 }

@@ -89,9 +89,12 @@ static kiln_status_t read_ready(kiln_test_daemon_t *d, int fd) {
     if (len == sizeof(buf) - 1) break;
   }
   buf[len] = 0;
-  d->tcp_url[0] = 0;
-  for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+  d->tcp_url[0] = d->tls_url[0] = 0;
+  for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
     if (strncmp(line, "tcp:", 4) == 0) snprintf(d->tcp_url, sizeof(d->tcp_url), "%s", line);
+    if (strncmp(line, "tls:", 4) == 0 && !d->tls_url[0])
+      snprintf(d->tls_url, sizeof(d->tls_url), "%s", line);
+  }
   if (!d->tcp_url[0])
     return KILN_STATUS(KILN_E_UNAVAILABLE, "kilnd closed its ready fd without a tcp address");
   return KILN_OK;

@@ -45,11 +45,28 @@ typedef struct kiln_reply kiln_reply_t;
  * else "unix:/tmp/kiln-$UID.sock" (docs/protocol.md §1). Returns out. */
 const char *kiln_client_default_url(char *out, size_t cap);
 
-/* Connects to "tcp:HOST:PORT" ("tcp:[::1]:7070" for IPv6) or "unix:PATH"; NULL means the
- * default URL. Sends nothing: hello is optional without tokens (kiln_client_hello).
- * E_UNAVAILABLE when nothing listens there, E_INVALID_ARGUMENT for a malformed URL.
- * The caller owns *out_client (kiln_client_destroy). */
+/* Connects to "tcp:HOST:PORT" ("tcp:[::1]:7070" for IPv6), "tls:HOST:PORT" or "unix:PATH";
+ * NULL means the default URL. Sends nothing: hello is optional without tokens
+ * (kiln_client_hello). E_UNAVAILABLE when nothing listens there or the TLS handshake fails
+ * (the message says why: an untrusted certificate, a name that does not match),
+ * E_INVALID_ARGUMENT for a malformed URL or an unreadable certificate file. The caller owns
+ * *out_client (kiln_client_destroy). TLS options come from the environment here
+ * (kiln_client_options_t says which). */
 kiln_status_t kiln_client_create(const char *url, kiln_client_t **out_client);
+
+/* Options of a connection; a NULL field takes the environment variable named, else the
+ * default. Only tls: URLs use them. */
+typedef struct kiln_client_options {
+  const char *tls_ca;   /* PEM file of the CA(s) to trust; $KILN_TLS_CA; default: the system's */
+  const char *tls_cert; /* client certificate chain (PEM) for a daemon that asks for one;
+                           $KILN_TLS_CERT; default: none */
+  const char *tls_key;  /* its private key (PEM); $KILN_TLS_KEY; default: the tls_cert file */
+} kiln_client_options_t;
+
+/* kiln_client_create with options (opts may be NULL). TLS 1.3 only; the daemon's certificate
+ * must chain to a trusted CA and name the URL's host (DNS name or IP address). */
+kiln_status_t kiln_client_create_with(const char *url, const kiln_client_options_t *opts,
+                                      kiln_client_t **out_client);
 /* Closes the connection. Unanswered requests are abandoned (the daemon drops their replies);
  * replies already returned to the caller stay valid and are freed with kiln_reply_free. */
 void kiln_client_destroy(kiln_client_t *c);
@@ -60,7 +77,9 @@ void kiln_client_destroy(kiln_client_t *c);
 void kiln_client_set_timeout(kiln_client_t *c, int ms);
 /* The URL this client connected to (borrowed). */
 const char *kiln_client_url(const kiln_client_t *c);
-/* The file descriptor of the connection (for poll; do not read or write it). */
+/* The file descriptor of the connection (for poll; do not read or write it). On a tls: URL
+ * replies can be waiting decrypted in the client while the descriptor is not readable: poll
+ * only while kiln_client_wait* would block, and call them when it says readable. */
 int kiln_client_fd(const kiln_client_t *c);
 
 /* --- Synchronous calls ------------------------------------------------------------------ */
