@@ -12,7 +12,7 @@ docs/python.md is the reference; docs/protocol.md the wire contract.
 from .errors import (KilnError, InvalidArgument, NoMethod, Unauthenticated, PermissionDenied, NotFound,
                      ResourceExhausted, CompileError, CompilerCrashed, DeviceError, DeviceFault, Timeout,
                      Cancelled, Unavailable, InternalError, ERROR_CLASSES)
-from ._rpc import Future
+from ._rpc import Future, tls_context
 from .session import Session, Device, connect, default_session
 from .module import Module, Function, Kernel, KernelArg, BenchmarkResult
 from .daemon import Daemon, start_daemon, find_kilnd

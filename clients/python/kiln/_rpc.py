@@ -18,6 +18,7 @@ import itertools
 import os
 import select
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -31,11 +32,17 @@ _RECV_SIZE = 4 << 20
 # The value a sink future completes with: its bytes are already in the sink.
 SINK_FILLED = object()
 _MSGID_MASK = 0xFFFFFFFF
+# A TLS socket says "not now" with its own exceptions.
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+# Plaintext per TLS send: a send that could not finish is retried with the same bytes, and
+# OpenSSL wants the same length then too.
+_TLS_CHUNK = 1 << 20
 
 
 def parse_url(url):
-    """``tcp:HOST:PORT`` (also ``tcp://HOST:PORT``, ``[v6]`` hosts) or ``unix:PATH``
-    (also ``unix://PATH``) -> ``("tcp", (host, port))`` or ``("unix", path)``."""
+    """``tcp:HOST:PORT`` (also ``tcp://HOST:PORT``, ``[v6]`` hosts), ``tls:HOST:PORT`` or
+    ``unix:PATH`` (also ``unix://PATH``) -> ``("tcp", (host, port))``, ``("tls", (host,
+    port))`` or ``("unix", path)``."""
     if not isinstance(url, str):
         raise InvalidArgument("a kiln url is a str like 'tcp:127.0.0.1:7070' or 'unix:/path', not %r" % (url,))
     if url.startswith("unix:"):
@@ -45,8 +52,8 @@ def parse_url(url):
         if not path:
             raise InvalidArgument("url %r names no socket path" % url)
         return "unix", path
-    if url.startswith("tcp:"):
-        rest = url[4:]
+    if url.startswith("tcp:") or url.startswith("tls:"):
+        kind, rest = url[:3], url[4:]
         if rest.startswith("//"):
             rest = rest[2:]
         rest = rest.rstrip("/")
@@ -55,12 +62,45 @@ def parse_url(url):
         else:
             host, sep, port = rest.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidArgument("url %r is not tcp:HOST:PORT" % url)
-        return "tcp", (host, int(port))
-    raise InvalidArgument("url %r: kiln urls start with 'tcp:' or 'unix:'" % url)
+            raise InvalidArgument("url %r is not %s:HOST:PORT" % (url, kind))
+        return kind, (host, int(port))
+    raise InvalidArgument("url %r: kiln urls start with 'tcp:', 'tls:' or 'unix:'" % url)
 
 
-def open_socket(url, timeout=10.0):
+def tls_context(ca=None, cert=None, key=None):
+    """The client side of ``tls:`` URLs: TLS 1.3, the daemon's certificate checked against
+    ``ca`` (a PEM file; default ``$KILN_TLS_CA``, else the system's CAs) and the URL's host;
+    ``cert``/``key`` (default ``$KILN_TLS_CERT``/``$KILN_TLS_KEY``) for a daemon that asks
+    for a client certificate."""
+    ca = ca or os.environ.get("KILN_TLS_CA") or None
+    cert = cert or os.environ.get("KILN_TLS_CERT") or None
+    key = key or os.environ.get("KILN_TLS_KEY") or None
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        if cert:
+            ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise InvalidArgument("cannot load the TLS files (ca=%s, cert=%s, key=%s): %s" % (ca, cert, key, e)) from None
+    return ctx
+
+
+def _wrap_tls(sock, url, host, tls):
+    ctx = tls if isinstance(tls, ssl.SSLContext) else tls_context(**(tls or {}))
+    try:
+        return ctx.wrap_socket(sock, server_hostname=host)
+    except ssl.SSLCertVerificationError as e:
+        sock.close()
+        raise Unavailable("TLS handshake with %s failed: the daemon's certificate is not trusted (%s); "
+                          "give its CA with tls_ca= or KILN_TLS_CA" % (url, e.verify_message)) from None
+    except (ssl.SSLError, OSError) as e:
+        sock.close()
+        raise Unavailable("TLS handshake with %s failed: %s" % (url, e)) from None
+
+
+def open_socket(url, timeout=10.0, tls=None):
+    """A connected, non-blocking socket; for ``tls:`` URLs an ``ssl.SSLSocket`` after its
+    handshake. ``tls``: an ``ssl.SSLContext``, or a dict of ``tls_context`` arguments."""
     kind, addr = parse_url(url)
     if kind == "unix":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -73,6 +113,8 @@ def open_socket(url, timeout=10.0):
     else:
         sock = socket.create_connection(addr, timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if kind == "tls":
+            sock = _wrap_tls(sock, url, addr[0], tls)
     sock.setblocking(False)
     return sock
 
@@ -212,9 +254,10 @@ def completed_future(conn, value=None, exc=None, method=None):
 class Connection:
     """One socket to kilnd. Thread-safe: any thread may send and wait."""
 
-    def __init__(self, url, timeout=10.0):
+    def __init__(self, url, timeout=10.0, tls=None):
         self.url = url
-        self._sock = open_socket(url, timeout)
+        self._sock = open_socket(url, timeout, tls)
+        self._tls = isinstance(self._sock, ssl.SSLSocket)
         self._fd = self._sock.fileno()
         self._poller = select.poll()  # used by the reader-role holder only
         self._poller.register(self._fd, select.POLLIN)
@@ -321,8 +364,8 @@ class Connection:
             return
         data = b"".join(bufs)
         try:
-            n = self._sock.send(data)
-        except (BlockingIOError, InterruptedError):
+            n = self._sock.send(data[:_TLS_CHUNK] if self._tls else data)
+        except _WOULD_BLOCK:
             n = 0
         self._leftover = data[n:]
 
@@ -333,10 +376,11 @@ class Connection:
             if self._backlog or self._leftover:
                 bufs = self._take_backlog() + bufs
             try:
-                if len(bufs) == 1:  # the common case: one small request, sent whole at once
+                if len(bufs) == 1 and not (self._tls and len(bufs[0]) > _TLS_CHUNK):
+                    # the common case: one small request, sent whole at once
                     try:
                         n = self._sock.send(bufs[0])
-                    except (BlockingIOError, InterruptedError):
+                    except _WOULD_BLOCK:
                         n = 0
                     if n == len(bufs[0]):
                         return
@@ -355,8 +399,11 @@ class Connection:
         sock = self._sock
         while views:
             try:
-                n = sock.sendmsg(views[:512])
-            except (BlockingIOError, InterruptedError):
+                if self._tls:  # no sendmsg on TLS sockets
+                    n = sock.send(views[0][:_TLS_CHUNK])
+                else:
+                    n = sock.sendmsg(views[:512])
+            except _WOULD_BLOCK:
                 self._wait_writable()
                 continue
             while n:
@@ -468,11 +515,14 @@ class Connection:
         # non-blocking recv costs a Python exception
         ms = -1 if timeout is None else max(0, int(timeout * 1000 + 0.999))
         try:
-            if not self._poller.poll(ms):
+            # decrypted bytes may wait inside the TLS socket, where poll() cannot see them
+            if not (self._tls and self._sock.pending()) and not self._poller.poll(ms):
                 return
             n = self._sock.recv_into(self._rbuf)
-        except (BlockingIOError, InterruptedError):
+        except _WOULD_BLOCK:
             return
+        except ssl.SSLEOFError:
+            n = 0
         except OSError as e:
             self._lost(e)
             return
@@ -542,7 +592,9 @@ class Connection:
         while got < size:
             try:
                 k = sock.recv_into(sink[got:])
-            except (BlockingIOError, InterruptedError):
+            except ssl.SSLEOFError:
+                k = 0
+            except _WOULD_BLOCK:
                 if p is None:
                     p = select.poll()
                     p.register(self._fd, select.POLLIN)

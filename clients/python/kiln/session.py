@@ -95,10 +95,10 @@ class Session:
     ``daemon`` is the private kilnd this session started, if any.
     """
 
-    def __init__(self, url, token=None, client=None, timeout=10.0, daemon=None):
+    def __init__(self, url, token=None, client=None, timeout=10.0, daemon=None, tls=None):
         self.url = url
         self.daemon = daemon
-        self._conn = Connection(url, timeout)
+        self._conn = Connection(url, timeout, tls)
         self._devices = None
         self._devices_lock = threading.Lock()
         params = {"version": PROTOCOL_VERSION, "client": client or CLIENT_NAME}
@@ -276,21 +276,26 @@ class Session:
                                                      " closed" if self.closed else "")
 
 
-def _try_connect(url, token, client, timeout, daemon=None):
-    return Session(url, token=token, client=client, timeout=timeout, daemon=daemon)
+def _try_connect(url, token, client, timeout, daemon=None, tls=None):
+    return Session(url, token=token, client=client, timeout=timeout, daemon=daemon, tls=tls)
 
 
-def connect(url=None, token=None, client=None, autostart=None, timeout=10.0):
+def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
+            tls_ca=None, tls_cert=None, tls_key=None, ssl_context=None):
     """Connects to kilnd and says hello.
 
-    ``url``: ``tcp:HOST:PORT`` or ``unix:PATH``. Without one: ``$KILN_URL``; else the
+    ``url``: ``tcp:HOST:PORT``, ``tls:HOST:PORT`` or ``unix:PATH``. Without one: ``$KILN_URL``; else the
     default unix socket (``$XDG_RUNTIME_DIR/kiln.sock``, or ``/tmp/kiln-$UID.sock``); if
     nothing answers there and ``autostart`` is not False (and ``$KILN_AUTOSTART`` is not
     "0"), a private kilnd is started (``$KILND``, a build tree around this package, or
     ``kilnd`` on PATH) with its own socket and cache in a temporary directory, shared by
     every later ``connect()`` of this process and stopped at exit.
     ``token``: default ``$KILN_TOKEN``.
+    ``tls_ca``, ``tls_cert``, ``tls_key`` (PEM files; default ``$KILN_TLS_CA``,
+    ``$KILN_TLS_CERT``, ``$KILN_TLS_KEY``), or a whole ``ssl_context``: for ``tls:`` URLs
+    (docs/python.md).
     """
+    tls = ssl_context or {"ca": tls_ca, "cert": tls_cert, "key": tls_key}
     if token is None:
         token = os.environ.get("KILN_TOKEN") or None
     if url is None:
@@ -298,7 +303,7 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0):
     if url is not None:
         parse_url(url)
         try:
-            return _try_connect(url, token, client, timeout)
+            return _try_connect(url, token, client, timeout, tls=tls)
         except KilnError:
             raise
         except OSError as e:
