@@ -41,8 +41,9 @@ struct kiln_conn_tls {
 typedef struct tls_write {
   uv_write_t req;
   kiln_conn_t *conn;
-  size_t len;
-  uint8_t bytes[];
+  uint8_t *bytes; /* owned: ciphertext from kiln_tls_take, a buffer of cap bytes */
+  size_t len;     /* being written (the end of bytes) */
+  size_t cap;
 } tls_write_t;
 
 /* libuv calls read_cb right after alloc_cb with the buffer it got, and the ciphertext is fed
@@ -100,6 +101,7 @@ static void on_write(uv_write_t *req, int status) {
   kiln_conn_t *c = w->conn;
   size_t len = w->len;
   c->tls->inflight -= len;
+  kiln_tls_give_back(c->tls->session, w->bytes, w->cap);
   free(w);
   if (kiln_conn_written(c, status, len)) after_write(c);
   kiln_conn_release(c);
@@ -109,39 +111,39 @@ static void on_write(uv_write_t *req, int status) {
  * for the rest. */
 static void ship(kiln_conn_t *c) {
   struct kiln_conn_tls *t = c->tls;
-  size_t n;
-  while (!c->closing && (n = kiln_tls_pending_out(t->session)) > 0) {
-    tls_write_t *w = malloc(sizeof(*w) + n);
-    if (!w) {
-      kiln_conn_close(c);
-      return;
-    }
-    w->len = kiln_tls_take(t->session, w->bytes, n);
-    size_t done = 0;
+  while (!c->closing && kiln_tls_pending_out(t->session) > 0) {
+    size_t n, cap, done = 0;
+    uint8_t *bytes = kiln_tls_take(t->session, &n, &cap);
     if (uv_stream_get_write_queue_size(&c->h.stream) == 0) {
-      uv_buf_t b = uv_buf_init((char *)w->bytes, (unsigned)w->len);
+      uv_buf_t b = uv_buf_init((char *)bytes, (unsigned)n);
       int k = uv_try_write(&c->h.stream, &b, 1);
       if (k > 0) {
         done = (size_t)k;
         kiln_metrics_bytes(0, done);
       } else if (k != UV_EAGAIN) {
-        free(w);
+        free(bytes);
         kiln_conn_close(c);
         return;
       }
     }
-    if (done == w->len) {
-      free(w);
+    if (done == n) {
+      kiln_tls_give_back(t->session, bytes, cap);
       continue;
     }
-    w->conn = c;
-    w->len -= done;
-    uv_buf_t b = uv_buf_init((char *)w->bytes + done, (unsigned)w->len);
+    tls_write_t *w = malloc(sizeof(*w));
+    if (!w) {
+      free(bytes);
+      kiln_conn_close(c);
+      return;
+    }
+    *w = (tls_write_t){.conn = c, .bytes = bytes, .len = n - done, .cap = cap};
+    uv_buf_t b = uv_buf_init((char *)bytes + done, (unsigned)w->len);
     t->inflight += w->len;
     c->refs++;
     if (uv_write(&w->req, &c->h.stream, &b, 1, on_write) != 0) {
       t->inflight -= w->len;
       c->refs--;
+      free(bytes);
       free(w);
       kiln_conn_close(c);
       return;
@@ -206,6 +208,8 @@ void kiln_conn_tls_send(kiln_conn_t *c, uint8_t *bytes, size_t len, const void *
   after_write(c);
 }
 
+static void decrypt(kiln_conn_t *c);
+
 /* The handshake just finished: log it, and send what waited for it. */
 static void handshake_done(kiln_conn_t *c) {
   struct kiln_conn_tls *t = c->tls;
@@ -230,11 +234,22 @@ void kiln_conn_tls_received(kiln_conn_t *c, const void *p, size_t n) {
       return;
     }
   }
-  kiln_status_t st = kiln_tls_feed(t->session, p, n);
+  kiln_tls_feed(t->session, p, n);
+  decrypt(c);
+  /* What the reads left of this buffer (part of a record) is kept; the buffer is shared. */
+  kiln_status_t st = kiln_tls_feed_end(t->session);
   if (st) {
     kiln_conn_fail(c, false, 0, st);
     return;
   }
+  if (c->closing) return;
+  if (!t->logged && kiln_tls_handshake_done(t->session)) handshake_done(c);
+  ship(c); /* handshake messages */
+}
+
+/* Decrypts what was fed into the reader and dispatches every whole message. */
+static void decrypt(kiln_conn_t *c) {
+  struct kiln_conn_tls *t = c->tls;
   for (;;) {
     if (c->closing || c->close_after_write) break;
     size_t room;
@@ -268,20 +283,19 @@ void kiln_conn_tls_received(kiln_conn_t *c, const void *p, size_t n) {
       kiln_conn_close(c);
       return;
     }
-    break; /* more ciphertext needed */
+    return; /* more ciphertext needed */
   }
-  if (!t->logged && kiln_tls_handshake_done(t->session)) handshake_done(c);
-  ship(c); /* handshake messages */
 }
 
 void kiln_conn_tls_closing(kiln_conn_t *c) {
   struct kiln_conn_tls *t = c->tls;
   kiln_tls_shutdown(t->session);
   /* Best effort: close_notify leaves if the socket takes it now. */
-  uint8_t buf[256];
-  size_t n = kiln_tls_take(t->session, buf, sizeof(buf));
+  size_t n, cap;
+  uint8_t *bytes = kiln_tls_take(t->session, &n, &cap);
   if (n && uv_stream_get_write_queue_size(&c->h.stream) == 0) {
-    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)n);
+    uv_buf_t b = uv_buf_init((char *)bytes, (unsigned)n);
     uv_try_write(&c->h.stream, &b, 1);
   }
+  free(bytes);
 }

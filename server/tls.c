@@ -1,6 +1,8 @@
 /* TLS sessions over memory BIOs (server/tls.h). OpenSSL's errors are converted here, once. */
 #include "server/tls.h"
 
+#include "base/util.h"
+
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -14,11 +16,91 @@ struct kiln_tls_ctx {
   char cert[512], key[512], client_ca[512];
 };
 
+/* The session's BIOs are kiln's own, not memory BIOs: OpenSSL reads ciphertext straight
+ * from the buffer libuv received it into (what a record leaves unread is kept in `left`), and
+ * writes ciphertext into `out`, which the connection hands to uv_write as it is. A memory
+ * BIO would cost a copy each way. */
 struct kiln_tls {
   SSL *ssl;
   BIO *rbio, *wbio; /* owned by ssl */
+  uint8_t *left;    /* ciphertext kept from earlier feeds: [left_off, left_len) unread */
+  size_t left_off, left_len, left_cap;
+  const uint8_t *chunk; /* the feed in progress (borrowed): [chunk_off, chunk_len) unread */
+  size_t chunk_off, chunk_len;
+  uint8_t *out; /* ciphertext not yet taken: out_len bytes of out_cap */
+  size_t out_len, out_cap;
+  bool out_failed;
   char error[256];
 };
+
+static int bio_read(BIO *b, char *dst, size_t n, size_t *got) {
+  kiln_tls_t *t = BIO_get_data(b);
+  size_t k = KILN_MIN(n, t->left_len - t->left_off);
+  if (k) memcpy(dst, t->left + t->left_off, k);
+  t->left_off += k;
+  size_t m = KILN_MIN(n - k, t->chunk_len - t->chunk_off);
+  if (m) memcpy(dst + k, t->chunk + t->chunk_off, m);
+  t->chunk_off += m;
+  BIO_clear_retry_flags(b);
+  if (k + m == 0) {
+    BIO_set_retry_read(b); /* more later: not the end of the stream */
+    return 0;
+  }
+  *got = k + m;
+  return 1;
+}
+
+static bool reserve_out(kiln_tls_t *t, size_t n) {
+  if (t->out_len + n <= t->out_cap) return true;
+  size_t cap = KILN_MAX(t->out_len + n, 2 * t->out_cap);
+  uint8_t *p = realloc(t->out, cap);
+  if (!p) return false;
+  t->out = p;
+  t->out_cap = cap;
+  return true;
+}
+
+static int bio_write(BIO *b, const char *src, size_t n, size_t *put) {
+  kiln_tls_t *t = BIO_get_data(b);
+  *put = 0;
+  if (n == 0) return 1;
+  if (!reserve_out(t, n)) {
+    t->out_failed = true;
+    return 0;
+  }
+  memcpy(t->out + t->out_len, src, n);
+  t->out_len += n;
+  *put = n;
+  return 1;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+  kiln_tls_t *t = BIO_get_data(b);
+  (void)num;
+  (void)ptr;
+  switch (cmd) {
+    case BIO_CTRL_FLUSH: return 1;
+    case BIO_CTRL_PENDING: return (long)(t->left_len - t->left_off + t->chunk_len - t->chunk_off);
+    case BIO_CTRL_WPENDING: return (long)t->out_len;
+    default: return 0;
+  }
+}
+
+static int bio_create(BIO *b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+static BIO_METHOD *bio_method(void) {
+  static BIO_METHOD *m;
+  if (!m && (m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "kiln"))) {
+    BIO_meth_set_read_ex(m, bio_read);
+    BIO_meth_set_write_ex(m, bio_write);
+    BIO_meth_set_ctrl(m, bio_ctrl);
+    BIO_meth_set_create(m, bio_create);
+  }
+  return m;
+}
 
 /* OpenSSL's reason for the last failure, and the queue cleared for the next caller. */
 static const char *last_error(char *buf, size_t cap) {
@@ -108,9 +190,10 @@ void kiln_tls_ctx_destroy(kiln_tls_ctx_t *t) {
 kiln_status_t kiln_tls_create(kiln_tls_ctx_t *ctx, kiln_tls_t **out) {
   kiln_tls_t *t = calloc(1, sizeof(*t));
   if (!t) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  BIO_METHOD *m = bio_method();
   t->ssl = SSL_new(ctx->ssl);
-  t->rbio = BIO_new(BIO_s_mem());
-  t->wbio = BIO_new(BIO_s_mem());
+  t->rbio = m ? BIO_new(m) : NULL;
+  t->wbio = m ? BIO_new(m) : NULL;
   if (!t->ssl || !t->rbio || !t->wbio) {
     SSL_free(t->ssl);
     BIO_free(t->rbio);
@@ -119,8 +202,8 @@ kiln_status_t kiln_tls_create(kiln_tls_ctx_t *ctx, kiln_tls_t **out) {
     ERR_clear_error();
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for a TLS session");
   }
-  /* An empty memory BIO means "more later", not end of stream. */
-  BIO_set_mem_eof_return(t->rbio, -1);
+  BIO_set_data(t->rbio, t);
+  BIO_set_data(t->wbio, t);
   SSL_set_bio(t->ssl, t->rbio, t->wbio);
   SSL_set_accept_state(t->ssl);
   SSL_set_read_ahead(t->ssl, 1);
@@ -131,16 +214,35 @@ kiln_status_t kiln_tls_create(kiln_tls_ctx_t *ctx, kiln_tls_t **out) {
 void kiln_tls_destroy(kiln_tls_t *t) {
   if (!t) return;
   SSL_free(t->ssl);
+  free(t->left);
+  free(t->out);
   free(t);
 }
 
-kiln_status_t kiln_tls_feed(kiln_tls_t *t, const void *p, size_t n) {
-  while (n > 0) {
-    int k = BIO_write(t->rbio, p, n > (1u << 30) ? (1 << 30) : (int)n);
-    if (k <= 0) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory buffering TLS input");
-    p = (const uint8_t *)p + k;
-    n -= (size_t)k;
+void kiln_tls_feed(kiln_tls_t *t, const void *p, size_t n) {
+  t->chunk = p;
+  t->chunk_off = 0;
+  t->chunk_len = n;
+}
+
+kiln_status_t kiln_tls_feed_end(kiln_tls_t *t) {
+  size_t rest = t->chunk_len - t->chunk_off, kept = t->left_len - t->left_off;
+  const uint8_t *tail = t->chunk + t->chunk_off;
+  t->chunk = NULL;
+  t->chunk_off = t->chunk_len = 0;
+  if (kept) memmove(t->left, t->left + t->left_off, kept);
+  t->left_off = 0;
+  t->left_len = kept;
+  if (!rest) return KILN_OK;
+  if (kept + rest > t->left_cap) {
+    size_t cap = KILN_MAX(kept + rest, 2 * t->left_cap);
+    uint8_t *p = realloc(t->left, cap);
+    if (!p) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory buffering TLS input");
+    t->left = p;
+    t->left_cap = cap;
   }
+  memcpy(t->left + kept, tail, rest);
+  t->left_len = kept + rest;
   return KILN_OK;
 }
 
@@ -162,9 +264,14 @@ kiln_tls_result_t kiln_tls_read(kiln_tls_t *t, void *dst, size_t cap, size_t *ou
 }
 
 kiln_status_t kiln_tls_write(kiln_tls_t *t, const void *p, size_t n) {
+  /* Room for the ciphertext first (records add at most a few dozen bytes per 16 KiB), so
+   * that the buffer does not grow record by record. */
+  if (!reserve_out(t, n + (n / 16384 + 1) * 64))
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for TLS");
   while (n > 0) {
     size_t done = 0;
-    if (SSL_write_ex(t->ssl, p, n, &done) != 1) {
+    if (SSL_write_ex(t->ssl, p, n, &done) != 1 || t->out_failed) {
+      if (t->out_failed) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for TLS");
       last_error(t->error, sizeof(t->error));
       return KILN_STATUS(KILN_E_UNAVAILABLE, "TLS: %s", t->error);
     }
@@ -179,15 +286,29 @@ void kiln_tls_shutdown(kiln_tls_t *t) {
   ERR_clear_error();
 }
 
-size_t kiln_tls_pending_out(const kiln_tls_t *t) { return BIO_ctrl_pending(t->wbio); }
+size_t kiln_tls_pending_out(const kiln_tls_t *t) { return t->out_len; }
 
-size_t kiln_tls_take(kiln_tls_t *t, void *dst, size_t cap) {
-  int k = BIO_read(t->wbio, dst, cap > (1u << 30) ? (1 << 30) : (int)cap);
-  return k > 0 ? (size_t)k : 0;
+uint8_t *kiln_tls_take(kiln_tls_t *t, size_t *out_len, size_t *out_cap) {
+  uint8_t *p = t->out;
+  *out_len = t->out_len;
+  *out_cap = t->out_cap;
+  t->out = NULL;
+  t->out_len = t->out_cap = 0;
+  return p;
+}
+
+void kiln_tls_give_back(kiln_tls_t *t, uint8_t *p, size_t cap) {
+  if (t->out_len == 0 && cap > t->out_cap) {
+    free(t->out);
+    t->out = p;
+    t->out_cap = cap;
+  } else {
+    free(p);
+  }
 }
 
 bool kiln_tls_partial_in(const kiln_tls_t *t) {
-  return BIO_ctrl_pending(t->rbio) > 0 || SSL_has_pending(t->ssl);
+  return t->left_len > t->left_off || SSL_has_pending(t->ssl);
 }
 
 bool kiln_tls_handshake_done(const kiln_tls_t *t) { return SSL_is_init_finished(t->ssl); }

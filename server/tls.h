@@ -1,10 +1,10 @@
 /* TLS for client connections (`--listen tls:HOST:PORT`, docs/operations.md "TLS").
  *
- * OpenSSL runs on the loop thread through memory BIOs: kilnd's libuv stream reads ciphertext
- * into a buffer of its own and hands it to the session (kiln_tls_feed); plaintext comes out
- * with kiln_tls_read straight into the frame reader's space; plaintext to send goes in with
- * kiln_tls_write and ciphertext comes out with kiln_tls_take, which the connection writes
- * with uv_write. No OpenSSL call ever touches the socket, so TLS adds no blocking and no
+ * OpenSSL runs on the loop thread through in-memory BIOs of kiln's own: kilnd's libuv stream
+ * reads ciphertext into a buffer and hands it to the session (kiln_tls_feed); plaintext
+ * comes out with kiln_tls_read straight into the frame reader's space; plaintext to send goes
+ * in with kiln_tls_write and ciphertext comes out with kiln_tls_take, a buffer the
+ * connection writes with uv_write. No OpenSSL call ever touches the socket, so TLS adds no blocking and no
  * thread: the loop's back-pressure and timers work on a TLS connection as on a plain one.
  *
  * Only TLS 1.3. One kiln_tls_ctx_t (certificate, key, optional client CA) serves every tls
@@ -35,8 +35,11 @@ void kiln_tls_ctx_destroy(kiln_tls_ctx_t *ctx);
 kiln_status_t kiln_tls_create(kiln_tls_ctx_t *ctx, kiln_tls_t **out);
 void kiln_tls_destroy(kiln_tls_t *t);
 
-/* Ciphertext received from the peer. */
-kiln_status_t kiln_tls_feed(kiln_tls_t *t, const void *p, size_t n);
+/* Ciphertext received from the peer, borrowed until kiln_tls_feed_end: kiln_tls_read
+ * decrypts from it in place of a copy. */
+void kiln_tls_feed(kiln_tls_t *t, const void *p, size_t n);
+/* Keeps what the reads left of the feed (part of a record) for the next one. */
+kiln_status_t kiln_tls_feed_end(kiln_tls_t *t);
 
 typedef enum kiln_tls_result {
   KILN_TLS_DATA = 0,   /* *out_n > 0 plaintext bytes were read */
@@ -53,8 +56,10 @@ kiln_status_t kiln_tls_write(kiln_tls_t *t, const void *p, size_t n);
 void kiln_tls_shutdown(kiln_tls_t *t);
 /* Ciphertext waiting to be sent, in bytes. */
 size_t kiln_tls_pending_out(const kiln_tls_t *t);
-/* Moves up to cap bytes of waiting ciphertext into dst; returns how many. */
-size_t kiln_tls_take(kiln_tls_t *t, void *dst, size_t cap);
+/* All the waiting ciphertext: *out_len bytes of a buffer of *out_cap (NULL when none), the
+ * caller's now; kiln_tls_give_back it once written (it is reused) or free it. */
+uint8_t *kiln_tls_take(kiln_tls_t *t, size_t *out_len, size_t *out_cap);
+void kiln_tls_give_back(kiln_tls_t *t, uint8_t *p, size_t cap);
 /* True while ciphertext is buffered that did not make a whole record yet (a peer that
  * stops here has stalled mid-message). */
 bool kiln_tls_partial_in(const kiln_tls_t *t);
