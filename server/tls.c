@@ -1,4 +1,4 @@
-/* TLS sessions over memory BIOs (server/tls.h). OpenSSL's errors are converted here, once. */
+/* TLS sessions over in-memory BIOs (server/tls.h). OpenSSL's errors are converted here, once. */
 #include "server/tls.h"
 
 #include "base/util.h"

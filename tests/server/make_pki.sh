@@ -1,7 +1,7 @@
 #!/bin/sh
 # Makes the certificates the TLS tests use, in DIR (made fresh at test time; nothing is kept
 # in the repository): a CA, a server certificate for 127.0.0.1 and localhost, a client
-# certificate, and a second, unrelated CA with a client certificate of its own.
+# certificate, and a second, unrelated CA with a client and a server certificate of its own.
 #   make_pki.sh DIR
 set -eu
 dir=$1
@@ -27,3 +27,5 @@ leaf server ca localhost "subjectAltName=IP:127.0.0.1,DNS:localhost
 extendedKeyUsage=serverAuth"
 leaf client ca "kiln test client" "extendedKeyUsage=clientAuth"
 leaf other-client other-ca "stranger" "extendedKeyUsage=clientAuth"
+leaf other-server other-ca localhost "subjectAltName=IP:127.0.0.1,DNS:localhost
+extendedKeyUsage=serverAuth"

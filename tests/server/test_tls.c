@@ -402,6 +402,62 @@ Test(tls, a_handshake_that_stalls_is_closed) {
   tls_close(&t);
 }
 
+static void copy_file(const char *from, const char *to) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", from, to);
+  cr_assert(system(cmd) == 0);
+}
+
+/* Whether a client trusting `ca` gets a pong. */
+static bool answers(const char *ca) {
+  tls_client_t t;
+  bool ok = tls_connect(&t, ca, NULL, NULL, false);
+  if (ok) {
+    tls_request(&t, 1, "ping", NULL);
+    ok = tls_recv(&t, 10000) && kiln_obj_str_eq(t.msg.result, "pong");
+  }
+  tls_close(&t);
+  return ok;
+}
+
+/* SIGHUP loads the certificate and key again (a rotation); files that do not load leave the
+ * old ones in force. */
+Test(tls, sighup_reloads_the_certificate) {
+  char cert[192], key[192];
+  snprintf(cert, sizeof(cert), "%s", pem("live.pem"));
+  snprintf(key, sizeof(key), "%s", pem("live.key"));
+  copy_file(pem("server.pem"), cert);
+  copy_file(pem("server.key"), key);
+  const char *argv[] = {"--listen", "tls:127.0.0.1:0", "--tls-cert", cert, "--tls-key", key, NULL};
+  daemon_start(&d, argv);
+  cr_assert(answers(pem("ca.pem")));
+  tls_client_t open_one;
+  cr_assert(tls_connect(&open_one, pem("ca.pem"), NULL, NULL, false));
+  /* A broken file: the old certificate stays. */
+  FILE *f = fopen(cert, "w");
+  fputs("not a certificate\n", f);
+  fclose(f);
+  kill(d.pid, SIGHUP);
+  char log[160], cmd[256];
+  snprintf(log, sizeof(log), "%s/kilnd.log", d.dir);
+  snprintf(cmd, sizeof(cmd), "grep -q tls_reload_failed '%s'", log);
+  int i = 0;
+  while (system(cmd) != 0 && i++ < 200) usleep(50 * 1000);
+  cr_assert_lt(i, 200, "no tls_reload_failed in the log");
+  cr_assert(answers(pem("ca.pem")), "a failed reload dropped the working certificate");
+  /* A new certificate from another CA: new connections get it. */
+  copy_file(pem("other-server.pem"), cert);
+  copy_file(pem("other-server.key"), key);
+  kill(d.pid, SIGHUP);
+  for (i = 0; !answers(pem("other-ca.pem")) && i < 200; i++) usleep(50 * 1000);
+  cr_assert_lt(i, 200, "the new certificate is not served");
+  cr_assert_not(answers(pem("ca.pem")), "the old certificate is still served");
+  /* The connection opened before keeps working. */
+  tls_request(&open_one, 5, "ping", NULL);
+  expect_pong(&open_one, 5);
+  tls_close(&open_one);
+}
+
 /* The partial-message timer sees a peer that stops inside a TLS record (no plaintext of the
  * message has arrived yet). */
 Test(tls, a_peer_stalling_inside_a_record_is_dropped) {
