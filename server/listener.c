@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <errno.h>
 
 #include "base/log.h"
 #include "server/server.h"
@@ -110,14 +113,35 @@ static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char 
   return KILN_OK;
 }
 
+/* Connects to the socket at path: 0 when something listens there, ECONNREFUSED when nothing
+ * does (a leftover), another errno when unsure (EAGAIN: a listener with a full backlog).
+ * Non-blocking, so a busy listener cannot stall the start. */
+static int unix_socket_probe(const char *path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+  int err = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ? errno : 0;
+  close(fd);
+  return err;
+}
+
 static kiln_status_t start_unix(kiln_server_t *s, kiln_listener_t *l, const char *path) {
   if (!path[0] || strlen(path) >= sizeof(l->unix_path) || strlen(path) >= 108)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "unix socket path '%s' is empty or too long", path);
-  /* A socket file left by a daemon that died is removed; anything else is kept. */
+  /* A socket file left by a daemon that died is removed; anything else is kept, a socket
+   * where a live daemon answers above all (unlinking it would make that daemon unreachable,
+   * even if this one then failed to start). */
   struct stat st;
   if (lstat(path, &st) == 0) {
     if (!S_ISSOCK(st.st_mode))
       return KILN_STATUS(KILN_E_UNAVAILABLE, "'%s' exists and is not a socket", path);
+    int err = unix_socket_probe(path);
+    if (err != ECONNREFUSED && err != ENOENT)
+      return KILN_STATUS(KILN_E_UNAVAILABLE,
+                         "unix:%s is in use%s%s: stop the process listening there (another kilnd?) or "
+                         "choose another path",
+                         path, err ? ": " : " (a process accepts connections on it)", err ? strerror(err) : "");
     unlink(path);
   }
   uv_pipe_init(s->loop, &l->h.pipe, 0);
