@@ -8,7 +8,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,10 +53,9 @@ typedef struct write_job {
 struct kiln_cache {
   uv_loop_t *loop;
   uv_thread_t owner;
-  char *dir;
+  kiln_cache_root_t root; /* the directory's descriptors and secret */
   uint64_t max_disk, max_mem;
   int test_write_errno;
-  int lock_fd;
   node_t **buckets;
   size_t num_buckets, num_nodes; /* num_buckets: a power of two */
   link_t mem_lru, disk_lru;      /* least recent first; disk_lru holds writes in flight too */
@@ -214,13 +212,12 @@ static void disk_forget(kiln_cache_t *c, node_t *n) {
 }
 
 static void disk_unlink(kiln_cache_t *c, node_t *n) {
-  char path[KILN_CACHE_PATH_MAX];
-  kiln_cache_file_path(path, c->dir, n->key, "");
   /* unlink on the loop: it only drops a name (the blocks are freed by the kernel later) */
-  if (unlink(path) && errno != ENOENT) {
+  int err = kiln_cache_file_unlink(&c->root, n->key);
+  if (err && err != ENOENT) {
     char hex[2 * KILN_CACHE_KEY_BYTES + 1];
     key_hex(n->key, hex);
-    KILN_LOG_WARN("cache_unlink_failed", "key=%s error=%d", hex, errno);
+    KILN_LOG_WARN("cache_unlink_failed", "key=%s error=%d", hex, err);
   }
 }
 
@@ -255,9 +252,7 @@ static void touch(kiln_cache_t *c, node_t *n) {
   if (n->disk != DISK_PRESENT) return;
   uint64_t now = kiln_now_ns();
   if (now - n->touched_ns < TOUCH_INTERVAL_NS) return;
-  char path[KILN_CACHE_PATH_MAX];
-  kiln_cache_file_path(path, c->dir, n->key, "");
-  (void)utimensat(AT_FDCWD, path, NULL, 0);
+  kiln_cache_file_touch(&c->root, n->key);
   n->touched_ns = now;
 }
 
@@ -267,7 +262,7 @@ static void maybe_finish_close(kiln_cache_t *c);
 
 static void write_work(uv_work_t *req) {
   write_job_t *job = KILN_CONTAINER_OF(req, write_job_t, req);
-  job->status = kiln_cache_file_write(job->cache->dir, job->entry, job->cache->test_write_errno);
+  job->status = kiln_cache_file_write(&job->cache->root, job->entry, job->cache->test_write_errno);
 }
 
 static void pump(kiln_cache_t *c);
@@ -387,24 +382,6 @@ static int by_mtime(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Takes the directory's lock: two kilnds on one dir would delete each other's temp files
- * at open and keep indexes that disagree. flock is released by the kernel when the
- * process dies, so a SIGKILLed kilnd leaves no stale lock. */
-static kiln_status_t lock_dir(kiln_cache_t *c) {
-  char path[KILN_CACHE_PATH_MAX];
-  snprintf(path, sizeof(path), "%s/lock", c->dir);
-  c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (c->lock_fd < 0)
-    return KILN_STATUS(KILN_E_UNAVAILABLE, "cache lock %s: %s", path, strerror(errno));
-  if (flock(c->lock_fd, LOCK_EX | LOCK_NB)) {
-    int err = errno;
-    if (err == EWOULDBLOCK)
-      return KILN_STATUS(KILN_E_UNAVAILABLE, "cache dir %s is in use by another kilnd", c->dir);
-    return KILN_STATUS(KILN_E_UNAVAILABLE, "cache lock %s: %s", path, strerror(err));
-  }
-  return KILN_OK;
-}
-
 static void destroy(kiln_cache_t *c) {
   for (size_t i = 0; c->buckets && i < c->num_buckets; i++) {
     for (node_t *n = c->buckets[i], *next; n; n = next) {
@@ -415,8 +392,7 @@ static void destroy(kiln_cache_t *c) {
     }
   }
   free(c->buckets);
-  if (c->lock_fd >= 0) close(c->lock_fd);
-  free(c->dir);
+  kiln_cache_root_close(&c->root);
   free(c);
 }
 
@@ -424,7 +400,7 @@ static kiln_status_t index_files(kiln_cache_t *c) {
   scan_ctx_t ctx = {.cache = c};
   uint64_t corrupt = 0, leftovers = 0;
   uint64_t t0 = kiln_now_ns();
-  kiln_status_t s = kiln_cache_file_scan(c->dir, scan_found, &ctx, &corrupt, &leftovers);
+  kiln_status_t s = kiln_cache_file_scan(&c->root, scan_found, &ctx, &corrupt, &leftovers);
   if (!s && ctx.oom) s = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache index: out of memory");
   if (!s) {
     if (ctx.count) qsort(ctx.items, ctx.count, sizeof(*ctx.items), by_mtime);
@@ -437,7 +413,7 @@ static kiln_status_t index_files(kiln_cache_t *c) {
     c->st.corrupt = corrupt;
     disk_evict(c); /* the budget may have shrunk since the last run */
     KILN_LOG_INFO("cache_open", "dir=%s entries=%llu bytes=%llu corrupt=%llu leftovers=%llu ms=%.1f",
-                  c->dir, (unsigned long long)c->st.entries_disk, (unsigned long long)c->st.bytes_disk,
+                  c->root.dir, (unsigned long long)c->st.entries_disk, (unsigned long long)c->st.bytes_disk,
                   (unsigned long long)corrupt, (unsigned long long)leftovers,
                   (double)(kiln_now_ns() - t0) / 1e6);
   }
@@ -451,12 +427,11 @@ kiln_status_t kiln_cache_open(uv_loop_t *loop, const kiln_cache_config_t *cfg,
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "cache: a loop and a directory are required");
   if (strlen(cfg->dir) > KILN_CACHE_PATH_MAX - 256)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "cache dir path too long");
-  KILN_RETURN_IF_ERROR(kiln_crypto_init());
   kiln_cache_t *c = calloc(1, sizeof(*c));
   if (!c) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache: out of memory");
   c->loop = loop;
   c->owner = uv_thread_self();
-  c->lock_fd = -1;
+  c->root.dir_fd = c->root.lock_fd = -1;
   c->max_disk = cfg->max_disk_bytes ? cfg->max_disk_bytes : KILN_CACHE_DEFAULT_MAX_DISK_BYTES;
   c->max_mem = cfg->max_mem_bytes ? cfg->max_mem_bytes : KILN_CACHE_DEFAULT_MAX_MEM_BYTES;
   c->test_write_errno = cfg->test_write_errno;
@@ -464,11 +439,9 @@ kiln_status_t kiln_cache_open(uv_loop_t *loop, const kiln_cache_config_t *cfg,
   list_init(&c->disk_lru);
   c->num_buckets = 1024;
   c->buckets = calloc(c->num_buckets, sizeof(*c->buckets));
-  c->dir = strdup(cfg->dir);
   kiln_status_t s = KILN_OK;
-  if (!c->buckets || !c->dir) s = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache: out of memory");
-  if (!s) s = kiln_cache_mkdirs(c->dir);
-  if (!s) s = lock_dir(c);
+  if (!c->buckets) s = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache: out of memory");
+  if (!s) s = kiln_cache_root_open(cfg->dir, &c->root);
   if (!s) s = index_files(c);
   if (s) {
     destroy(c);
@@ -550,11 +523,9 @@ kiln_cache_entry_t *kiln_cache_get(kiln_cache_t *c, const uint8_t key[KILN_CACHE
     return e;
   }
   if (n && n->disk == DISK_PRESENT) {
-    char path[KILN_CACHE_PATH_MAX];
-    kiln_cache_file_path(path, c->dir, key, "");
     kiln_cache_entry_t *e = NULL;
     bool corrupt = false;
-    kiln_status_t s = kiln_cache_file_read(path, key, &e, &corrupt);
+    kiln_status_t s = kiln_cache_file_read(&c->root, key, &e, &corrupt);
     if (!s) {
       c->st.hits_disk++;
       n->touched_ns = kiln_now_ns(); /* the read set the mtime */

@@ -3,9 +3,10 @@
  *
  * Key: a 32-byte BLAKE2b hash computed by the caller over everything that determines the
  * build; value: opaque bytes (an encoded artifact). The store never interprets the bytes
- * and trusts nothing it reads back: every disk read is checked against a checksum, the key
- * and the length in the file's header, and an entry that fails is deleted and reported as
- * a miss.
+ * and trusts nothing it reads back: every disk read is checked against a MAC keyed with the
+ * directory's secret, the key and the length in the file's header, and an entry that fails
+ * is deleted and reported as a miss. The directory must be private to kilnd's user, and no
+ * link inside it is followed (docs/cache.md "Trust").
  *
  * Threads: everything here is called on the loop thread that opened the cache, except
  * kiln_cache_entry_retain/_release/_data, which any thread may call (the refcount is
@@ -49,8 +50,10 @@ typedef struct kiln_cache_stats {
 
 typedef void (*kiln_cache_close_cb)(void *arg);
 
-/* Opens the store in cfg->dir: creates it, takes an exclusive lock on DIR/lock (a second
- * kilnd on the same dir is refused with E_UNAVAILABLE), deletes temp files left by writes
+/* Opens the store in cfg->dir: creates it, refuses it with E_PERMISSION unless this
+ * process's user owns it and no one else can write it, takes an exclusive lock on DIR/lock
+ * (a second kilnd on the same dir is refused with E_UNAVAILABLE), reads or makes
+ * DIR/secret, deletes links inside it (never following them), deletes temp files left by writes
  * that a crash interrupted, reads the header of every entry (dropping the ones that are
  * truncated, misnamed or not ours) and indexes the rest, oldest modification time first
  * for disk LRU. Synchronous: call it before the loop serves requests. On success the
@@ -66,7 +69,7 @@ kiln_status_t kiln_cache_open(uv_loop_t *loop, const kiln_cache_config_t *cfg,
 void kiln_cache_close(kiln_cache_t *cache, kiln_cache_close_cb cb, void *arg);
 
 /* Looks the key up in memory, then on disk. A disk hit is read and verified synchronously
- * on the loop thread (about 20 us for a few KiB; 1 to 2 ms per MiB, mostly the checksum,
+ * on the loop thread (about 20 us for a few KiB; 1 to 2 ms per MiB, mostly the MAC,
  * so a 16 MiB artifact holds the loop for tens of ms) and promoted into memory. Returns a new reference, which the caller
  * releases, or NULL on a miss (a bad entry found on the way is deleted and counted). */
 kiln_cache_entry_t *kiln_cache_get(kiln_cache_t *cache, const uint8_t key[KILN_CACHE_KEY_BYTES]);

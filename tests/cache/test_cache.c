@@ -618,3 +618,229 @@ Test(cache, survives_sigkill_mid_write) {
   cr_expect_eq(stats(c).corrupt, 0);
   close_cache(c);
 }
+
+/* ---- the directory is a trust boundary (docs/cache.md "Trust") --------------------------- */
+
+static kiln_status_t try_open(const char *d) {
+  kiln_cache_config_t cfg = {.dir = d};
+  kiln_cache_t *c = NULL;
+  kiln_status_t s = kiln_cache_open(&loop, &cfg, &c);
+  if (!s) close_cache(c);
+  return s;
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  cr_assert(f, "cannot write %s", path);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* A link at objects/00 used to make the scan delete every file in the link's target. Now
+ * the link itself goes, the target is untouched, and so is a file an entry name links to. */
+Test(cache, symlinks_inside_the_dir_are_never_followed) {
+  char outside[128], victim[192], keylike[256], target_file[192], link[KILN_CACHE_PATH_MAX];
+  snprintf(outside, sizeof(outside), "%s/outside", dir);
+  cr_assert_eq(mkdir(outside, 0700), 0);
+  snprintf(victim, sizeof(victim), "%s/precious.txt", outside);
+  write_file(victim, "do not delete\n");
+  uint8_t key[32];
+  key_of(1, key);
+  char hex[65];
+  kiln_hex(key, 32, hex);
+  snprintf(keylike, sizeof(keylike), "%s/%s", outside, hex); /* a name the scan would check */
+  write_file(keylike, "not an entry\n");
+  snprintf(target_file, sizeof(target_file), "%s/secret-of-someone.txt", outside);
+  write_file(target_file, "x\n");
+
+  char cachedir[128], cmd[1024];
+  snprintf(cachedir, sizeof(cachedir), "%s/c", dir);
+  cr_assert_eq(mkdir(cachedir, 0700), 0);
+  snprintf(cmd, sizeof(cmd), "mkdir -p %s/objects/%02x && ln -s %s %s/objects/00 && ln -s %s %s/objects/%02x/%s",
+           cachedir, key[0], outside, cachedir, target_file, cachedir, key[0], hex);
+  cr_assert_eq(system(cmd), 0);
+
+  kiln_cache_config_t cfg = {.dir = cachedir};
+  kiln_cache_t *c = NULL;
+  kiln_status_t s = kiln_cache_open(&loop, &cfg, &c);
+  cr_assert_null(s, "%s", kiln_status_message(s));
+  cr_expect_eq(access(victim, F_OK), 0, "a file outside the cache was deleted through objects/00");
+  cr_expect_eq(access(keylike, F_OK), 0);
+  cr_expect_eq(access(target_file, F_OK), 0, "an entry's link target was deleted");
+  struct stat st;
+  snprintf(link, sizeof(link), "%s/objects/00", cachedir);
+  cr_expect_neq(lstat(link, &st), 0, "the link at objects/00 is still there");
+  cr_expect_eq(stats(c).entries_disk, 0);
+  /* the cache works: writes recreate objects/00 as a directory */
+  uint8_t k0[32] = {0};
+  uint8_t bytes[100] = {1, 2, 3};
+  cr_assert_null(kiln_cache_put(c, k0, bytes, sizeof(bytes)));
+  drain(c);
+  cr_expect_eq(lstat(link, &st), 0);
+  cr_expect(S_ISDIR(st.st_mode));
+  close_cache(c);
+
+  /* objects/ itself as a link: refused, nothing followed */
+  snprintf(cmd, sizeof(cmd), "rm -rf %s/objects && ln -s %s %s/objects", cachedir, outside, cachedir);
+  cr_assert_eq(system(cmd), 0);
+  s = try_open(cachedir);
+  cr_assert(s);
+  cr_expect_eq(kiln_status_code(s), KILN_E_PERMISSION);
+  cr_expect(strstr(kiln_status_message(s), "symbolic link"), "%s", kiln_status_message(s));
+  kiln_status_free(s);
+  cr_expect_eq(access(victim, F_OK), 0);
+}
+
+/* A world-writable directory of another user was accepted, and a root kilnd deleted a
+ * root-owned file through it. Now it is refused and nothing in it is touched. */
+Test(cache, a_directory_others_can_write_is_refused) {
+  char d2[128], inside[192], cmd[512];
+  snprintf(d2, sizeof(d2), "%s/shared", dir);
+  cr_assert_eq(mkdir(d2, 0700), 0);
+  snprintf(cmd, sizeof(cmd), "mkdir -p %s/objects/00", d2);
+  cr_assert_eq(system(cmd), 0);
+  snprintf(inside, sizeof(inside), "%s/objects/00/important", d2);
+  write_file(inside, "a file the scan would delete as a leftover\n");
+
+  cr_assert_eq(chmod(d2, 0777), 0);
+  kiln_status_t s = try_open(d2);
+  cr_assert(s, "a world-writable cache dir was accepted");
+  cr_expect_eq(kiln_status_code(s), KILN_E_PERMISSION);
+  cr_expect(strstr(kiln_status_message(s), "mode 0777"), "%s", kiln_status_message(s));
+  kiln_status_free(s);
+  cr_assert_eq(chmod(d2, 0770), 0); /* group-writable too */
+  s = try_open(d2);
+  cr_assert(s && kiln_status_code(s) == KILN_E_PERMISSION);
+  kiln_status_free(s);
+  cr_expect_eq(access(inside, F_OK), 0);
+
+  if (geteuid() != 0) {
+    cr_assert_eq(chmod(d2, 0700), 0);
+    cr_skip_test("another user's directory needs root to make (chown); the mode case above ran");
+  }
+  /* made by another user (nobody), even with a private mode */
+  cr_assert_eq(chmod(d2, 0700), 0);
+  cr_assert_eq(chown(d2, 65534, 65534), 0);
+  s = try_open(d2);
+  cr_assert(s, "another user's cache dir was accepted");
+  cr_expect_eq(kiln_status_code(s), KILN_E_PERMISSION);
+  cr_expect(strstr(kiln_status_message(s), "owned by uid 65534"), "%s", kiln_status_message(s));
+  kiln_status_free(s);
+  cr_expect_eq(access(inside, F_OK), 0);
+  /* ours, but objects/00 inside is another user's */
+  cr_assert_eq(chown(d2, 0, 0), 0);
+  snprintf(cmd, sizeof(cmd), "%s/objects/00", d2);
+  cr_assert_eq(chown(cmd, 65534, 65534), 0);
+  s = try_open(d2);
+  cr_assert(s && kiln_status_code(s) == KILN_E_PERMISSION, "%s", s ? kiln_status_message(s) : "accepted");
+  cr_expect(strstr(kiln_status_message(s), "objects/00"), "%s", kiln_status_message(s));
+  kiln_status_free(s);
+  cr_expect_eq(access(inside, F_OK), 0);
+}
+
+Test(cache, the_secret_is_made_once_private_and_checked) {
+  kiln_cache_t *c = open_cache(0, 0, 0);
+  put(c, 1, 500);
+  close_cache(c);
+  char secret[128];
+  snprintf(secret, sizeof(secret), "%s/secret", dir);
+  struct stat st;
+  cr_assert_eq(stat(secret, &st), 0);
+  cr_expect_eq(st.st_mode & 0777, 0600);
+  cr_expect_eq(st.st_size, 32);
+  uint8_t before[32], after[32];
+  FILE *f = fopen(secret, "rb");
+  cr_assert(f && fread(before, 1, 32, f) == 32);
+  fclose(f);
+  c = open_cache(0, 0, 0);
+  cr_assert(get_ok(c, 1, 500), "an entry did not survive a restart under the same secret");
+  close_cache(c);
+  f = fopen(secret, "rb");
+  cr_assert(f && fread(after, 1, 32, f) == 32);
+  fclose(f);
+  cr_expect_eq(memcmp(before, after, 32), 0, "the secret changed across a restart");
+
+  cr_assert_eq(chmod(secret, 0644), 0);
+  kiln_status_t s = try_open(dir);
+  cr_assert(s && kiln_status_code(s) == KILN_E_PERMISSION, "a readable secret was accepted");
+  cr_expect(strstr(kiln_status_message(s), "0600"), "%s", kiln_status_message(s));
+  kiln_status_free(s);
+  char other[128];
+  snprintf(other, sizeof(other), "%s/elsewhere", dir);
+  write_file(other, "0123456789abcdef0123456789abcdef");
+  cr_assert_eq(chmod(other, 0600), 0);
+  cr_assert_eq(unlink(secret), 0);
+  cr_assert_eq(symlink(other, secret), 0);
+  s = try_open(dir);
+  cr_assert(s && kiln_status_code(s) == KILN_E_PERMISSION, "a symlinked secret was accepted");
+  kiln_status_free(s);
+
+  /* a new secret (the old one removed): entries written under the old one are dropped */
+  cr_assert_eq(unlink(secret), 0);
+  c = open_cache(0, 0, 0);
+  cr_assert_not(get_ok(c, 1, 500));
+  cr_expect_eq(stats(c).corrupt, 1);
+  cr_expect_not(file_exists(1));
+  close_cache(c);
+}
+
+/* An entry forged by someone who can write the directory but not read the secret: the
+ * right name, a valid header for the key, another payload and its checksum recomputed the
+ * way format 1 computed it (BLAKE2b without a key). It used to be served. */
+Test(cache, a_forged_entry_with_a_recomputed_checksum_is_never_served) {
+  kiln_cache_t *c = open_cache(0, 0, 0);
+  put(c, 1, 3000);
+  put(c, 2, 3000);
+  close_cache(c);
+  char p1[KILN_CACHE_PATH_MAX], p2[KILN_CACHE_PATH_MAX];
+  path_of(1, p1, "");
+  path_of(2, p2, "");
+  uint8_t file[88 + 3000];
+  FILE *f = fopen(p2, "rb");
+  cr_assert(f && fread(file, 1, sizeof(file), f) == sizeof(file));
+  fclose(f);
+  uint8_t key1[32];
+  key_of(1, key1);
+  memcpy(file + 24, key1, 32); /* 2's payload under 1's key */
+  kiln_hasher_t h;
+  kiln_hasher_init(&h);
+  kiln_hasher_update(&h, file, 56);
+  kiln_hasher_update(&h, file + 88, 3000);
+  kiln_hasher_final(&h, file + 56);
+  f = fopen(p1, "wb");
+  cr_assert(f && fwrite(file, 1, sizeof(file), f) == sizeof(file));
+  fclose(f);
+
+  c = open_cache(0, 0, 0);
+  cr_expect_eq(stats(c).entries_disk, 2, "the header is well-formed: only the MAC tells");
+  cr_assert_not(get_ok(c, 1, 3000), "the forged entry was served");
+  cr_expect_eq(stats(c).corrupt, 1);
+  cr_expect_not(file_exists(1));
+  cr_assert(get_ok(c, 2, 3000));
+  put(c, 1, 3000); /* rebuilt by the caller */
+  close_cache(c);
+  c = open_cache(0, 0, 0);
+  cr_assert(get_ok(c, 1, 3000));
+  close_cache(c);
+}
+
+/* Files of format 1 (an unkeyed checksum) are dropped at open and rebuilt on demand. */
+Test(cache, entries_of_format_1_are_dropped_at_open) {
+  kiln_cache_t *c = open_cache(0, 0, 0);
+  put(c, 1, 1000);
+  put(c, 2, 1000);
+  close_cache(c);
+  char p[KILN_CACHE_PATH_MAX];
+  path_of(1, p, "");
+  int fd = open(p, O_RDWR);
+  cr_assert_geq(fd, 0);
+  uint8_t v1[4] = {1, 0, 0, 0};
+  cr_assert_eq(pwrite(fd, v1, 4, 8), 4);
+  close(fd);
+  c = open_cache(0, 0, 0);
+  cr_expect_eq(stats(c).entries_disk, 1);
+  cr_expect_eq(stats(c).corrupt, 1);
+  cr_expect_not(file_exists(1));
+  cr_assert(get_ok(c, 2, 1000));
+  close_cache(c);
+}

@@ -17,19 +17,8 @@ static void stop(void) {
 }
 TestSuite(imports_live, .init = start, .fini = stop, .timeout = 120);
 
-static void send_compile(client_t *c, uint32_t msgid, const char *ir) {
-  pbuild_t b;
-  pb_begin(&b, 2);
-  kiln_pack_cstr(&b.p.pk, "ir");
-  msgpack_pack_bin(&b.p.pk, strlen(ir));
-  msgpack_pack_bin_body(&b.p.pk, ir, strlen(ir));
-  kiln_pack_kv_str(&b.p.pk, "target", "cpu");
-  client_send(c, msgid, "compile", &b.buf);
-  pb_end(&b);
-}
-
 static void expect_refused(client_t *c, const char *ir, const char *needle) {
-  send_compile(c, 1, ir);
+  client_send_compile(c, 1, ir, "cpu");
   cr_assert(client_recv(c, 60000), "no compile reply");
   char t[2048];
   text_of(c, t, sizeof(t));
@@ -57,7 +46,7 @@ Test(imports_live, refusals_cost_only_their_request) {
                  "'environ'");
 
   /* The same connection and the same compile workers go on: the next kernel compiles. */
-  send_compile(&c, 2, "define void @k(ptr %p) section \"kiln.kernel\" {\n  store i32 7, ptr %p\n  ret void\n}\n");
+  client_send_compile(&c, 2, "define void @k(ptr %p) section \"kiln.kernel\" {\n  store i32 7, ptr %p\n  ret void\n}\n", "cpu");
   cr_assert(client_recv(&c, 60000));
   char t[512];
   cr_assert_eq(code_of(&c), 0, "%s", text_of(&c, t, sizeof(t)));

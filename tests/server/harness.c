@@ -172,6 +172,17 @@ void client_send(client_t *c, uint32_t msgid, const char *method, const kiln_buf
   kiln_buf_deinit(&b);
 }
 
+void client_send_compile(client_t *c, uint32_t msgid, const char *ir, const char *target) {
+  pbuild_t b;
+  pb_begin(&b, 2);
+  kiln_pack_cstr(&b.p.pk, "ir");
+  msgpack_pack_bin(&b.p.pk, (uint32_t)strlen(ir));
+  msgpack_pack_bin_body(&b.p.pk, ir, strlen(ir));
+  kiln_pack_kv_str(&b.p.pk, "target", target);
+  client_send(c, msgid, "compile", &b.buf);
+  pb_end(&b);
+}
+
 void client_send_upload_f32(client_t *c, uint32_t msgid, const char *device, const float *v, uint32_t n) {
   pbuild_t b;
   pb_begin(&b, device ? 2 : 1);

@@ -48,6 +48,8 @@ void client_send(client_t *c, uint32_t msgid, const char *method, const kiln_buf
 bool client_recv(client_t *c, int timeout_ms);
 /* The last reply's error: its code (0 when the reply is a result) and its message ("" when
  * none), written into buf. */
+/* Sends `compile` of IR text (as bin) for target; the reply is read with client_recv. */
+void client_send_compile(client_t *c, uint32_t msgid, const char *ir, const char *target);
 /* Sends `upload` of a 1-D float32 tensor of n values (to `device`, or the default when NULL);
  * the reply is read with client_recv. */
 void client_send_upload_f32(client_t *c, uint32_t msgid, const char *device, const float *v, uint32_t n);
