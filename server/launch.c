@@ -1,7 +1,6 @@
 /* launch and time: check the request against the module's kernel table and the tenant's
  * tensors, make sure the device worker has the module loaded, and pass the launch on. The
  * worker converts argument values to the kernel's types (device/launch.h) and runs it. */
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -139,18 +138,18 @@ static void ignore_reply(void *ctx, kiln_status_t st, const msgpack_object *resu
   kiln_status_free(st);
 }
 
-/* Makes sure the slot's worker maps the cancel page (sent once per worker process, before
- * the launches that refer to it; launches of a worker without it cannot be cancelled). */
+/* Makes sure the slot's worker maps a cancel page: a fresh one for each worker process,
+ * sent before the launches that refer to it (launches of a worker without one cannot be
+ * cancelled). kilnd keeps only the mapping, no fd. */
 static kiln_status_t ensure_cancel_page(kiln_dslot_t *d) {
   uint32_t gen = kiln_worker_generation(d->worker);
   if (d->cancel_page && d->cancel_sent == gen + 1) return KILN_OK;
-  if (!d->cancel_page) {
-    void *map;
-    KILN_RETURN_IF_ERROR(kiln_shm_create("kiln-cancel", KILN_CANCEL_PAGE_BYTES, &d->cancel_fd, &map));
-    d->cancel_page = map;
-  }
-  int fd = fcntl(d->cancel_fd, F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "no file descriptor for the cancel page");
+  int fd;
+  void *map;
+  KILN_RETURN_IF_ERROR(kiln_shm_create("kiln-cancel", KILN_CANCEL_PAGE_BYTES, &fd, &map));
+  if (d->cancel_page) kiln_shm_unmap(d->cancel_page, KILN_CANCEL_PAGE_BYTES);
+  d->cancel_page = map;
+  d->cancel_sent = 0;
   KILN_RETURN_IF_ERROR(
       call_with_shm(d->worker, "cancel_page", NULL, KILN_CANCEL_PAGE_BYTES, fd, ignore_reply, NULL));
   d->cancel_sent = kiln_worker_generation(d->worker) + 1;

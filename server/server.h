@@ -288,9 +288,8 @@ typedef struct kiln_dslot {
    * tells the worker to drop those whose client has gone: cell seq % KILN_CANCEL_CELLS holds
    * the seq of a cancelled request. */
   struct launch_op *ops;
-  uint64_t *cancel_page;
-  int cancel_fd;
-  uint32_t cancel_sent; /* worker generation + 1 that has the page */
+  uint64_t *cancel_page; /* a fresh one per worker process; kilnd keeps no fd of it */
+  uint32_t cancel_sent;  /* worker generation + 1 that has the page */
   uint64_t cancel_seq;
 } kiln_dslot_t;
 

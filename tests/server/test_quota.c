@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/server/harness.h"
@@ -588,4 +589,75 @@ Test(outlive, unread_replies_hold_at_most_the_transfer_budget) {
   wait_usage(&b, "transfer_bytes", 0);
   client_close(&a);
   client_close(&b);
+}
+
+/* --- bad input: options and tokens lines ------------------------------------------------- */
+
+/* Runs kilnd with the arguments; returns its exit status and the start of its stderr. */
+static int run_kilnd(const char *const *args, char *err_out, size_t cap) {
+  const char *kilnd = getenv("KILND");
+  int p[2];
+  cr_assert(pipe(p) == 0);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    const char *argv[16] = {kilnd, "--listen", "tcp:127.0.0.1:0", "--cache-dir", "/tmp/kiln-quota-bad-cache"};
+    int n = 5;
+    for (; *args && n < 15; args++) argv[n++] = *args;
+    argv[n] = NULL;
+    dup2(p[1], 2);
+    close(p[0]);
+    execv(kilnd, (char *const *)argv);
+    _exit(127);
+  }
+  close(p[1]);
+  size_t len = 0;
+  ssize_t r;
+  while (len + 1 < cap && (r = read(p[0], err_out + len, cap - 1 - len)) > 0) len += (size_t)r;
+  err_out[len] = 0;
+  close(p[0]);
+  int ws;
+  cr_assert(waitpid(pid, &ws, 0) == pid);
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+Test(quota_start, bad_cpu_memory_and_lease_values_are_refused) {
+  char out[2048];
+  static const char *const bad_sizes[] = {"0", "12X", "unlimited", "512K", "-1", ""};
+  for (size_t i = 0; i < sizeof(bad_sizes) / sizeof(*bad_sizes); i++) {
+    const char *args[] = {"--cpu-memory", bad_sizes[i], NULL};
+    cr_assert_eq(run_kilnd(args, out, sizeof(out)), 2, "--cpu-memory '%s' was accepted", bad_sizes[i]);
+    cr_assert(strstr(out, "cpu-memory"), "%s", out);
+  }
+  char path[64];
+  snprintf(path, sizeof(path), "/tmp/kiln-quota-bad-tokens-%d", (int)getpid());
+  static const char *const bad_leases[] = {"3601", "-1", "5s", "", "1e3"};
+  for (size_t i = 0; i < sizeof(bad_leases) / sizeof(*bad_leases); i++) {
+    char line[128];
+    snprintf(line, sizeof(line), TOK_A " alpha lease=%s\n", bad_leases[i]);
+    write_text_file(path, line);
+    const char *args[] = {"--tokens", path, NULL};
+    cr_assert_eq(run_kilnd(args, out, sizeof(out)), 1, "lease=%s was accepted", bad_leases[i]);
+    cr_assert(strstr(out, "lease") && strstr(out, "line 1"), "%s", out);
+    cr_assert_null(strstr(out, TOK_A), "the error quoted a token: %s", out);
+  }
+  unlink(path);
+}
+
+/* A reload whose file does not parse changes nothing: the old table stays in force. */
+Test(outlive, a_reload_that_does_not_parse_keeps_the_old_table) {
+  client_t dl;
+  connect_as(&dl, TOK_D);
+  write_tokens(TOK_A " alpha lease=forever\n"); /* would remove delta if it applied */
+  kill(d.pid, SIGHUP);
+  char log[128], cmd[256];
+  snprintf(log, sizeof(log), "%s/kilnd.log", d.dir);
+  snprintf(cmd, sizeof(cmd), "grep -q tokens_reload_failed %s", log);
+  int tries = 0;
+  while (system(cmd) != 0 && tries++ < 500) usleep(10000);
+  cr_assert(tries <= 500, "kilnd did not report the failed reload");
+  client_send(&dl, 130, "devices", NULL);
+  reply_to(&dl, 130);
+  cr_assert_eq(code_of(&dl), 0, "%s", err(&dl));
+  client_close(&dl);
 }
