@@ -623,9 +623,14 @@ static kiln_status_t spawn(kiln_worker_t *w) {
     args[n++] = "--tmp-dir";
     args[n++] = inc->tmp_dir;
   }
-  if (w->kind == KILN_WORKER_DEVICE && w->tenant && w->tenant->quotas.memory &&
-      w->tenant->quotas.memory != UINT64_MAX) {
-    snprintf(mem_s, sizeof(mem_s), "%llu", (unsigned long long)w->tenant->quotas.memory);
+  /* The tenant's bound on this device (memory.c): its quota or the device's capacity. */
+  const kiln_device_entry_t *dev =
+      w->kind == KILN_WORKER_DEVICE && w->tenant
+          ? kiln_device_find(w->server, w->device_id, (uint32_t)strcspn(w->device_id, "/"))
+          : NULL;
+  uint64_t bound = dev ? kiln_device_memory_bound(dev, w->tenant) : UINT64_MAX;
+  if (bound && bound != UINT64_MAX) {
+    snprintf(mem_s, sizeof(mem_s), "%llu", (unsigned long long)bound);
     args[n++] = "--max-memory";
     args[n++] = mem_s;
   }

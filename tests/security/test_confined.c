@@ -285,14 +285,16 @@ Test(confined, worker_uids_that_cannot_work_are_refused_at_start) {
   cr_assert_neq(refused(zero, out, sizeof(out)), 0);
 }
 
-/* RLIMIT_AS of a cpu device worker follows its tenant's memory quota: 64 GiB of address
- * space maps for a tenant without quota, not for one with memory=64M. */
+/* RLIMIT_AS of a cpu device worker follows its tenant's memory bound (its quota, or cpu:0's
+ * capacity without one): 64 GiB of address space maps for a tenant without quota on a
+ * 64 GiB capacity, not for one with memory=64M. */
 Test(confined, address_space_follows_the_memory_quota) {
   if (getenv("KILN_SANITIZED"))
     cr_skip_test("sanitizer build: AddressSanitizer's shadow memory needs an unlimited RLIMIT_AS");
   make_dir();
   write_text_file(tokens, TOK_ALICE " alice memory=64M\n" TOK_BOB " bob\n");
-  const char *extra[] = {"--tokens", tokens, "--allow-prebuilt-cpu", "--compile-workers", "1", NULL};
+  const char *extra[] = {"--tokens", tokens, "--allow-prebuilt-cpu", "--compile-workers", "1",
+                         "--cpu-memory", "64G", NULL};
   daemon_start(&d, extra);
   size_t len;
   uint8_t *so = build_attacks(dir, tokens, false, &len);

@@ -152,6 +152,8 @@ static int64_t worker_pid(client_t *c) {
   return (int64_t)kiln_params_find(&w->via.array.ptr[0], "pid")->via.u64;
 }
 
+static const float zero4[4] = {0, 0, 0, 0};
+
 /* --- section 3: memory ------------------------------------------------------------------- */
 
 /* The issue's first finding, scaled down: a tenant whose memory quota is larger than the box
@@ -270,6 +272,40 @@ Test(quota, a_dead_worker_gives_its_memory_back) {
   client_close(&a);
 }
 
+/* The worker's address space is sized from the tenant's bound on the device (its memory
+ * quota, or the device's capacity without one), so a worker of a tenant without a quota is
+ * limited too (docs/operations.md, "Security model"). */
+static long long address_space_limit(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+  FILE *f = fopen(path, "r");
+  cr_assert(f);
+  long long v = -2;
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, "Max address space", 17) == 0)
+      v = strncmp(line + 26, "unlimited", 9) == 0 ? -1 : strtoll(line + 26, NULL, 10);
+  fclose(f);
+  cr_assert_neq(v, -2, "no address space row in %s", path);
+  return v;
+}
+
+Test(quota, a_worker_without_a_quota_is_bounded_by_the_capacity) {
+  if (getenv("KILN_SANITIZED"))
+    cr_skip_test("sanitizer build: AddressSanitizer's shadow memory needs an unlimited RLIMIT_AS");
+  client_t a, dl;
+  connect_as(&a, TOK_A);
+  connect_as(&dl, TOK_D);
+  upload4(&a, zero4);
+  upload4(&dl, zero4);
+  long long as_a = address_space_limit((pid_t)worker_pid(&a));
+  long long as_d = address_space_limit((pid_t)worker_pid(&dl));
+  cr_assert(as_d > 0, "delta (no quota) has no address-space limit");
+  cr_assert(as_a > 0 && as_a < as_d, "alpha's 24 MiB bound gave %lld, delta's 64 MiB %lld", as_a,
+            as_d);
+  client_close(&a);
+  client_close(&dl);
+}
+
 /* --- section 6: work and rights that outlive their owner --------------------------------- */
 
 static const char spin_ll[] =
@@ -300,8 +336,6 @@ static void lease_ok(client_t *c, uint32_t msgid, uint64_t seconds) {
   reply_to(c, msgid);
   cr_assert_eq(code_of(c), 0, "lease: %s", err(c));
 }
-
-static const float zero4[4] = {0, 0, 0, 0};
 
 /* Compiles the kernels above for the client's tenant; returns a zeroed tensor of 4 floats. */
 static uint64_t spin_ready(client_t *c, char mod[65]) {
