@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "protocol/mp.h"
 
 #define ENCODING_VERSION 1
 #define MAX_KERNELS 4096
@@ -194,121 +195,22 @@ kiln_status_t kiln_artifact_encode(const kiln_artifact_t *a, uint8_t **out_bytes
 
 /* ---- decoding ---------------------------------------------------------------------- */
 
-/* Walks the raw bytes before msgpack-c sees them: every container must be able to hold its
- * declared count in the bytes that remain (each element takes at least one byte), and the
- * nesting stays shallow. msgpack-c allocates a container's element array from its header
- * alone, so without this a 6-byte input could ask for 64 GiB. */
-static bool prescan(const uint8_t *p, size_t len, size_t *pos, int depth) {
-  if (depth > MAX_DEPTH || *pos >= len) return false;
-  uint8_t b = p[(*pos)++];
-  size_t rem = len - *pos;
-  uint64_t n = 0, skip = 0;
-  bool is_map = false, is_array = false;
-#define NEED(k)                                                                                \
-  do {                                                                                         \
-    if (rem < (k)) return false;                                                               \
-  } while (0)
-  if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return true;
-  if ((b & 0xf0) == 0x80) { n = b & 0x0f; is_map = true; }
-  else if ((b & 0xf0) == 0x90) { n = b & 0x0f; is_array = true; }
-  else if ((b & 0xe0) == 0xa0) skip = b & 0x1f;
-  else {
-    uint64_t v;
-    switch (b) {
-    case 0xc4: case 0xd9: NEED(1); skip = p[*pos]; *pos += 1; break;
-    case 0xc5: case 0xda: NEED(2); skip = ((uint64_t)p[*pos] << 8) | p[*pos + 1]; *pos += 2; break;
-    case 0xc6: case 0xdb:
-      NEED(4);
-      v = 0;
-      for (int i = 0; i < 4; i++) v = (v << 8) | p[*pos + i];
-      skip = v;
-      *pos += 4;
-      break;
-    case 0xcc: case 0xd0: skip = 1; break;
-    case 0xcd: case 0xd1: skip = 2; break;
-    case 0xca: case 0xce: case 0xd2: skip = 4; break;
-    case 0xcb: case 0xcf: case 0xd3: skip = 8; break;
-    case 0xd4: skip = 2; break;
-    case 0xd5: skip = 3; break;
-    case 0xd6: skip = 5; break;
-    case 0xd7: skip = 9; break;
-    case 0xd8: skip = 17; break;
-    case 0xc7: NEED(1); skip = 1 + (uint64_t)p[*pos]; *pos += 1; break;
-    case 0xc8: NEED(2); skip = 1 + (((uint64_t)p[*pos] << 8) | p[*pos + 1]); *pos += 2; break;
-    case 0xc9:
-      NEED(4);
-      v = 0;
-      for (int i = 0; i < 4; i++) v = (v << 8) | p[*pos + i];
-      skip = 1 + v;
-      *pos += 4;
-      break;
-    case 0xdc: case 0xde:
-      NEED(2);
-      n = ((uint64_t)p[*pos] << 8) | p[*pos + 1];
-      *pos += 2;
-      is_map = b == 0xde;
-      is_array = !is_map;
-      break;
-    case 0xdd: case 0xdf:
-      NEED(4);
-      v = 0;
-      for (int i = 0; i < 4; i++) v = (v << 8) | p[*pos + i];
-      n = v;
-      *pos += 4;
-      is_map = b == 0xdf;
-      is_array = !is_map;
-      break;
-    default: return false; /* 0xc1 is never used */
-    }
-  }
-#undef NEED
-  if (is_map || is_array) {
-    uint64_t items = is_map ? 2 * n : n;
-    if (items > len - *pos) return false;
-    for (uint64_t i = 0; i < items; i++)
-      if (!prescan(p, len, pos, depth + 1)) return false;
-    return true;
-  }
-  if (skip > len - *pos) return false;
-  *pos += skip;
-  return true;
-}
-
+static const kiln_mp_err_t artifact_err = {KILN_E_INVALID_ARGUMENT, "artifact decode: ", "field"};
 #define BAD(...) KILN_STATUS(KILN_E_INVALID_ARGUMENT, "artifact decode: " __VA_ARGS__)
 
 static bool key_is(const msgpack_object *k, const char *name) {
-  size_t n = strlen(name);
-  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n && memcmp(k->via.str.ptr, name, n) == 0;
+  return k->type == MSGPACK_OBJECT_STR && kiln_mp_eq(k, name);
 }
 
 static kiln_status_t get_u32(const msgpack_object *o, const char *what, uint32_t *out) {
-  if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > UINT32_MAX)
-    return BAD("field '%s' must be an unsigned 32-bit integer", what);
-  *out = (uint32_t)o->via.u64;
+  uint64_t v;
+  KILN_RETURN_IF_ERROR(kiln_mp_uint(&artifact_err, o, what, UINT32_MAX, &v));
+  *out = (uint32_t)v;
   return KILN_OK;
 }
 
-/* Copies a str into a fixed buffer; rejects embedded NULs and strings that do not fit. */
 static kiln_status_t get_fixed_str(const msgpack_object *o, const char *what, char *dst, size_t cap) {
-  if (o->type != MSGPACK_OBJECT_STR) return BAD("field '%s' must be a string", what);
-  if (o->via.str.size >= cap) return BAD("field '%s' is longer than %zu bytes", what, cap - 1);
-  if (memchr(o->via.str.ptr, 0, o->via.str.size)) return BAD("field '%s' holds a NUL byte", what);
-  memcpy(dst, o->via.str.ptr, o->via.str.size);
-  dst[o->via.str.size] = 0;
-  return KILN_OK;
-}
-
-/* nil -> NULL; str -> heap copy. */
-static kiln_status_t get_opt_text(const msgpack_object *o, const char *what, char **out) {
-  if (o->type == MSGPACK_OBJECT_NIL) return KILN_OK;
-  if (o->type != MSGPACK_OBJECT_STR) return BAD("field '%s' must be a string or nil", what);
-  if (memchr(o->via.str.ptr, 0, o->via.str.size)) return BAD("field '%s' holds a NUL byte", what);
-  char *s = malloc(o->via.str.size + 1);
-  if (!s) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory decoding '%s'", what);
-  memcpy(s, o->via.str.ptr, o->via.str.size);
-  s[o->via.str.size] = 0;
-  *out = s;
-  return KILN_OK;
+  return kiln_mp_cstr(&artifact_err, o, what, dst, cap);
 }
 
 static kiln_status_t decode_arg(const msgpack_object *o, bool hidden, kiln_kernel_arg_t *arg) {
@@ -466,7 +368,8 @@ static kiln_status_t decode_kernels(const msgpack_object *o, kiln_artifact_t *a)
   return KILN_OK;
 }
 
-static kiln_status_t decode_root(const msgpack_object *root, kiln_artifact_t *a) {
+static kiln_status_t decode_root(const msgpack_object *root, kiln_artifact_part_t what,
+                                 kiln_artifact_t *a) {
   if (root->type != MSGPACK_OBJECT_MAP) return BAD("the artifact must be a map");
   enum { F_V, F_FORMAT, F_TARGET, F_CODE, F_KERNELS, F_IR, F_ASM, F_LOG, F_N };
   static const char *const names[F_N] = {"v", "format", "target", "code",
@@ -497,41 +400,44 @@ static kiln_status_t decode_root(const msgpack_object *root, kiln_artifact_t *a)
   const msgpack_object *code = field[F_CODE];
   if (code->type != MSGPACK_OBJECT_BIN || code->via.bin.size == 0)
     return BAD("'code' must be non-empty bin");
-  a->code = malloc(code->via.bin.size);
-  if (!a->code) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory decoding code");
-  memcpy(a->code, code->via.bin.ptr, code->via.bin.size);
   a->code_size = code->via.bin.size;
+  if (what == KILN_ARTIFACT_ALL) {
+    a->code = malloc(code->via.bin.size);
+    if (!a->code) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory decoding code");
+    memcpy(a->code, code->via.bin.ptr, code->via.bin.size);
+  }
 
   KILN_RETURN_IF_ERROR(decode_kernels(field[F_KERNELS], a));
-  KILN_RETURN_IF_ERROR(get_opt_text(field[F_IR], "llvm_ir", &a->llvm_ir));
-  KILN_RETURN_IF_ERROR(get_opt_text(field[F_ASM], "assembly", &a->assembly));
-  KILN_RETURN_IF_ERROR(get_opt_text(field[F_LOG], "log", &a->log));
+  KILN_RETURN_IF_ERROR(kiln_mp_opt_text(&artifact_err, field[F_LOG], "log", &a->log));
+  if (what == KILN_ARTIFACT_TABLE) {
+    /* The texts are checked, not kept. */
+    for (int f = F_IR; f <= F_ASM; f++)
+      if (field[f]->type != MSGPACK_OBJECT_NIL &&
+          (field[f]->type != MSGPACK_OBJECT_STR || memchr(field[f]->via.str.ptr, 0, field[f]->via.str.size)))
+        return BAD("%s must be a string without NUL, or nil", names[f]);
+    return KILN_OK;
+  }
+  KILN_RETURN_IF_ERROR(kiln_mp_opt_text(&artifact_err, field[F_IR], "llvm_ir", &a->llvm_ir));
+  KILN_RETURN_IF_ERROR(kiln_mp_opt_text(&artifact_err, field[F_ASM], "assembly", &a->assembly));
   return KILN_OK;
 }
 
-kiln_status_t kiln_artifact_decode(const uint8_t *bytes, size_t len, kiln_artifact_t *out) {
-  size_t pos = 0;
-  if (!bytes || !prescan(bytes, len, &pos, 0) || pos != len)
-    return BAD("the bytes are not one well-formed msgpack value");
-
-  msgpack_unpacked u;
-  msgpack_unpacked_init(&u);
-  size_t off = 0;
-  msgpack_unpack_return r = msgpack_unpack_next(&u, (const char *)bytes, len, &off);
-  kiln_status_t s = KILN_OK;
-  if (r == MSGPACK_UNPACK_NOMEM_ERROR)
-    s = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory decoding an artifact");
-  else if (r != MSGPACK_UNPACK_SUCCESS || off != len)
-    s = BAD("the bytes are not one well-formed msgpack value");
-
+kiln_status_t kiln_artifact_decode_part(const uint8_t *bytes, size_t len, kiln_artifact_part_t what,
+                                        kiln_artifact_t *out) {
+  kiln_mp_doc_t doc;
+  kiln_status_t s = kiln_mp_doc_read(&doc, bytes, len, MAX_DEPTH, false, &artifact_err);
   kiln_artifact_t a;
   kiln_artifact_init(&a);
-  if (!s) s = decode_root(&u.data, &a);
-  msgpack_unpacked_destroy(&u);
+  if (!s) s = decode_root(&doc.root, what, &a);
+  kiln_mp_doc_deinit(&doc);
   if (s) {
     kiln_artifact_deinit(&a);
     return s;
   }
   *out = a;
   return KILN_OK;
+}
+
+kiln_status_t kiln_artifact_decode(const uint8_t *bytes, size_t len, kiln_artifact_t *out) {
+  return kiln_artifact_decode_part(bytes, len, KILN_ARTIFACT_ALL, out);
 }

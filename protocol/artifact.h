@@ -69,7 +69,7 @@ typedef struct kiln_kernel {
 typedef struct kiln_artifact {
   kiln_artifact_format_t format;
   char target[96];           /* canonical target id: "cpu", "gfx90a:sramecc+:xnack-", "sm_90" */
-  uint8_t *code;             /* owned */
+  uint8_t *code;             /* owned; NULL in a KILN_ARTIFACT_TABLE decode */
   size_t code_size;
   uint32_t num_kernels;
   kiln_kernel_t *kernels;    /* owned */
@@ -86,6 +86,12 @@ const kiln_kernel_t *kiln_artifact_kernel(const kiln_artifact_t *a, const char *
  * validates every field; the input can come from disk or from a worker and is untrusted. */
 kiln_status_t kiln_artifact_encode(const kiln_artifact_t *a, uint8_t **out_bytes, size_t *out_len);
 kiln_status_t kiln_artifact_decode(const uint8_t *bytes, size_t len, kiln_artifact_t *out);
+/* What a decode keeps: everything, or the table kilnd answers and checks launches from
+ * (format, target, kernels, log, code_size; code, llvm_ir and assembly checked but left
+ * NULL). Both validate the whole encoding alike. */
+typedef enum kiln_artifact_part { KILN_ARTIFACT_ALL = 0, KILN_ARTIFACT_TABLE = 1 } kiln_artifact_part_t;
+kiln_status_t kiln_artifact_decode_part(const uint8_t *bytes, size_t len, kiln_artifact_part_t what,
+                                        kiln_artifact_t *out);
 
 const char *kiln_arg_type_name(kiln_arg_type_t t); /* "ptr", "int32", "float32", ... */
 kiln_arg_type_t kiln_arg_type_from_name(const char *name); /* 0 if unknown */

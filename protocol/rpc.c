@@ -3,24 +3,12 @@
 #include <stdio.h>
 #include <string.h>
 
-void kiln_rpc_msg_deinit(kiln_rpc_msg_t *m) { msgpack_unpacked_destroy(&m->unpacked); }
+void kiln_rpc_msg_deinit(kiln_rpc_msg_t *m) { kiln_mp_doc_deinit(&m->doc); }
 
 static bool is_uint(const msgpack_object *o) { return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER; }
 
-/* msgpack-c decodes an empty str with a NULL pointer; hand out "" so that callers may pass
- * what they get to memcpy/memcmp (NULL is undefined there even for 0 bytes). */
 static bool str_or_bin(const msgpack_object *o, const char **p, uint32_t *n) {
-  if (o->type == MSGPACK_OBJECT_STR) {
-    *p = o->via.str.ptr ? o->via.str.ptr : "";
-    *n = o->via.str.size;
-    return true;
-  }
-  if (o->type == MSGPACK_OBJECT_BIN) {
-    *p = o->via.bin.ptr;
-    *n = o->via.bin.size;
-    return true;
-  }
-  return false;
+  return kiln_mp_text(o, p, n);
 }
 
 /* params must be [] or [map]; a map given directly is accepted too (some clients do). */
@@ -46,14 +34,24 @@ static kiln_status_t parse_params(const msgpack_object *o, const msgpack_object 
 
 kiln_status_t kiln_rpc_parse(const uint8_t *bytes, size_t len, kiln_rpc_msg_t *out,
                              bool *out_has_msgid) {
-  memset(out, 0, sizeof(*out));
+  out->type = KILN_RPC_REQUEST;
+  out->msgid = 0;
+  out->method = NULL;
+  out->method_len = 0;
+  out->params = out->error = out->result = NULL;
+  out->odd = false;
   *out_has_msgid = false;
-  msgpack_unpacked_init(&out->unpacked);
-  size_t off = 0;
-  msgpack_unpack_return ret = msgpack_unpack_next(&out->unpacked, (const char *)bytes, len, &off);
-  if (ret != MSGPACK_UNPACK_SUCCESS || off != len)
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "malformed MessagePack message");
-  const msgpack_object *root = &out->unpacked.data;
+  /* The framer (frame.h) has bounded the nesting already; the reader's own bound is its cap. */
+  kiln_status_t st = kiln_mp_doc_read(&out->doc, bytes, len, KILN_FRAME_MAX_DEPTH_CAP, true,
+                                      &kiln_mp_err_params);
+  if (st) {
+    kiln_code_t code = kiln_status_code(st);
+    kiln_status_free(st);
+    return code == KILN_E_RESOURCE_EXHAUSTED
+               ? KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory decoding a message")
+               : KILN_STATUS(KILN_E_INVALID_ARGUMENT, "malformed MessagePack message");
+  }
+  const msgpack_object *root = &out->doc.root;
   if (root->type != MSGPACK_OBJECT_ARRAY || root->via.array.size < 3 || root->via.array.size > 4)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                        "a message must be an array: [0, msgid, method, params], "
@@ -115,148 +113,60 @@ bool kiln_rpc_method_is(const kiln_rpc_msg_t *m, const char *name) {
   return m->method_len == n && memcmp(m->method, name, n) == 0;
 }
 
-bool kiln_obj_str_eq(const msgpack_object *o, const char *s) {
-  const char *p;
-  uint32_t n;
-  if (!str_or_bin(o, &p, &n)) return false;
-  size_t sn = strlen(s);
-  return n == sn && memcmp(p, s, n) == 0;
-}
+bool kiln_obj_str_eq(const msgpack_object *o, const char *s) { return kiln_mp_eq(o, s); }
 
 kiln_status_t kiln_obj_cstr(const msgpack_object *o, const char *what, char *out, size_t cap) {
-  if (o->type != MSGPACK_OBJECT_STR)
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be a string", what);
-  if (o->via.str.size >= cap)
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s is too long (%u bytes, at most %zu)", what,
-                       o->via.str.size, cap - 1);
-  if (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size))
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s contains a NUL byte", what);
-  if (o->via.str.size) memcpy(out, o->via.str.ptr, o->via.str.size);
-  out[o->via.str.size] = 0;
-  return KILN_OK;
+  return kiln_mp_cstr(&kiln_mp_err_params, o, what, out, cap);
 }
 
+/* The named-field getters are protocol/mp.h's with the RPC's error (E_INVALID_ARGUMENT). */
 const msgpack_object *kiln_params_find(const msgpack_object *params, const char *name) {
-  if (!params) return NULL;
-  for (uint32_t i = 0; i < params->via.map.size; i++) {
-    const msgpack_object_kv *kv = &params->via.map.ptr[i];
-    if (kiln_obj_str_eq(&kv->key, name)) return &kv->val;
-  }
-  return NULL;
+  return kiln_mp_find(params, name);
 }
 
 kiln_status_t kiln_params_check(const msgpack_object *params, const char *method,
                                 const char *const *allowed) {
-  if (!params) return KILN_OK;
-  for (uint32_t i = 0; i < params->via.map.size; i++) {
-    const msgpack_object *k = &params->via.map.ptr[i].key;
-    bool ok = false;
-    for (const char *const *a = allowed; *a && !ok; a++) ok = kiln_obj_str_eq(k, *a);
-    if (ok) {
-      /* A key may be a str or a bin; the same name in either form is the same field. */
-      const char *kp = "", *jp;
-      uint32_t kn = 0, jn;
-      str_or_bin(k, &kp, &kn);
-      for (uint32_t j = 0; j < i; j++)
-        if (str_or_bin(&params->via.map.ptr[j].key, &jp, &jn) && jn == kn &&
-            memcmp(jp, kp, kn) == 0)
-          return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: field '%.*s' appears twice", method,
-                             (int)kn, kp);
-      continue;
-    }
-    char list[256] = "";
-    size_t o = 0;
-    for (const char *const *a = allowed; *a && o < sizeof(list); a++)
-      o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", o ? ", " : "", *a);
-    if (k->type != MSGPACK_OBJECT_STR)
-      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: field names must be strings", method);
-    int kn = (int)(k->via.str.size < 64u ? k->via.str.size : 64u);
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: unknown field '%.*s'; known fields: %s",
-                       method, kn, k->via.str.ptr, o ? list : "(none)");
-  }
-  return KILN_OK;
+  return kiln_mp_check_keys(&kiln_mp_err_params, params, method, allowed);
 }
-
-static kiln_status_t missing(const char *name) {
-  return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "missing required field '%s'", name);
-}
-
-static kiln_status_t wrong(const char *name, const char *want) {
-  return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "field '%s' must be %s", name, want);
-}
-
-#define FIND_OR_RETURN(o)                                   \
-  const msgpack_object *o = kiln_params_find(params, name); \
-  if (!o || o->type == MSGPACK_OBJECT_NIL) return required ? missing(name) : KILN_OK
 
 kiln_status_t kiln_params_str(const msgpack_object *params, const char *name, bool required,
                               const char **out_ptr, uint32_t *out_len) {
-  FIND_OR_RETURN(o);
-  if (!str_or_bin(o, out_ptr, out_len)) return wrong(name, "a string");
-  return KILN_OK;
+  return kiln_mp_field_text(&kiln_mp_err_params, params, name, required, out_ptr, out_len);
 }
 
 kiln_status_t kiln_params_bytes(const msgpack_object *params, const char *name, bool required,
                                 const uint8_t **out_ptr, size_t *out_len) {
-  FIND_OR_RETURN(o);
-  const char *p;
-  uint32_t n;
-  if (!str_or_bin(o, &p, &n)) return wrong(name, "bytes (bin) or a string");
-  *out_ptr = (const uint8_t *)p;
-  *out_len = n;
-  return KILN_OK;
+  return kiln_mp_field_bytes(&kiln_mp_err_params, params, name, required, out_ptr, out_len);
 }
 
 kiln_status_t kiln_params_u64(const msgpack_object *params, const char *name, bool required,
                               uint64_t *out) {
-  FIND_OR_RETURN(o);
-  if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return wrong(name, "a non-negative integer");
-  *out = o->via.u64;
-  return KILN_OK;
+  return kiln_mp_field_u64(&kiln_mp_err_params, params, name, required, out);
 }
 
 kiln_status_t kiln_params_i64(const msgpack_object *params, const char *name, bool required,
                               int64_t *out) {
-  FIND_OR_RETURN(o);
-  if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) *out = o->via.i64;
-  else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
-    *out = (int64_t)o->via.u64;
-  else return wrong(name, "a 64-bit signed integer");
-  return KILN_OK;
+  return kiln_mp_field_i64(&kiln_mp_err_params, params, name, required, out);
 }
 
 kiln_status_t kiln_params_f64(const msgpack_object *params, const char *name, bool required,
                               double *out) {
-  FIND_OR_RETURN(o);
-  if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64) *out = o->via.f64;
-  else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) *out = (double)o->via.u64;
-  else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) *out = (double)o->via.i64;
-  else return wrong(name, "a number");
-  return KILN_OK;
+  return kiln_mp_field_f64(&kiln_mp_err_params, params, name, required, out);
 }
 
 kiln_status_t kiln_params_bool(const msgpack_object *params, const char *name, bool required,
                                bool *out) {
-  FIND_OR_RETURN(o);
-  if (o->type != MSGPACK_OBJECT_BOOLEAN) return wrong(name, "true or false");
-  *out = o->via.boolean;
-  return KILN_OK;
+  return kiln_mp_field_bool(&kiln_mp_err_params, params, name, required, out);
 }
 
 kiln_status_t kiln_params_array(const msgpack_object *params, const char *name, bool required,
                                 const msgpack_object_array **out) {
-  FIND_OR_RETURN(o);
-  if (o->type != MSGPACK_OBJECT_ARRAY) return wrong(name, "an array");
-  *out = &o->via.array;
-  return KILN_OK;
+  return kiln_mp_field_array(&kiln_mp_err_params, params, name, required, out);
 }
 
 kiln_status_t kiln_params_map(const msgpack_object *params, const char *name, bool required,
                               const msgpack_object **out) {
-  FIND_OR_RETURN(o);
-  if (o->type != MSGPACK_OBJECT_MAP) return wrong(name, "a map");
-  *out = o;
-  return KILN_OK;
+  return kiln_mp_field_map(&kiln_mp_err_params, params, name, required, out);
 }
 
 /* --- Encoding --------------------------------------------------------------------------- */

@@ -2,9 +2,9 @@
  *   request      [0, msgid, method, params]     params = [] or [ {named fields} ]
  *   response     [1, msgid, error, result]      error = nil or [code, message]
  *   notification [2, method, params]
- * Parsing works on one whole message cut by protocol/frame.h; the decoded objects point
- * into the message bytes (msgpack-c references str/bin payloads), so they live as long as
- * those bytes and the kiln_rpc_msg_t's zone. */
+ * Parsing works on one whole message cut by protocol/frame.h, decoded by protocol/mp.h; the
+ * decoded objects point into the message bytes, so they live as long as those bytes and the
+ * kiln_rpc_msg_t. The named-field getters are mp.h's with the RPC's error. */
 #ifndef KILN_PROTOCOL_RPC_H
 #define KILN_PROTOCOL_RPC_H
 
@@ -14,6 +14,8 @@
 
 #include "base/buf.h"
 #include "base/status.h"
+#include "protocol/frame.h"
+#include "protocol/mp.h"
 
 typedef enum kiln_rpc_type {
   KILN_RPC_REQUEST = 0,
@@ -31,7 +33,7 @@ typedef struct kiln_rpc_msg {
   const msgpack_object *result; /* responses */
   bool odd; /* notifications: the method is not a str/bin (method NULL) or the params are not
                [] / [map] / map / nil (params NULL) */
-  msgpack_unpacked unpacked;    /* owns the zone of the decoded tree */
+  kiln_mp_doc_t doc;            /* the decoded tree (protocol/mp.h) */
 } kiln_rpc_msg_t;
 
 /* Decodes one whole message. On failure *out_has_msgid says whether out->msgid holds the

@@ -1,4 +1,4 @@
-/* Small readers of msgpack-c objects for the te front end. */
+/* Small readers of MessagePack objects for the te front end, on protocol/mp.h. */
 #ifndef KILN_COMPILER_TE_TE_MP_H
 #define KILN_COMPILER_TE_TE_MP_H
 
@@ -8,18 +8,16 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "protocol/mp.h"
 
 #define TE_MP_MAX_DEPTH 256
 
-/* True if the bytes are exactly one MessagePack value whose containers fit in the input and
- * nest at most TE_MP_MAX_DEPTH deep: run before msgpack-c, which allocates from headers. */
-bool te_mp_prescan(const uint8_t *p, size_t len);
-
-/* Decodes one value into *out without msgpack-c's nesting limit (32): containers come from
- * alloc (zeroed memory that outlives the object), strings and bins point into p. False on
- * anything malformed, trailing bytes, ext types, or memory exhausted. */
-bool te_mp_decode(const uint8_t *p, size_t len, void *(*alloc)(void *ud, size_t n), void *ud,
-                  msgpack_object *out);
+/* Decodes one value with protocol/mp.h's reader, nested at most TE_MP_MAX_DEPTH deep:
+ * containers come from alloc (memory that outlives the object), strings and bins point into
+ * p; ext values are refused. E_COMPILE ("te: not one MessagePack value ...") on anything
+ * malformed or trailing, E_RESOURCE_EXHAUSTED when memory is exhausted. */
+kiln_status_t te_mp_decode(const uint8_t *p, size_t len, void *(*alloc)(void *ud, size_t n), void *ud,
+                           msgpack_object *out);
 
 /* The value of `key` in map `o`, or NULL (also when o is not a map). */
 const msgpack_object *te_mp_get(const msgpack_object *o, const char *key);

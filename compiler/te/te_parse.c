@@ -256,10 +256,7 @@ static kiln_status_t parse_header_fields(te_program_t *p, const msgpack_object *
 kiln_status_t te_parse(const uint8_t *bytes, size_t len, te_program_t *p) {
   msgpack_object top;
   const msgpack_object *o;
-  if (!te_mp_decode(bytes, len, arena_alloc, p, &top))
-    return KC_COMPILE_ERROR("te: the payload is not one MessagePack value nested at most %d deep (send the "
-                            "program map of docs/te.md)",
-                            TE_MP_MAX_DEPTH);
+  KILN_RETURN_IF_ERROR(te_mp_decode(bytes, len, arena_alloc, p, &top));
   KILN_RETURN_IF_ERROR(parse_header_fields(p, &top));
   if ((o = te_mp_get(&top, "vars"))) KILN_RETURN_IF_ERROR(parse_vars(p, o));
   KILN_RETURN_IF_ERROR(parse_tensors(p, te_mp_get(&top, "tensors")));

@@ -2,7 +2,8 @@
  * then every framed message through kiln_rpc_parse, the params getters and the tensor
  * codec. Besides memory errors (ASan/UBSan) it checks that:
  *   - splitting the input never changes what the framer returns (messages and final state);
- *   - msgpack-c sees each framed message as exactly one whole object;
+ *   - msgpack-c sees each framed message as exactly one whole object, and protocol/mp.h's
+ *     reader decodes it to the same tree;
  *   - the msgid peeked from raw bytes agrees with the one kiln_rpc_parse recovers.
  *
  * Input layout: byte 0 chooses limits and buffer size, byte 1 seeds the split pattern, the
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "protocol/frame.h"
+#include "protocol/mp.h"
 #include "protocol/rpc.h"
 #include "protocol/tensor.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -97,6 +99,28 @@ static void exercise_params(const msgpack_object *params) {
                                           kiln_params_find(params, "shape"), &desc));
 }
 
+/* msgpack_object_equal, but floats compared by their bits (NaN is a value here). */
+static bool same(const msgpack_object *a, const msgpack_object *b) {
+  if (a->type != b->type) return false;
+  switch (a->type) {
+  case MSGPACK_OBJECT_FLOAT32:
+  case MSGPACK_OBJECT_FLOAT64: return memcmp(&a->via.f64, &b->via.f64, 8) == 0;
+  case MSGPACK_OBJECT_ARRAY:
+    if (a->via.array.size != b->via.array.size) return false;
+    for (uint32_t i = 0; i < a->via.array.size; i++)
+      if (!same(&a->via.array.ptr[i], &b->via.array.ptr[i])) return false;
+    return true;
+  case MSGPACK_OBJECT_MAP:
+    if (a->via.map.size != b->via.map.size) return false;
+    for (uint32_t i = 0; i < a->via.map.size; i++)
+      if (!same(&a->via.map.ptr[i].key, &b->via.map.ptr[i].key) ||
+          !same(&a->via.map.ptr[i].val, &b->via.map.ptr[i].val))
+        return false;
+    return true;
+  default: return msgpack_object_equal(*a, *b);
+  }
+}
+
 static void exercise_message(const uint8_t *msg, size_t len) {
   /* msgpack-c agrees that this is exactly one object. */
   msgpack_unpacked u;
@@ -104,6 +128,12 @@ static void exercise_message(const uint8_t *msg, size_t len) {
   size_t off = 0;
   CHECK(msgpack_unpack_next(&u, (const char *)msg, len, &off) == MSGPACK_UNPACK_SUCCESS);
   CHECK(off == len);
+  /* ...and kiln's own reader (protocol/mp.h) decodes it to the same tree. */
+  kiln_mp_doc_t doc;
+  kiln_status_t ds = kiln_mp_doc_read(&doc, msg, len, KILN_FRAME_MAX_DEPTH_CAP, true, &kiln_mp_err_params);
+  CHECK(!ds);
+  CHECK(same(&doc.root, &u.data));
+  kiln_mp_doc_deinit(&doc);
   msgpack_unpacked_destroy(&u);
 
   kiln_rpc_msg_t m;

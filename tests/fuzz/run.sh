@@ -28,16 +28,16 @@ base="base/status.c base/buf.c base/util.c base/map.c base/log.c"
 extra_cflags=""
 max_len=16384
 case $target in
-frame) srcs="protocol/frame.c protocol/rpc.c protocol/tensor.c" ;;
-request) srcs="protocol/frame.c protocol/rpc.c protocol/tensor.c server/request.c" ;;
+frame) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/tensor.c" ;;
+request) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/tensor.c server/request.c" ;;
 codeobj)
-  srcs="compiler/validate.c compiler/elf.c compiler/amdgpu_metadata.c compiler/kernel_table.c protocol/artifact.c protocol/frame.c"
+  srcs="compiler/validate.c compiler/elf.c compiler/amdgpu_metadata.c compiler/kernel_table.c protocol/mp.c protocol/artifact.c protocol/frame.c"
   extra_cflags="-I$(/usr/lib/llvm-22/bin/llvm-config --includedir 2>/dev/null || echo /usr/lib/llvm-22/include)"
   max_len=65536 ;;
-artifact) srcs="protocol/artifact.c"; max_len=65536 ;;
+artifact) srcs="protocol/mp.c protocol/artifact.c"; max_len=65536 ;;
 tokens) srcs="server/tenants.c"; max_len=8192 ;;
 te)
-  srcs="protocol/artifact.c"
+  srcs="protocol/mp.c protocol/artifact.c"
   for f in program expr simplify interval mp parse parse_expr parse_prim sched inline bounds launch; do
     srcs="$srcs compiler/te/te_$f.c"
   done
