@@ -83,28 +83,6 @@ static void fatal_error_cb(const char *reason) {
 
 /* ---- kinds and options ------------------------------------------------------------- */
 
-static const char *const kind_names[] = {
-    [KILN_PAYLOAD_AUTO] = "auto", [KILN_PAYLOAD_LLVM] = "llvm", [KILN_PAYLOAD_HSACO] = "hsaco",
-    [KILN_PAYLOAD_PTX] = "ptx",   [KILN_PAYLOAD_CPU_SO] = "cpu-so", [KILN_PAYLOAD_TE] = "te",
-};
-
-kiln_status_t kiln_payload_kind_parse(const char *name, kiln_payload_kind_t *out_kind) {
-  for (size_t i = 0; name && i < sizeof(kind_names) / sizeof(kind_names[0]); i++) {
-    if (strcmp(kind_names[i], name) == 0) {
-      *out_kind = (kiln_payload_kind_t)i;
-      return KILN_OK;
-    }
-  }
-  return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                     "unknown payload format '%s': use \"auto\", \"llvm\", \"hsaco\", \"ptx\", "
-                     "\"cpu-so\" or \"te\"",
-                     name ? name : "(null)");
-}
-
-const char *kiln_payload_kind_name(kiln_payload_kind_t kind) {
-  return (unsigned)kind < sizeof(kind_names) / sizeof(kind_names[0]) ? kind_names[kind] : "unknown";
-}
-
 kiln_compile_options_t kiln_compile_options_default(void) {
   return (kiln_compile_options_t){.opt_level = 3, .max_block = 0, .fast_math = false};
 }
@@ -161,39 +139,6 @@ void kiln_compiler_destroy(kiln_compiler_t *c) {
 }
 
 /* ---- one job ----------------------------------------------------------------------- */
-
-static bool starts_with(const uint8_t *p, size_t n, const char *prefix) {
-  size_t k = strlen(prefix);
-  return n >= k && memcmp(p, prefix, k) == 0;
-}
-
-/* Skips PTX comments and blank space; PTX files start with comments, then ".version". */
-static bool looks_like_ptx(const uint8_t *p, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    if (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r') {
-      i++;
-    } else if (i + 1 < n && p[i] == '/' && p[i + 1] == '/') {
-      while (i < n && p[i] != '\n') i++;
-    } else if (i + 1 < n && p[i] == '/' && p[i + 1] == '*') {
-      i += 2;
-      while (i + 1 < n && !(p[i] == '*' && p[i + 1] == '/')) i++;
-      i += 2;
-    } else {
-      return starts_with(p + i, n - i, ".version");
-    }
-  }
-  return false;
-}
-
-static kiln_payload_kind_t sniff(const uint8_t *p, size_t n) {
-  if (starts_with(p, n, "\x7f" "ELF")) {
-    uint16_t machine = n >= 20 ? (uint16_t)(p[18] | p[19] << 8) : 0;
-    return machine == 224 /* EM_AMDGPU */ ? KILN_PAYLOAD_HSACO : KILN_PAYLOAD_CPU_SO;
-  }
-  if (looks_like_ptx(p, n)) return KILN_PAYLOAD_PTX;
-  return KILN_PAYLOAD_LLVM;
-}
 
 static kiln_status_t check_kind_fits_target(kiln_payload_kind_t kind, const kiln_target_t *t) {
   kiln_target_kind_t want = kind == KILN_PAYLOAD_HSACO ? KILN_TARGET_AMDGPU
@@ -261,7 +206,7 @@ static kiln_status_t run_job(kc_job_t *job, kiln_artifact_t *out) {
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "max_block %u: at most 1024 work-items per work-group",
                        req->options.max_block);
   KILN_RETURN_IF_ERROR(kiln_compiler_target_parse(req->target, &job->target));
-  kiln_payload_kind_t kind = req->kind == KILN_PAYLOAD_AUTO ? sniff(req->payload, req->payload_size) : req->kind;
+  kiln_payload_kind_t kind = kiln_payload_resolve(req->kind, req->payload, req->payload_size);
   if ((unsigned)kind > KILN_PAYLOAD_TE)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "unknown payload kind %d", (int)kind);
   KILN_RETURN_IF_ERROR(check_kind_fits_target(kind, &job->target));
@@ -340,23 +285,4 @@ static void identity_init(void) {
 const char *kiln_compiler_identity(void) {
   pthread_once(&identity_once, identity_init);
   return identity;
-}
-
-void kiln_compiler_request_key(const kiln_compile_request_t *req, const kiln_target_t *target,
-                               uint8_t out_key[KILN_HASH_BYTES]) {
-  kiln_hasher_t h;
-  kiln_hasher_init(&h);
-  const char *id = kiln_compiler_identity();
-  kiln_hasher_field(&h, id, strlen(id));
-  kiln_hasher_field(&h, req->payload, req->payload_size);
-  const char *kind = kiln_payload_kind_name(req->kind);
-  kiln_hasher_field(&h, kind, strlen(kind));
-  kiln_hasher_field(&h, target->id, strlen(target->id));
-  kiln_hasher_field(&h, target->cpu, strlen(target->cpu));
-  kiln_hasher_field(&h, target->features, strlen(target->features));
-  uint8_t opts[9] = {(uint8_t)req->options.opt_level, req->options.fast_math,
-                     (uint8_t)(req->options.max_block), (uint8_t)(req->options.max_block >> 8),
-                     (uint8_t)(req->options.max_block >> 16), (uint8_t)(req->options.max_block >> 24)};
-  kiln_hasher_field(&h, opts, sizeof(opts));
-  kiln_hasher_final(&h, out_key);
 }

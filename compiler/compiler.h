@@ -6,8 +6,9 @@
  * input it cannot handle (report_fatal_error); the worker is respawned by design (DESIGN §1),
  * and the handler installed by kiln_compiler_create says so on stderr before dying.
  *
- * kiln_compiler_target_parse, kiln_compiler_identity and kiln_compiler_request_key are cheap,
- * compile nothing and may be called from any thread (kilnd uses them for cache keys).
+ * kiln_compiler_target_parse and kiln_compiler_identity are cheap, compile nothing and may be
+ * called from any thread. Payload kinds, the sniffer of "auto" and the build key are
+ * protocol/payload.h's, shared with kilnd.
  * docs/kernels.md is the reference for what the payloads may contain. */
 #ifndef KILN_COMPILER_COMPILER_H
 #define KILN_COMPILER_COMPILER_H
@@ -19,19 +20,7 @@
 #include "base/status.h"
 #include "base/util.h"
 #include "protocol/artifact.h"
-
-typedef enum kiln_payload_kind {
-  KILN_PAYLOAD_AUTO = 0, /* sniffed: ELF (hsaco or cpu-so by e_machine), PTX text, else LLVM */
-  KILN_PAYLOAD_LLVM,     /* kernel dialect or target IR, text or bitcode */
-  KILN_PAYLOAD_HSACO,
-  KILN_PAYLOAD_PTX,
-  KILN_PAYLOAD_CPU_SO,
-  KILN_PAYLOAD_TE,       /* tensor-expression program, MessagePack (docs/te.md); never sniffed */
-} kiln_payload_kind_t;
-
-/* "auto", "llvm", "hsaco", "ptx", "cpu-so", "te" -> kind; E_INVALID_ARGUMENT otherwise. */
-kiln_status_t kiln_payload_kind_parse(const char *name, kiln_payload_kind_t *out_kind);
-const char *kiln_payload_kind_name(kiln_payload_kind_t kind);
+#include "protocol/payload.h"
 
 typedef enum kiln_target_kind {
   KILN_TARGET_CPU = 1,
@@ -96,11 +85,5 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_t *c, const kiln_compile_reque
 /* "kiln 0.1.0; llvm 22.1.8; device-libs <16 hex of BLAKE2b over the bitcode files>".
  * Computed once; a static string. */
 const char *kiln_compiler_identity(void);
-
-/* The cache key of a build: BLAKE2b-256 over the payload bytes, payload kind, the canonical
- * target (id, cpu, features), the options and kiln_compiler_identity(). The caller passes
- * the target it parsed from req->target. Requires kiln_crypto_init() in the process. */
-void kiln_compiler_request_key(const kiln_compile_request_t *req, const kiln_target_t *target,
-                               uint8_t out_key[KILN_HASH_BYTES]);
 
 #endif

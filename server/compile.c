@@ -194,12 +194,7 @@ void kiln_compile_shutdown(kiln_server_t *s) {
 
 /* --- modules ------------------------------------------------------------------------------ */
 
-static uint64_t key64(const uint8_t key[KILN_HASH_BYTES]) {
-  uint64_t v;
-  memcpy(&v, key, sizeof(v));
-  v &= 0x7fffffffffffffffULL;
-  return v ? v : 1;
-}
+static uint64_t key64(const uint8_t key[KILN_HASH_BYTES]) { return kiln_module_key64(key); }
 
 static void module_free(kiln_module_t *m) {
   free(m->bytes);
@@ -641,35 +636,12 @@ static kiln_status_t parse_build(kiln_server_t *s, const msgpack_object *p, cons
   return KILN_OK;
 }
 
-/* What "auto" resolves to, the way the compiler sniffs it, so that naming the format or
- * leaving it out gives the same build the same key. */
-static const char *resolved_kind(const build_t *b) {
-  if (strcmp(b->kind, "auto") != 0) return b->kind;
-  const uint8_t *p = b->payload;
-  if (b->size >= 20 && p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
-    uint16_t machine = (uint16_t)(p[18] | p[19] << 8);
-    return machine == 224 ? "hsaco" : "cpu-so";
-  }
-  size_t n = b->size < 4096 ? b->size : 4096;
-  if (memmem(p, n, ".version", 8) && memmem(p, n, ".target", 7) && !memmem(p, n, "define ", 7))
-    return "ptx";
-  return "llvm";
-}
-
 static void build_key(const kiln_compile_state_t *cs, const build_t *b, uint8_t out[KILN_HASH_BYTES]) {
-  kiln_hasher_t h;
-  kiln_hasher_init(&h);
-  static const char tag[] = "kiln-build-v1";
-  kiln_hasher_field(&h, tag, sizeof(tag) - 1);
-  kiln_hasher_field(&h, b->payload, b->size);
-  const char *kind = resolved_kind(b);
-  kiln_hasher_field(&h, kind, strlen(kind));
-  kiln_hasher_field(&h, b->target, strlen(b->target));
-  if (strcmp(b->target, "cpu") == 0) kiln_hasher_field(&h, cs->host, strlen(cs->host));
-  uint64_t opts[3] = {b->opt_level, b->max_block, b->fast_math};
-  kiln_hasher_field(&h, opts, sizeof(opts));
-  kiln_hasher_field(&h, cs->identity, strlen(cs->identity));
-  kiln_hasher_final(&h, out);
+  kiln_build_inputs_t in = {.payload = b->payload, .size = b->size, .kind = b->kind,
+                            .target = b->target, .host = cs->host, .opt_level = (uint32_t)b->opt_level,
+                            .max_block = (uint32_t)b->max_block, .fast_math = b->fast_math,
+                            .identity = cs->identity};
+  kiln_build_key(&in, out);
 }
 
 /* Starts (or joins, or answers from the cache) one build for waiter `w`. */
@@ -677,7 +649,8 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   kiln_tenant_t *t = w->tenant;
   /* A prebuilt cpu shared object is native code nobody checked (the compiler vets what it
    * builds itself): only where the operator said so, and then it runs confined. */
-  if (strcmp(resolved_kind(b), "cpu-so") == 0 && !cs->server->cfg.allow_prebuilt_cpu)
+  if (kiln_payload_resolve(b->kind, b->payload, b->size) == KILN_PAYLOAD_CPU_SO &&
+      !cs->server->cfg.allow_prebuilt_cpu)
     return KILN_STATUS(KILN_E_PERMISSION,
                        "prebuilt cpu shared objects are refused by this server: their code cannot "
                        "be checked; compile from LLVM IR instead, or an operator may start kilnd "
@@ -724,7 +697,7 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   msgpack_pack_array(&pk.pk, 1);
   msgpack_pack_map(&pk.pk, 7);
   kiln_status_t st;
-  kiln_pack_kv_str(&pk.pk, "kind", b->kind);
+  kiln_pack_kv_str(&pk.pk, "kind", kiln_payload_kind_name(b->kind));
   kiln_pack_kv_str(&pk.pk, "target", b->target);
   kiln_pack_kv_u64(&pk.pk, "opt_level", b->opt_level);
   kiln_pack_kv_u64(&pk.pk, "max_block", b->max_block);

@@ -17,16 +17,17 @@ kiln_status_t kiln_build_params_parse(const msgpack_object *p, const char *what,
   if (b->size > KILN_MAX_PAYLOAD)
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "payload of %zu bytes exceeds the limit of %llu",
                        b->size, (unsigned long long)KILN_MAX_PAYLOAD);
-  snprintf(b->kind, sizeof(b->kind), "auto");
+  b->kind = KILN_PAYLOAD_AUTO;
   const msgpack_object *o;
   if ((o = kiln_params_find(p, "format"))) {
-    KILN_RETURN_IF_ERROR(kiln_obj_cstr(o, "format", b->kind, sizeof(b->kind)));
-    static const char *const kinds[] = {"auto", "llvm", "hsaco", "ptx", "cpu-so", "te"};
-    bool ok = false;
-    for (size_t i = 0; i < KILN_ARRAY_SIZE(kinds); i++) ok |= strcmp(b->kind, kinds[i]) == 0;
-    if (!ok)
+    char name[16];
+    KILN_RETURN_IF_ERROR(kiln_obj_cstr(o, "format", name, sizeof(name)));
+    kiln_status_t st = kiln_payload_kind_parse(name, &b->kind);
+    if (st) {
+      kiln_status_free(st);
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                         "format '%s' is not one of auto, llvm, hsaco, ptx, cpu-so, te", b->kind);
+                         "format '%s' is not one of auto, llvm, hsaco, ptx, cpu-so, te", name);
+    }
   }
   snprintf(b->target_arg, sizeof(b->target_arg), "cpu");
   if ((o = kiln_params_find(p, "target")))

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "protocol/payload.h"
 
 #define KILN_MAX_PAYLOAD (256ull << 20) /* bytes of one compile payload */
 
@@ -19,7 +20,7 @@
 typedef struct kiln_build_params {
   const uint8_t *payload;
   size_t size;
-  char kind[16];
+  kiln_payload_kind_t kind; /* as named: auto is resolved with the payload (protocol/payload.h) */
   char target_arg[128];
   char target[128];
   uint64_t opt_level, max_block;

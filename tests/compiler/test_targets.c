@@ -63,23 +63,38 @@ Test(targets, identity_and_keys) {
   cr_assert(!kiln_crypto_init());
   const char *id = kiln_compiler_identity();
   cr_assert(strstr(id, "kiln ") && strstr(id, "llvm ") && strstr(id, "device-libs "), "%s", id);
-  kiln_target_t t = parse("gfx942");
+  /* The build key (protocol/payload.h) is kilnd's and the compiler's alike. */
   static const uint8_t p1[] = "abc", p2[] = "abd";
-  kiln_compile_request_t r = {.payload = p1, .payload_size = 3, .target = "gfx942",
-                              .options = kiln_compile_options_default()};
+  kiln_build_inputs_t in = {.payload = p1, .size = 3, .kind = KILN_PAYLOAD_AUTO, .target = "gfx942",
+                            .host = "x86_64 znver4 0", .opt_level = 3, .identity = id};
   uint8_t k1[KILN_HASH_BYTES], k2[KILN_HASH_BYTES], k3[KILN_HASH_BYTES], k4[KILN_HASH_BYTES];
-  kiln_compiler_request_key(&r, &t, k1);
-  kiln_compiler_request_key(&r, &t, k2);
+  kiln_build_key(&in, k1);
+  kiln_build_key(&in, k2);
   cr_assert(memcmp(k1, k2, sizeof(k1)) == 0, "deterministic");
-  r.payload = p2;
-  kiln_compiler_request_key(&r, &t, k3);
+  in.kind = KILN_PAYLOAD_LLVM;
+  kiln_build_key(&in, k2);
+  cr_assert(memcmp(k1, k2, sizeof(k1)) == 0, "naming the format auto resolves to gives one key");
+  in.payload = p2;
+  kiln_build_key(&in, k3);
   cr_assert(memcmp(k1, k3, sizeof(k1)) != 0, "payload changes the key");
-  r.payload = p1;
-  r.options.fast_math = true;
-  kiln_compiler_request_key(&r, &t, k4);
+  in.payload = p1;
+  in.fast_math = true;
+  kiln_build_key(&in, k4);
   cr_assert(memcmp(k1, k4, sizeof(k1)) != 0, "options change the key");
-  kiln_target_t t2 = parse("gfx942:xnack+");
-  r.options.fast_math = false;
-  kiln_compiler_request_key(&r, &t2, k4);
-  cr_assert(memcmp(k1, k4, sizeof(k1)) != 0, "target features change the key");
+  in.fast_math = false;
+  in.target = "gfx942:xnack+";
+  kiln_build_key(&in, k4);
+  cr_assert(memcmp(k1, k4, sizeof(k1)) != 0, "target spelling changes the key");
+  in.target = "gfx942";
+  in.host = "another host";
+  kiln_build_key(&in, k4);
+  cr_assert(memcmp(k1, k4, sizeof(k1)) == 0, "the host counts for cpu only");
+  in.target = "cpu";
+  kiln_build_key(&in, k3);
+  in.host = "x86_64 znver4 0";
+  kiln_build_key(&in, k4);
+  cr_assert(memcmp(k3, k4, sizeof(k1)) != 0, "the host counts for cpu");
+  in.identity = "kiln 0.0.0";
+  kiln_build_key(&in, k3);
+  cr_assert(memcmp(k3, k4, sizeof(k1)) != 0, "the compiler identity changes the key");
 }

@@ -37,10 +37,7 @@ static void check_build(const msgpack_object *p, const char *what) {
   kiln_status_t st = kiln_build_params_parse(p, what, &b);
   if (st) return check_rejection(st);
   CHECK(b.size > 0 && b.size <= KILN_MAX_PAYLOAD && inside(b.payload, b.size));
-  static const char *const kinds[] = {"auto", "llvm", "hsaco", "ptx", "cpu-so"};
-  bool known = false;
-  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) known |= !strcmp(b.kind, kinds[i]);
-  CHECK(known);
+  CHECK((unsigned)b.kind < KILN_PAYLOAD_KINDS_);
   CHECK(strnlen(b.target_arg, sizeof(b.target_arg)) < sizeof(b.target_arg));
   CHECK(b.opt_level <= 3 && b.max_block <= 65536);
 }

@@ -29,7 +29,7 @@ extra_cflags=""
 max_len=16384
 case $target in
 frame) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/tensor.c" ;;
-request) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/tensor.c server/request.c" ;;
+request) srcs="protocol/mp.c protocol/payload.c protocol/frame.c protocol/rpc.c protocol/tensor.c server/request.c" ;;
 codeobj)
   srcs="compiler/validate.c compiler/elf.c compiler/amdgpu_metadata.c compiler/kernel_table.c protocol/mp.c protocol/artifact.c protocol/frame.c"
   extra_cflags="-I$(/usr/lib/llvm-22/bin/llvm-config --includedir 2>/dev/null || echo /usr/lib/llvm-22/include)"

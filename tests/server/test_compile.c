@@ -83,6 +83,17 @@ static bool compile_ok(client_t *c, const char *ir, const char *target, char out
   return kiln_params_find(c->msg.result, "cached")->via.boolean;
 }
 
+/* Sends `source` of module `mod` (kind "llvm", "asm" or "binary") and reads the reply. */
+static void source_of(client_t *c, uint32_t msgid, const char *mod, const char *kind) {
+  pbuild_t b;
+  pb_begin(&b, 2);
+  kiln_pack_kv_str(&b.p.pk, "module", mod);
+  kiln_pack_kv_str(&b.p.pk, "kind", kind);
+  client_send(c, msgid, "source", &b.buf);
+  pb_end(&b);
+  cr_assert(client_recv(c, 10000));
+}
+
 static const char *upload_device = NULL; /* NULL: the default device */
 
 static uint64_t upload(client_t *c, const float *v, uint32_t n) {
@@ -219,13 +230,7 @@ Test(compile, source_kinds) {
   compile_ok(&c, ir, "gfx942", mod);
   const char *kinds[] = {"llvm", "asm", "binary"};
   for (int i = 0; i < 3; i++) {
-    pbuild_t b;
-    pb_begin(&b, 2);
-    kiln_pack_kv_str(&b.p.pk, "module", mod);
-    kiln_pack_kv_str(&b.p.pk, "kind", kinds[i]);
-    client_send(&c, 10 + (uint32_t)i, "source", &b.buf);
-    pb_end(&b);
-    cr_assert(client_recv(&c, 10000));
+    source_of(&c, 10 + (uint32_t)i, mod, kinds[i]);
     cr_assert_eq(code_of(&c), 0);
   }
   /* the last reply: the HSACO, an ELF */
@@ -241,17 +246,52 @@ Test(compile, ptx_for_sm90) {
   char *ir = vadd_ir("ptx");
   char mod[65];
   compile_ok(&c, ir, "sm_90", mod);
-  pbuild_t b;
-  pb_begin(&b, 2);
-  kiln_pack_kv_str(&b.p.pk, "module", mod);
-  kiln_pack_kv_str(&b.p.pk, "kind", "asm");
-  client_send(&c, 2, "source", &b.buf);
-  pb_end(&b);
-  cr_assert(client_recv(&c, 10000));
+  source_of(&c, 2, mod, "asm");
   char ptx[256];
   snprintf(ptx, sizeof(ptx), "%.*s", (int)c.msg.result->via.str.size, c.msg.result->via.str.ptr);
   cr_assert(strstr(ptx, ".target sm_90") || c.msg.result->via.str.size > 200);
   cr_assert(memmem(c.msg.result->via.str.ptr, c.msg.result->via.str.size, ".target sm_90", 13));
+  free(ir);
+  client_close(&c);
+}
+
+/* kilnd keys a build by the kind the compiler will see: one sniffer (protocol/payload.h).
+ * A PTX file whose comment says "define " was llvm to kilnd's old sniffer and ptx to the
+ * compiler's, so `auto` and "ptx" made two modules of one build. */
+Test(compile, auto_and_the_named_format_give_one_module) {
+  client_t c;
+  client_connect_tcp(&c, &d);
+  char *ir = vadd_ir("sniff");
+  char mod[65];
+  compile_ok(&c, ir, "sm_90", mod);
+  source_of(&c, 2, mod, "binary");
+  cr_assert_eq(c.msg.result->type, MSGPACK_OBJECT_BIN);
+  static const char head[] = "// define nothing here: this is PTX\n";
+  size_t n = sizeof(head) - 1 + c.msg.result->via.bin.size;
+  char *ptx = malloc(n);
+  memcpy(ptx, head, sizeof(head) - 1);
+  memcpy(ptx + sizeof(head) - 1, c.msg.result->via.bin.ptr, c.msg.result->via.bin.size);
+  char ids[2][65];
+  for (int named = 0; named < 2; named++) {
+    pbuild_t b;
+    pb_begin(&b, named ? 3 : 2);
+    kiln_pack_cstr(&b.p.pk, "ir");
+    msgpack_pack_bin(&b.p.pk, n);
+    msgpack_pack_bin_body(&b.p.pk, ptx, n);
+    kiln_pack_kv_str(&b.p.pk, "target", "sm_90");
+    if (named) kiln_pack_kv_str(&b.p.pk, "format", "ptx");
+    client_send(&c, 3, "compile", &b.buf);
+    pb_end(&b);
+    cr_assert(client_recv(&c, 60000));
+    char t[256];
+    cr_assert_eq(code_of(&c), 0, "%s", text_of(&c, t, sizeof t));
+    const msgpack_object *m = kiln_params_find(c.msg.result, "module");
+    snprintf(ids[named], 65, "%.*s", (int)m->via.str.size, m->via.str.ptr);
+    cr_assert_eq(kiln_params_find(c.msg.result, "cached")->via.boolean, named == 1,
+                 "the second spelling of the build is a cache hit");
+  }
+  cr_assert_str_eq(ids[0], ids[1]);
+  free(ptx);
   free(ir);
   client_close(&c);
 }
