@@ -39,6 +39,8 @@ struct kiln_client {
   int fd;
   struct ssl_st *ssl;         /* tls: URLs; NULL on plain connections */
   struct ssl_ctx_st *ssl_ctx;
+  uint8_t *tls_out;           /* ciphertext encrypted, not yet sent: [tls_out_off, tls_out_len) */
+  size_t tls_out_off, tls_out_len, tls_out_cap;
   int timeout_ms; /* 0: none */
   char url[512];
   uint32_t next_msgid;
@@ -77,8 +79,13 @@ kiln_status_t kiln_url_connect(kiln_client_t *c, const char *url,
 kiln_status_t kiln_tls_connect(kiln_client_t *c, const char *url, const char *host,
                                const kiln_client_options_t *opts);
 void kiln_tls_close(kiln_client_t *c);
-/* Bytes sent (> 0), 0 when the socket is full, -1 with *out_err when the connection failed. */
-ssize_t kiln_tls_send(kiln_client_t *c, const void *p, size_t n, kiln_status_t *out_err);
+/* Encrypts up to n bytes into the client's ciphertext buffer (call when it is empty): the
+ * bytes taken (> 0), or -1 with *out_err. */
+ssize_t kiln_tls_encrypt(kiln_client_t *c, const void *p, size_t n, kiln_status_t *out_err);
+/* Sends buffered ciphertext: 0 when none is left, 1 when the socket is full, -1 with
+ * *out_err when the connection failed. */
+int kiln_tls_flush(kiln_client_t *c, kiln_status_t *out_err);
+static inline bool kiln_tls_unsent(const kiln_client_t *c) { return c->tls_out_off < c->tls_out_len; }
 /* Bytes received (> 0), 0 at the end of the stream, -2 when nothing is there now, -1 with
  * *out_err when the connection failed. */
 ssize_t kiln_tls_recv(kiln_client_t *c, void *p, size_t cap, kiln_status_t *out_err);

@@ -63,23 +63,30 @@ static void advance(kiln_client_t *c, size_t w) {
   }
 }
 
-/* On tls: URLs, one segment (at most 1 MiB of it) per SSL_write. */
+/* On tls: URLs: the ciphertext buffered so far goes out first; then one segment (at most
+ * 1 MiB of it) is encrypted per SSL_write and sent. */
 static kiln_status_t tls_write_some(kiln_client_t *c) {
-  while (c->seg_head < c->nsegs) {
-    const kiln_seg_t *s = &c->segs[c->seg_head];
-    const uint8_t *base = (s->ext ? s->ext : c->out.data + s->off) + c->seg_sent;
-    size_t n = KILN_MIN(s->len - c->seg_sent, (size_t)1 << 20);
+  for (;;) {
     kiln_status_t err = NULL;
-    ssize_t w = kiln_tls_send(c, base, n, &err);
-    if (w == 0) return KILN_OK;
-    if (w < 0) {
+    int f = kiln_tls_flush(c, &err);
+    if (f == 0 && c->seg_head < c->nsegs) {
+      const kiln_seg_t *s = &c->segs[c->seg_head];
+      const uint8_t *base = (s->ext ? s->ext : c->out.data + s->off) + c->seg_sent;
+      ssize_t w = kiln_tls_encrypt(c, base, KILN_MIN(s->len - c->seg_sent, (size_t)1 << 20), &err);
+      if (w > 0) {
+        advance(c, (size_t)w);
+        continue;
+      }
+      f = -1;
+    }
+    if (f < 0) {
       read_some(c); /* the daemon may have said why it closed */
       set_broken(c, err);
       return kiln_io_broken(c);
     }
-    advance(c, (size_t)w);
+    break; /* everything is sent, or the socket is full */
   }
-  reset_output(c);
+  if (c->seg_head == c->nsegs) reset_output(c);
   return KILN_OK;
 }
 
@@ -311,7 +318,7 @@ static kiln_status_t wait_ready(kiln_client_t *c, uint64_t deadline_ns, short *o
       ms = (int)((deadline_ns - now + 999999) / 1000000);
     }
     struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-    if (c->seg_head < c->nsegs) pfd.events |= POLLOUT;
+    if (c->seg_head < c->nsegs || kiln_tls_unsent(c)) pfd.events |= POLLOUT;
     int rc = poll(&pfd, 1, ms);
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -325,7 +332,7 @@ static kiln_status_t wait_ready(kiln_client_t *c, uint64_t deadline_ns, short *o
 
 kiln_status_t kiln_io_flush(kiln_client_t *c, uint64_t deadline_ns) {
   KILN_RETURN_IF_ERROR(kiln_io_write_some(c));
-  while (c->seg_head < c->nsegs) {
+  while (c->seg_head < c->nsegs || kiln_tls_unsent(c)) {
     short ev;
     KILN_RETURN_IF_ERROR(wait_ready(c, deadline_ns, &ev));
     if (ev & (POLLIN | POLLHUP | POLLERR)) read_some(c);
