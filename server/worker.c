@@ -85,6 +85,12 @@ struct kiln_worker {
 #define SPAWN_BACKOFF_FIRST_MS 100
 #define SPAWN_BACKOFF_MAX_MS 30000
 
+/* Ends the process of a misbehaving incarnation. Never once it has been reaped: its pid may
+ * already belong to another process (a dead worker's last bytes are read after its exit). */
+static void kill_incarnation(incarnation_t *inc) {
+  if (!inc->exited) kill(inc->pid, SIGKILL);
+}
+
 uint32_t kiln_worker_generation(const kiln_worker_t *w) { return w->generation; }
 int kiln_worker_pid(const kiln_worker_t *w) { return w->cur && !w->cur->dead ? w->cur->pid : 0; }
 uint32_t kiln_worker_restarts(const kiln_worker_t *w) { return w->restarts; }
@@ -379,8 +385,8 @@ static void on_process_exit(uv_process_t *p, int64_t status, int sig) {
   incarnation_t *inc = p->data;
   /* What the worker wrote before it died is still in the socket (a last reply, a sandbox
    * violation report): read it before its calls are failed. */
-  if (!inc->dead) read_channel(inc, true);
   inc->exited = true;
+  if (!inc->dead) read_channel(inc, true);
   inc->exit_status = status;
   inc->term_signal = sig;
   incarnation_end(inc);
@@ -419,7 +425,7 @@ static void handle_message(incarnation_t *inc, const uint8_t *bytes, size_t len)
                    st ? kiln_status_message(st) : "unexpected message kind");
     kiln_status_free(st);
     kiln_rpc_msg_deinit(&m);
-    kill(inc->pid, SIGKILL);
+    kill_incarnation(inc);
     return;
   }
   inc->last_progress_ns = kiln_now_ns();
@@ -457,7 +463,7 @@ static void flush_out(incarnation_t *inc) {
                                    m->off == 0 ? m->nfds : 0);
     if (n == 0) break;
     if (n < 0) {
-      kill(inc->pid, SIGKILL); /* broken channel: the exit callback reports it */
+      kill_incarnation(inc); /* broken channel: the exit callback reports it */
       free_outmsgs(inc);
       break;
     }
@@ -482,7 +488,7 @@ static void read_channel(incarnation_t *inc, bool to_eof) {
     size_t cap;
     void *space = kiln_reader_space(&inc->reader, &cap);
     if (!space) {
-      kill(inc->pid, SIGKILL);
+      kill_incarnation(inc);
       return;
     }
     int fds[8], nfds;
@@ -493,7 +499,7 @@ static void read_channel(incarnation_t *inc, bool to_eof) {
     if (n <= 0) {
       /* EOF: the process is exiting; on_process_exit reports why. Stop polling a dead socket. */
       uv_poll_stop(&inc->poll);
-      if (!inc->exited && !to_eof) kill(inc->pid, SIGKILL);
+      if (!to_eof) kill_incarnation(inc);
       return;
     }
     kiln_reader_commit(&inc->reader, (size_t)n);
@@ -505,7 +511,7 @@ static void read_channel(incarnation_t *inc, bool to_eof) {
       if (inc->dead) return;
     }
     if (fr == KILN_FRAME_ERROR) {
-      kill(inc->pid, SIGKILL);
+      kill_incarnation(inc);
       return;
     }
     if (!to_eof && (size_t)n < cap) break;
@@ -515,7 +521,7 @@ static void read_channel(incarnation_t *inc, bool to_eof) {
 static void on_poll(uv_poll_t *h, int status, int events) {
   incarnation_t *inc = h->data;
   if (status < 0) {
-    kill(inc->pid, SIGKILL);
+    kill_incarnation(inc);
     return;
   }
   if (events & UV_WRITABLE) flush_out(inc);
