@@ -41,6 +41,27 @@ static bool valid_name(const char *s) {
   return true;
 }
 
+/* "blake2b:" and 64 hex digits (either case): the token's BLAKE2b-256, what kilnd keeps of a
+ * plaintext token anyway, so that the file need not hold the token itself. */
+static kiln_status_t parse_token_hash(const char *hex, uint32_t index, uint8_t out[KILN_HASH_BYTES]) {
+  size_t n = strlen(hex);
+  bool ok = n == 2 * KILN_HASH_BYTES;
+  for (size_t i = 0; ok && i < n; i++) {
+    int c = tolower((unsigned char)hex[i]);
+    int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (v < 0) ok = false;
+    else if (i % 2 == 0) out[i / 2] = (uint8_t)(v << 4);
+    else out[i / 2] |= (uint8_t)v;
+  }
+  if (!ok)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "token %u of the line starts with '" KILN_TOKEN_HASH_PREFIX
+                       "' but is not followed by %d hex digits (the BLAKE2b-256 of the token: "
+                       "`kiln token new` prints the line)",
+                       index, 2 * KILN_HASH_BYTES);
+  return KILN_OK;
+}
+
 static kiln_status_t parse_tokens_field(char *field, kiln_tenant_spec_t *t) {
   uint32_t n = 1;
   for (char *p = field; *p; p++) n += *p == ',';
@@ -49,6 +70,12 @@ static kiln_status_t parse_tokens_field(char *field, kiln_tenant_spec_t *t) {
   char *save = NULL;
   for (char *tok = strtok_r(field, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     size_t len = strlen(tok);
+    if (strncmp(tok, KILN_TOKEN_HASH_PREFIX, strlen(KILN_TOKEN_HASH_PREFIX)) == 0) {
+      KILN_RETURN_IF_ERROR(parse_token_hash(tok + strlen(KILN_TOKEN_HASH_PREFIX), t->num_tokens + 1,
+                                            t->token_hashes[t->num_tokens]));
+      t->num_tokens++;
+      continue;
+    }
     if (len < KILN_TOKEN_MIN || len > KILN_TOKEN_MAX)
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                          "a token must have %d to %d characters (token %u of the line has %zu)",

@@ -19,6 +19,8 @@
 #define KILN_TENANT_NAME_MAX 64
 #define KILN_TOKEN_MIN 16
 #define KILN_TOKEN_MAX 256
+/* A tokens-file entry "blake2b:HEX" is the token's BLAKE2b-256 in hex instead of the token. */
+#define KILN_TOKEN_HASH_PREFIX "blake2b:"
 
 typedef struct kiln_quotas {
   uint64_t memory;      /* device memory bytes held in tensors (all devices) */

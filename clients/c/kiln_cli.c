@@ -1,5 +1,8 @@
 /* kiln: the command-line client of kilnd. `kiln --help` documents commands and exit codes. */
+#include <ctype.h>
 #include <errno.h>
+#include <sodium.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +36,9 @@ static const char USAGE[] =
     "  free ID                       free tensor ID\n"
     "  stats [--json]                tenants, queues, devices, compiles and cache as tables\n"
     "                                (--json: the whole `stats` reply as JSON)\n"
+    "  token new [TENANT ...]        make a fresh token for each TENANT (no connection): prints\n"
+    "                                `token for TENANT: TOKEN` (give it to the tenant; nothing\n"
+    "                                keeps it) and the tokens-file line `blake2b:HASH TENANT`\n"
     "\n"
     "options:\n"
     "  --url URL      tcp:HOST:PORT, tls:HOST:PORT or unix:PATH (default: $KILN_URL, else\n"
@@ -200,6 +206,37 @@ static int cmd_stats(kiln_client_t *c, int argc, char **argv) {
   return EXIT_OK;
 }
 
+/* `kiln token new [TENANT ...]`: 32 random bytes as URL-safe base64 behind "kiln_" (48
+ * characters, a prefix secret scanners can match), and the line for kilnd's tokens file with
+ * the token's BLAKE2b-256, which is all kilnd compares (docs/operations.md). */
+static int cmd_token(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "new") != 0) return usage_error("token: the subcommand is `new`%s", "");
+  kiln_status_t s = kiln_crypto_init();
+  if (s) return report("token", s, EXIT_USAGE);
+  static const char *const placeholder[] = {"TENANT"};
+  const char *const *tenants = argc > 2 ? (const char *const *)argv + 2 : placeholder;
+  int n = argc > 2 ? argc - 2 : 1;
+  for (int i = 0; i < n; i++) {
+    const char *t = tenants[i];
+    size_t len = strlen(t);
+    bool ok = len > 0 && len < 64;
+    for (size_t k = 0; ok && k < len; k++) ok = isalnum((unsigned char)t[k]) || strchr("_-.", t[k]);
+    if (!ok) return usage_error("token new: '%s' is not a tenant name (1-63 of A-Z a-z 0-9 _ - .)", t);
+  }
+  for (int i = 0; i < n; i++) {
+    uint8_t raw[32], hash[KILN_HASH_BYTES];
+    char token[64] = "kiln_", hex[2 * KILN_HASH_BYTES + 1];
+    randombytes_buf(raw, sizeof(raw));
+    sodium_bin2base64(token + 5, sizeof(token) - 5, raw, sizeof(raw), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    kiln_hash(token, strlen(token), hash);
+    kiln_hex(hash, sizeof(hash), hex);
+    printf("token for %s: %s\nblake2b:%s %s\n", tenants[i], token, hex, tenants[i]);
+    sodium_memzero(raw, sizeof(raw));
+    sodium_memzero(token, sizeof(token));
+  }
+  return fflush(stdout) == 0 ? EXIT_OK : EXIT_FILE;
+}
+
 static const struct {
   const char *name;
   int (*run)(kiln_client_t *c, int argc, char **argv);
@@ -226,6 +263,7 @@ int main(int argc, char **argv) {
     else return usage_error("unknown option %s", argv[i]);
   }
   if (i == argc) return usage_error("no command given%s", "");
+  if (!strcmp(argv[i], "token")) return cmd_token(argc - i, argv + i); /* local: no connection */
   for (size_t k = 0; k < KILN_ARRAY_SIZE(COMMANDS); k++) {
     if (strcmp(argv[i], COMMANDS[k].name) != 0) continue;
     kiln_client_t *c;
