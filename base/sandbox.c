@@ -411,7 +411,7 @@ static const char *const common_calls[] = {
     "clock_gettime", "clock_getres", "gettimeofday", "time", "getpid", "gettid", "getppid",
     "getuid", "geteuid", "getgid", "getegid", "getresuid", "getresgid", "rt_sigreturn",
     "rt_sigprocmask", "sigaltstack", "exit", "exit_group", "restart_syscall", "getrandom",
-    "fcntl", "dup", "dup2", "dup3", "memfd_create", "ftruncate", "membarrier", "getrusage",
+    "dup", "dup2", "dup3", "memfd_create", "ftruncate", "membarrier", "getrusage",
     "times", "uname", "getrlimit", "sysinfo", NULL};
 
 /* Files: lld reads its inputs and writes its output through the file system. */
@@ -423,7 +423,7 @@ static const char *const file_calls[] = {
 
 /* What GPU drivers use besides files (devices, events, NUMA placement, thread priorities). */
 static const char *const driver_calls[] = {
-    "ioctl", "eventfd2", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "pipe2",
+    "eventfd2", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "pipe2",
     "mbind", "get_mempolicy", "set_mempolicy", "sched_setaffinity", "sched_getparam",
     "sched_setscheduler", "sched_getscheduler", "setpriority", "getpriority", "timerfd_create",
     "timerfd_settime", "mlock", "munlock", "sched_get_priority_max", "sched_get_priority_min",
@@ -454,7 +454,10 @@ static kiln_status_t build_filter(scmp_filter_ctx f, kiln_sandbox_profile_t p) {
   RULE(f, SCMP_ACT_ALLOW, tgkill, 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)pid));
   /* SIGSYS stays kiln's: installing another handler is refused (LLVM installs handlers for
    * every fatal signal and ignores the error), asking is allowed. */
-  RULE(f, SCMP_ACT_ALLOW, rt_sigaction, 1, SCMP_A0(SCMP_CMP_NE, SIGSYS));
+  /* Each signal by its exact number: the kernel reads the argument as an int, so a "not
+   * SIGSYS" test on the 64-bit register would pass SIGSYS with a high bit set. */
+  for (int sig = 1; sig <= SIGRTMAX; sig++)
+    if (sig != SIGSYS) RULE(f, SCMP_ACT_ALLOW, rt_sigaction, 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)sig));
   RULE(f, SCMP_ACT_ALLOW, rt_sigaction, 2, SCMP_A0(SCMP_CMP_EQ, SIGSYS), SCMP_A1(SCMP_CMP_EQ, 0));
   RULE(f, SCMP_ACT_ERRNO(EPERM), rt_sigaction, 2, SCMP_A0(SCMP_CMP_EQ, SIGSYS),
        SCMP_A1(SCMP_CMP_NE, 0));
@@ -462,7 +465,16 @@ static kiln_status_t build_filter(scmp_filter_ctx f, kiln_sandbox_profile_t p) {
   RULE(f, SCMP_ACT_ALLOW, prctl, 1, SCMP_A0(SCMP_CMP_EQ, PR_SET_NAME));
   RULE(f, SCMP_ACT_ALLOW, prctl, 1, SCMP_A0(SCMP_CMP_EQ, PR_GET_NAME));
   RULE(f, SCMP_ACT_ALLOW, prctl, 1, SCMP_A0(SCMP_CMP_EQ, PR_GET_DUMPABLE));
-  RULE(f, SCMP_ACT_ALLOW, prlimit64, 1, SCMP_A2(SCMP_CMP_EQ, 0)); /* reading limits only */
+  /* Reading its own limits only. */
+  RULE(f, SCMP_ACT_ALLOW, prlimit64, 2, SCMP_A0(SCMP_CMP_EQ, 0), SCMP_A2(SCMP_CMP_EQ, 0));
+  RULE(f, SCMP_ACT_ALLOW, prlimit64, 2, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)pid), SCMP_A2(SCMP_CMP_EQ, 0));
+  /* fcntl without F_SETOWN, F_SETSIG, F_SETLEASE or F_NOTIFY: each would have the kernel
+   * signal a process of the worker's choosing (SIGIO to kilnd, whose default ends it). */
+  static const int fcntl_cmds[] = {F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_GETLK,
+                                   F_SETLK, F_SETLKW, F_DUPFD_CLOEXEC, F_ADD_SEALS, F_GET_SEALS,
+                                   F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW};
+  for (size_t i = 0; i < sizeof(fcntl_cmds) / sizeof(fcntl_cmds[0]); i++)
+    RULE(f, SCMP_ACT_ALLOW, fcntl, 1, SCMP_A1(SCMP_CMP_EQ, (scmp_datum_t)fcntl_cmds[i]));
   if (p != KILN_SANDBOX_GPU_DEVICE)
     RULE(f, SCMP_ACT_ALLOW, ioctl, 1, SCMP_A1(SCMP_CMP_EQ, TCGETS)); /* isatty */
   if (p != KILN_SANDBOX_CPU_DEVICE) {
@@ -474,6 +486,8 @@ static kiln_status_t build_filter(scmp_filter_ctx f, kiln_sandbox_profile_t p) {
   }
   if (p == KILN_SANDBOX_GPU_DEVICE) {
     KILN_RETURN_IF_ERROR(allow_list(f, driver_calls));
+    /* The drivers' device ioctls: no tenant code runs on a GPU worker's CPU. */
+    RULE(f, SCMP_ACT_ALLOW, ioctl, 0);
     /* Reading its own memory without faulting (the software GPU's check of a kernel's
      * addresses); another process's memory stays out of reach. */
     RULE(f, SCMP_ACT_ALLOW, process_vm_readv, 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)pid));

@@ -207,6 +207,8 @@ Test(attacks, sigsys_handler_stays_kilns) { run_attack("steal_sigsys", false, 0,
 
 Test(attacks, dumpable_cannot_be_turned_back_on) { run_attack("make_dumpable", false, 0, NAMES("prctl")); }
 
+Test(attacks, sigio_pointed_at_the_parent) { run_attack("sigio_parent", false, 0, NAMES("fcntl")); }
+
 /* Processes of this test's process group (kilnd and its workers are in it, and so would
  * anything a worker forked), by command name prefix. */
 static int count_in_group(const char *prefix) {
