@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "protocol/channel.h"
+#include "protocol/job_compile.h"
 #include "server/cache.h"
 #include "server/compile.h"
 #include "server/request.h"
@@ -48,7 +49,7 @@ typedef struct job {
    * worker takes it: a queue of thousands of batch items holds no file descriptors. */
   uint8_t *payload;
   uint64_t size;
-  kiln_buf_t params; /* packed params array for the worker, without "fds" */
+  kiln_buf_t params; /* the compile job for the worker (protocol/job_compile.h) */
   waiter_t *waiters;
   uint64_t queued_ns;
   kiln_tenant_t *owner; /* whose queue it waits in: the tenant that submitted it first */
@@ -440,19 +441,16 @@ static void on_compiled(void *ctx, kiln_status_t st, const msgpack_object *resul
   double ms = (double)(kiln_now_ns() - sl->start_ns) / 1e6;
   kiln_module_t *m = NULL;
   if (!st) {
-    const msgpack_object *art = kiln_params_find(result, "artifact");
-    const msgpack_object *cms = kiln_params_find(result, "compile_ms");
-    if (cms && (cms->type == MSGPACK_OBJECT_FLOAT64 || cms->type == MSGPACK_OBJECT_FLOAT32))
-      ms = cms->via.f64;
-    if (!art || art->type != MSGPACK_OBJECT_BIN) {
-      st = KILN_STATUS(KILN_E_INTERNAL, "compile worker answered without an artifact");
-    } else {
-      uint8_t *copy = malloc(art->via.bin.size ? art->via.bin.size : 1);
+    kiln_compile_reply_t r = {0};
+    st = kiln_compile_reply_decode(result, &r);
+    if (!st) ms = r.compile_ms;
+    if (!st) {
+      uint8_t *copy = malloc(r.len ? r.len : 1);
       if (!copy) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
       else {
-        memcpy(copy, art->via.bin.ptr, art->via.bin.size);
+        memcpy(copy, r.artifact, r.len);
         /* Decode first: only an artifact that decodes enters the cache. */
-        st = module_add(cs, j->key, copy, art->via.bin.size, &m);
+        st = module_add(cs, j->key, copy, r.len, &m);
         if (!st) {
           kiln_status_t cst = kiln_cache_put(cs->cache, j->key, m->bytes, m->len);
           if (cst) {
@@ -694,16 +692,12 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   kiln_buf_init(&j->params);
   kiln_packer_t pk;
   kiln_packer_init(&pk, &j->params);
-  msgpack_pack_array(&pk.pk, 1);
-  msgpack_pack_map(&pk.pk, 7);
   kiln_status_t st;
-  kiln_pack_kv_str(&pk.pk, "kind", kiln_payload_kind_name(b->kind));
-  kiln_pack_kv_str(&pk.pk, "target", b->target);
-  kiln_pack_kv_u64(&pk.pk, "opt_level", b->opt_level);
-  kiln_pack_kv_u64(&pk.pk, "max_block", b->max_block);
-  kiln_pack_kv_bool(&pk.pk, "fast_math", b->fast_math);
-  kiln_pack_kv_u64(&pk.pk, "size", b->size);
-  kiln_pack_kv_u64(&pk.pk, "fds", 1);
+  kiln_compile_job_t cj = {.kind = b->kind, .opt_level = (uint32_t)b->opt_level,
+                           .max_block = (uint32_t)b->max_block, .fast_math = b->fast_math,
+                           .size = b->size};
+  snprintf(cj.target, sizeof(cj.target), "%s", b->target);
+  kiln_compile_job_encode(&pk.pk, &cj);
   st = kiln_packer_status(&pk);
   if (!st) st = kiln_map_put(&cs->inflight, j->key64, j);
   if (st) {

@@ -1,11 +1,15 @@
 /* launch and time: check the request against the module's kernel table and the tenant's
- * tensors, make sure the device worker has the module loaded, and pass the launch on. The
- * worker converts argument values to the kernel's types (device/launch.h) and runs it. */
+ * tensors, convert the argument values to the kernel's types (device/launch.h), make sure
+ * the device worker has the module loaded, and send it the typed job
+ * (protocol/job_module.h). The worker checks the geometry against its device and runs it. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "device/launch.h"
 #include "protocol/channel.h"
+#include "protocol/job_module.h"
+#include "protocol/payload.h"
 #include "server/compile.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -15,10 +19,10 @@ typedef struct launch_op {
   kiln_dslot_t *slot;
   struct launch_op *prev, *next; /* in slot->ops while the worker has it */
   uint8_t key[KILN_HASH_BYTES];
-  const char *method;
+  kiln_job_kind_t kind; /* KILN_JOB_LAUNCH or KILN_JOB_TIME */
   uint64_t budget_ms; /* the watchdog's budget (launch only; 0 = none) */
   uint64_t seq;       /* its cell in the slot's cancel page */
-  kiln_buf_t params;
+  kiln_buf_t params;  /* the job (protocol/job_module.h) */
 } launch_op_t;
 
 static void op_free(launch_op_t *op) {
@@ -46,15 +50,41 @@ static void on_reply(void *ctx, kiln_status_t st, const msgpack_object *result) 
   ops_remove(op->slot, op);
   op->slot->tenant->launches--;
   kiln_device_run_done(s, op->slot->device);
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &b);
+  kiln_rpc_pack_result_head(&pk.pk, op->req->msgid);
+  if (!st && op->kind == KILN_JOB_LAUNCH) {
+    kiln_launch_reply_t r;
+    st = kiln_launch_reply_decode(result, &r);
+    if (!st) {
+      msgpack_pack_map(&pk.pk, 1);
+      kiln_pack_kv_f64(&pk.pk, "elapsed", r.elapsed);
+    }
+  } else if (!st) {
+    kiln_time_reply_t r;
+    st = kiln_time_reply_decode(result, &r);
+    if (!st) {
+      msgpack_pack_map(&pk.pk, 8);
+      kiln_pack_cstr(&pk.pk, "results");
+      msgpack_pack_array(&pk.pk, r.repeat);
+      for (uint32_t i = 0; i < r.repeat; i++) msgpack_pack_double(&pk.pk, r.results[i]);
+      kiln_pack_kv_f64(&pk.pk, "min", r.min);
+      kiln_pack_kv_f64(&pk.pk, "median", r.median);
+      kiln_pack_kv_f64(&pk.pk, "mean", r.mean);
+      kiln_pack_kv_f64(&pk.pk, "std", r.std);
+      kiln_pack_kv_f64(&pk.pk, "cv", r.cv);
+      kiln_pack_kv_u64(&pk.pk, "number", r.number);
+      kiln_pack_kv_u64(&pk.pk, "repeat", r.repeat);
+      kiln_time_reply_deinit(&r);
+    }
+  }
+  if (!st) st = kiln_packer_status(&pk);
   if (st) {
+    kiln_buf_deinit(&b);
     kiln_req_fail(op->req, st);
   } else {
-    kiln_buf_t b;
-    kiln_buf_init(&b);
-    kiln_packer_t pk;
-    kiln_packer_init(&pk, &b);
-    kiln_rpc_pack_result_head(&pk.pk, op->req->msgid);
-    msgpack_pack_object(&pk.pk, *result);
     kiln_req_reply(op->req, &b, NULL, 0, NULL, NULL);
   }
   op_free(op);
@@ -84,30 +114,23 @@ static const char *format_kind(kiln_artifact_format_t f) {
   return "?";
 }
 
-/* Sends `method` with params [{module?, size, fds: 1}] and the shared memory `fd` (closed by
- * this call either way). */
-static kiln_status_t call_with_shm(kiln_worker_t *w, const char *method, const char *module,
-                                   uint64_t size, int fd, kiln_worker_cb cb, void *ctx) {
+/* Sends module job j with the shared memory `fd` (closed by this call either way). */
+static kiln_status_t call_with_shm(kiln_worker_t *w, const kiln_module_job_t *j, int fd,
+                                   kiln_worker_cb cb, void *ctx) {
   kiln_buf_t params;
   kiln_buf_init(&params);
   kiln_packer_t pk;
   kiln_packer_init(&pk, &params);
-  msgpack_pack_array(&pk.pk, 1);
-  msgpack_pack_map(&pk.pk, module ? 3 : 2);
-  if (module) kiln_pack_kv_str(&pk.pk, "module", module);
-  kiln_pack_kv_u64(&pk.pk, "size", size);
-  kiln_pack_kv_u64(&pk.pk, "fds", 1);
+  kiln_module_job_encode(&pk.pk, j);
   kiln_status_t st = kiln_packer_status(&pk);
   if (st) close(fd);
-  else st = kiln_worker_call(w, method, &params, &fd, 1, cb, ctx);
+  else st = kiln_worker_call(w, kiln_job_name(j->kind), &params, &fd, 1, cb, ctx);
   kiln_buf_deinit(&params);
   return st;
 }
 
 static kiln_status_t ensure_loaded(kiln_dslot_t *d, kiln_module_t *m) {
-  uint64_t k;
-  memcpy(&k, m->key, sizeof(k));
-  k = (k & 0x7fffffffffffffffULL) | 1;
+  uint64_t k = kiln_module_key64(m->key);
   uint32_t gen = kiln_worker_generation(d->worker);
   uintptr_t have = (uintptr_t)kiln_map_get(&d->loaded, k);
   if (have == (uintptr_t)gen + 1) return KILN_OK;
@@ -123,7 +146,9 @@ static kiln_status_t ensure_loaded(kiln_dslot_t *d, kiln_module_t *m) {
   }
   op->device = d;
   op->key64 = k;
-  kiln_status_t st = call_with_shm(d->worker, "load", m->hex, m->len, fd, on_load_reply, op);
+  kiln_module_job_t j = {.kind = KILN_JOB_LOAD, .size = m->len};
+  memcpy(j.module, m->key, KILN_HASH_BYTES);
+  kiln_status_t st = call_with_shm(d->worker, &j, fd, on_load_reply, op);
   if (st) {
     free(op);
     return st;
@@ -150,8 +175,8 @@ static kiln_status_t ensure_cancel_page(kiln_dslot_t *d) {
   if (d->cancel_page) kiln_shm_unmap(d->cancel_page, KILN_CANCEL_PAGE_BYTES);
   d->cancel_page = map;
   d->cancel_sent = 0;
-  KILN_RETURN_IF_ERROR(
-      call_with_shm(d->worker, "cancel_page", NULL, KILN_CANCEL_PAGE_BYTES, fd, ignore_reply, NULL));
+  kiln_module_job_t j = {.kind = KILN_JOB_CANCEL_PAGE, .size = KILN_CANCEL_PAGE_BYTES};
+  KILN_RETURN_IF_ERROR(call_with_shm(d->worker, &j, fd, ignore_reply, NULL));
   d->cancel_sent = kiln_worker_generation(d->worker) + 1;
   return KILN_OK;
 }
@@ -184,10 +209,11 @@ static void launch_go(void *ctx, kiln_status_t st) {
   if (!st) st = ensure_loaded(op->slot, m);
   if (!st) st = ensure_cancel_page(op->slot);
   if (!st)
-    st = kiln_worker_call_budget(op->slot->worker, op->method, &op->params, NULL, 0, op->budget_ms, on_reply, op);
+    st = kiln_worker_call_budget(op->slot->worker, kiln_job_name(op->kind), &op->params, NULL, 0,
+                                 op->budget_ms, on_reply, op);
   if (!st) {
     ops_add(op->slot, op);
-    kiln_metrics_launch(op->slot->device, op->slot->tenant, op->method[0] == 't');
+    kiln_metrics_launch(op->slot->device, op->slot->tenant, op->kind == KILN_JOB_TIME);
   }
   if (st) {
     op->slot->tenant->launches--;
@@ -197,8 +223,73 @@ static void launch_go(void *ctx, kiln_status_t st) {
   }
 }
 
+/* The launch's arguments, checked once, here: their count, each tensor the caller's and on
+ * the launch's device, and every value converted to the kernel's parameter type
+ * (device/launch.h). The job carries the converted slots and the tensors' handles; the
+ * worker only puts its buffers' addresses in. */
+static kiln_status_t job_args(kiln_call_t *call, kiln_device_entry_t *d, const kiln_kernel_t *k,
+                              const msgpack_object_array *args, kiln_launch_job_t *job) {
+  if (args->size != k->num_args)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "kernel '%s' takes %u arguments; %u were given",
+                       k->name, k->num_args, args->size);
+  kiln_launch_arg_t *in = calloc(args->size ? args->size : 1, sizeof(*in));
+  job->args = calloc(args->size ? args->size : 1, sizeof(*job->args));
+  kiln_status_t st = in && job->args ? KILN_OK : KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; !st && i < args->size; i++) {
+    const msgpack_object *a = &args->ptr[i];
+    bool is_ptr = k->args[i].type == KILN_ARG_PTR;
+    if (a->type == MSGPACK_OBJECT_MAP && !is_ptr) {
+      st = KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "argument %u (\"%s\") is a %s, not a pointer: pass a number", i,
+                       k->args[i].name, kiln_arg_type_name(k->args[i].type));
+      break;
+    }
+    if (a->type != MSGPACK_OBJECT_MAP && is_ptr) {
+      st = KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "argument %u (\"%s\") is a pointer: pass {\"tensor\": id}", i, k->args[i].name);
+      break;
+    }
+    switch (a->type) {
+      case MSGPACK_OBJECT_POSITIVE_INTEGER: in[i] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_UINT, .u = a->via.u64}; break;
+      case MSGPACK_OBJECT_NEGATIVE_INTEGER: in[i] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_INT, .i = a->via.i64}; break;
+      case MSGPACK_OBJECT_FLOAT32:
+      case MSGPACK_OBJECT_FLOAT64: in[i] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_FLOAT, .f = a->via.f64}; break;
+      case MSGPACK_OBJECT_MAP: {
+        static const char *const afields[] = {"tensor", NULL};
+        uint64_t id = 0;
+        kiln_tensor_t *t = NULL;
+        st = kiln_params_check(a, "argument", afields);
+        if (!st) st = kiln_params_u64(a, "tensor", true, &id);
+        if (!st) st = kiln_tensor_lookup(call, id, &t);
+        if (!st && t->device != d)
+          st = KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                           "argument %u: tensor %llu lives on %s, the launch runs on %s", i,
+                           (unsigned long long)id, t->device->id, d->id);
+        in[i] = (kiln_launch_arg_t){.kind = KILN_LAUNCH_ARG_TENSOR};
+        job->args[i] = (kiln_launch_job_arg_t){.tensor = true, .value = id};
+        break;
+      }
+      default:
+        st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "argument %u must be a number or {\"tensor\": id}", i);
+    }
+  }
+  kiln_launch_values_t v;
+  if (!st) st = kiln_launch_values_init(&v, k, in, args->size);
+  if (!st) {
+    for (uint32_t i = 0; i < args->size; i++)
+      if (!job->args[i].tensor) job->args[i].value = v.slots[i];
+    job->nargs = args->size;
+    kiln_launch_values_deinit(&v);
+  }
+  free(in);
+  if (st) {
+    free(job->args);
+    job->args = NULL;
+  }
+  return st;
+}
+
 static kiln_status_t start(kiln_call_t *call, bool timed) {
-  const char *method = timed ? "time" : "launch";
   kiln_launch_params_t lp;
   KILN_RETURN_IF_ERROR(kiln_launch_params_parse(call->params, timed, &lp));
   const char *hex = lp.module, *kname = lp.kernel, *dev = lp.device;
@@ -223,79 +314,44 @@ static kiln_status_t start(kiln_call_t *call, bool timed) {
   name[klen] = 0;
   const kiln_kernel_t *k = kiln_artifact_kernel(&m->art, name);
   if (!k) return KILN_STATUS(KILN_E_NOT_FOUND, "module %.16s has no kernel '%s'", m->hex, name);
-  const msgpack_object_array *args = lp.args;
-  if (args->size != k->num_args)
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "kernel '%s' takes %u arguments; %u were given",
-                       name, k->num_args, args->size);
-  for (uint32_t i = 0; i < args->size; i++) {
-    const msgpack_object *a = &args->ptr[i];
-    bool is_ptr = k->args[i].type == KILN_ARG_PTR;
-    if (a->type == MSGPACK_OBJECT_MAP) {
-      static const char *const afields[] = {"tensor", NULL};
-      KILN_RETURN_IF_ERROR(kiln_params_check(a, "argument", afields));
-      uint64_t id;
-      KILN_RETURN_IF_ERROR(kiln_params_u64(a, "tensor", true, &id));
-      kiln_tensor_t *t;
-      KILN_RETURN_IF_ERROR(kiln_tensor_lookup(call, id, &t));
-      if (t->device != d)
-        return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                           "argument %u: tensor %llu lives on %s, the launch runs on %s", i,
-                           (unsigned long long)id, t->device->id, d->id);
-      if (!is_ptr)
-        return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                           "argument %u (\"%s\") is a %s, not a pointer: pass a number", i,
-                           k->args[i].name, kiln_arg_type_name(k->args[i].type));
-    } else if (is_ptr) {
-      return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                         "argument %u (\"%s\") is a pointer: pass {\"tensor\": id}", i,
-                         k->args[i].name);
-    }
-  }
-  KILN_RETURN_IF_ERROR(kiln_quota_check(tenant, "launches", tenant->launches, 1,
-                                        tenant->quotas.launches));
-  kiln_dslot_t *slot;
-  KILN_RETURN_IF_ERROR(kiln_device_slot(call->server, d, tenant, &slot));
-  /* The worker gets the params as sent (tensor ids are its buffer handles) with the module
-   * id normalised and the fields only kilnd reads left out. */
-  launch_op_t *op = calloc(1, sizeof(*op));
-  if (!op) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  kiln_buf_init(&op->params);
-  kiln_packer_t pk;
-  kiln_packer_init(&pk, &op->params);
-  msgpack_pack_array(&pk.pk, 1);
-  const msgpack_object *p = call->params;
-  static const char *const local[] = {"device", "module", "wait", "timeout_ms"};
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < p->via.map.size; i++) {
-    bool skip = false;
-    for (size_t j = 0; j < KILN_ARRAY_SIZE(local); j++) skip |= kiln_obj_str_eq(&p->via.map.ptr[i].key, local[j]);
-    n += !skip;
+  kiln_launch_job_t job = {.kind = timed ? KILN_JOB_TIME : KILN_JOB_LAUNCH,
+                           .kernel = (uint32_t)(k - m->art.kernels), .shared = lp.shared,
+                           .number = lp.number, .repeat = lp.repeat,
+                           .min_repeat_ms = lp.min_repeat_ms, .warmup = lp.warmup,
+                           .flush = lp.flush};
+  memcpy(job.module, m->key, KILN_HASH_BYTES);
+  memcpy(job.grid, lp.grid, sizeof(job.grid));
+  memcpy(job.block, lp.block, sizeof(job.block));
+  KILN_RETURN_IF_ERROR(job_args(call, d, k, lp.args, &job));
+  kiln_status_t st = kiln_quota_check(tenant, "launches", tenant->launches, 1, tenant->quotas.launches);
+  kiln_dslot_t *slot = NULL;
+  if (!st) st = kiln_device_slot(call->server, d, tenant, &slot);
+  launch_op_t *op = st ? NULL : calloc(1, sizeof(*op));
+  if (!st && !op) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (st) {
+    free(job.args);
+    return st;
   }
   /* The deadline: the worker stops the kernel's run at it where the device can (work-groups
    * not yet started on the cpu, the completion wait on GPUs) and answers E_TIMEOUT; kilnd's
    * watchdog ends a worker that stays silent past it (a kernel that never returns). */
   uint64_t timeout_ms = lp.timeout_ms ? lp.timeout_ms : (uint64_t)(call->server->cfg.launch_timeout_s * 1000.0);
   op->seq = ++slot->cancel_seq;
-  msgpack_pack_map(&pk.pk, n + 2 + (timeout_ms ? 1 : 0));
-  kiln_pack_kv_str(&pk.pk, "module", m->hex);
-  kiln_pack_kv_u64(&pk.pk, "cancel", op->seq);
-  if (timeout_ms) kiln_pack_kv_u64(&pk.pk, "deadline_ms", timeout_ms);
-  for (uint32_t i = 0; i < p->via.map.size; i++) {
-    const msgpack_object_kv *kv = &p->via.map.ptr[i];
-    bool skip = false;
-    for (size_t j = 0; j < KILN_ARRAY_SIZE(local); j++) skip |= kiln_obj_str_eq(&kv->key, local[j]);
-    if (skip) continue;
-    msgpack_pack_object(&pk.pk, kv->key);
-    msgpack_pack_object(&pk.pk, kv->val);
-  }
-  kiln_status_t st = kiln_packer_status(&pk);
+  job.cancel = op->seq;
+  job.deadline_ms = timeout_ms;
+  kiln_buf_init(&op->params);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &op->params);
+  kiln_launch_job_encode(&pk.pk, &job);
+  free(job.args);
+  st = kiln_packer_status(&pk);
   if (st) {
     op_free(op);
     return st;
   }
   op->req = call->req;
   op->slot = slot;
-  op->method = method;
+  op->kind = job.kind;
   op->budget_ms = timed ? 0 : timeout_ms; /* a `time` call runs many launches: no watchdog */
   memcpy(op->key, m->key, KILN_HASH_BYTES);
   bool now;

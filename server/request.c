@@ -53,17 +53,21 @@ kiln_status_t kiln_build_params_parse(const msgpack_object *p, const char *what,
   return KILN_OK;
 }
 
-static kiln_status_t check_dims(const msgpack_object *params, const char *name) {
+/* [x] .. [x, y, z], each 1 .. 2^32-1; unused dimensions are 1. */
+static kiln_status_t parse_dims(const msgpack_object *params, const char *name, uint32_t out[3]) {
+  out[0] = out[1] = out[2] = 1;
   const msgpack_object_array *a = NULL;
   KILN_RETURN_IF_ERROR(kiln_params_array(params, name, true, &a));
   if (a->size < 1 || a->size > 3)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be an array of 1 to 3 positive integers",
                        name);
-  for (uint32_t i = 0; i < a->size; i++)
+  for (uint32_t i = 0; i < a->size; i++) {
     if (a->ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a->ptr[i].via.u64 == 0 ||
         a->ptr[i].via.u64 > UINT32_MAX)
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s[%u] must be an integer from 1 to 2^32-1",
                          name, i);
+    out[i] = (uint32_t)a->ptr[i].via.u64;
+  }
   return KILN_OK;
 }
 
@@ -75,24 +79,28 @@ kiln_status_t kiln_launch_params_parse(const msgpack_object *p, bool timed,
                                         "shared", "wait", "timeout_ms", "number", "repeat",
                                         "min_repeat_ms", "warmup", "flush", NULL};
   KILN_RETURN_IF_ERROR(kiln_params_check(p, timed ? "time" : "launch", timed ? tfields : lfields));
-  kiln_launch_params_t l = {.wait = true};
+  /* time's defaults: one warm-up run, then one repeat of one run. */
+  kiln_launch_params_t l = {.wait = true, .number = 1, .repeat = 1, .warmup = 1};
   KILN_RETURN_IF_ERROR(kiln_params_str(p, "module", true, &l.module, &l.module_len));
   KILN_RETURN_IF_ERROR(kiln_params_str(p, "kernel", true, &l.kernel, &l.kernel_len));
   KILN_RETURN_IF_ERROR(kiln_params_str(p, "device", false, &l.device, &l.device_len));
-  KILN_RETURN_IF_ERROR(check_dims(p, "grid"));
-  KILN_RETURN_IF_ERROR(check_dims(p, "block"));
-  uint64_t u;
+  KILN_RETURN_IF_ERROR(parse_dims(p, "grid", l.grid));
+  KILN_RETURN_IF_ERROR(parse_dims(p, "block", l.block));
+  uint64_t u = 0;
   KILN_RETURN_IF_ERROR(kiln_params_u64(p, "shared", false, &u));
+  if (u > UINT32_MAX) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "shared is too large");
+  l.shared = (uint32_t)u;
   if (timed) {
     static const char *const nums[] = {"number", "repeat", "min_repeat_ms", "warmup"};
+    uint32_t *outs[] = {&l.number, &l.repeat, &l.min_repeat_ms, &l.warmup};
     for (size_t i = 0; i < KILN_ARRAY_SIZE(nums); i++) {
-      u = 1;
+      u = *outs[i];
       KILN_RETURN_IF_ERROR(kiln_params_u64(p, nums[i], false, &u));
       if (u > 1000000)
         return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be at most 1000000", nums[i]);
+      *outs[i] = (uint32_t)u;
     }
-    bool b;
-    KILN_RETURN_IF_ERROR(kiln_params_bool(p, "flush", false, &b));
+    KILN_RETURN_IF_ERROR(kiln_params_bool(p, "flush", false, &l.flush));
   }
   KILN_RETURN_IF_ERROR(kiln_params_bool(p, "wait", false, &l.wait));
   KILN_RETURN_IF_ERROR(kiln_params_u64(p, "timeout_ms", false, &l.timeout_ms));

@@ -38,7 +38,12 @@ typedef struct kiln_launch_params {
   uint32_t module_len, kernel_len, device_len;
   bool wait;
   uint64_t timeout_ms; /* 0: the server's --launch-timeout */
-  const msgpack_object_array *args;
+  const msgpack_object_array *args; /* checked against the kernel by server/launch.c */
+  uint32_t grid[3], block[3]; /* unused dimensions 1 */
+  uint32_t shared;
+  /* time only (defaults 1, 1, 0, 1, false): */
+  uint32_t number, repeat, min_repeat_ms, warmup;
+  bool flush;
 } kiln_launch_params_t;
 
 kiln_status_t kiln_launch_params_parse(const msgpack_object *p, bool timed,

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "protocol/channel.h"
+#include "protocol/job_tensor.h"
 #include "protocol/shm_pool.h"
 #include "server/server.h"
 
@@ -37,7 +38,7 @@ typedef struct op {
   int kind;            /* OP_* */
   bool reserved;       /* alloc/upload: desc.nbytes and one tensor are charged to the tenant */
   /* While it waits behind the tenant's held launches (kiln_device_follow): */
-  const char *method;
+  kiln_job_kind_t job;
   kiln_buf_t params;
   int fd;
   uint64_t offset;  /* read/download: where the reply's bytes start in the tensor */
@@ -155,22 +156,11 @@ static void worker_ignore(void *ctx, kiln_status_t st, const msgpack_object *res
   kiln_status_free(st);
 }
 
-/* The params of a tensor method for the worker: [{handle, bytes, offset, size}], plus the
- * payload's offset `at` in the buffer passed as an fd when `with_fd`. */
-static kiln_status_t pack_params(kiln_buf_t *out, uint64_t handle, uint64_t bytes, uint64_t offset,
-                                 uint64_t size, bool with_fd, uint64_t at) {
+/* The worker's job (protocol/job_tensor.h) as the request's params. */
+static kiln_status_t pack_job(kiln_buf_t *out, const kiln_tensor_job_t *j) {
   kiln_packer_t pk;
   kiln_packer_init(&pk, out);
-  msgpack_pack_array(&pk.pk, 1);
-  msgpack_pack_map(&pk.pk, with_fd ? 6 : 4);
-  kiln_pack_kv_u64(&pk.pk, "handle", handle);
-  kiln_pack_kv_u64(&pk.pk, "bytes", bytes);
-  kiln_pack_kv_u64(&pk.pk, "offset", offset);
-  kiln_pack_kv_u64(&pk.pk, "size", size);
-  if (with_fd) {
-    kiln_pack_kv_u64(&pk.pk, "at", at);
-    kiln_pack_kv_u64(&pk.pk, "fds", 1);
-  }
+  kiln_tensor_job_encode(&pk.pk, j);
   return kiln_packer_status(&pk);
 }
 
@@ -183,9 +173,9 @@ static kiln_status_t send_free(kiln_server_t *s, kiln_tensor_t *t, kiln_worker_c
   }
   kiln_buf_t params;
   kiln_buf_init(&params);
-  kiln_status_t st = pack_params(&params, t->id, 0, 0, 0, false, 0);
+  kiln_status_t st = pack_job(&params, &(kiln_tensor_job_t){.kind = KILN_JOB_FREE, .handle = t->id});
   forget(s, t);
-  if (!st) st = kiln_worker_call(w, "free", &params, NULL, 0, cb, ctx);
+  if (!st) st = kiln_worker_call(w, kiln_job_name(KILN_JOB_FREE), &params, NULL, 0, cb, ctx);
   kiln_buf_deinit(&params);
   return st;
 }
@@ -326,7 +316,7 @@ static kiln_status_t send_now(op_t *op) {
   int fd = op->fd;
   op->fd = -1;
   op->generation = kiln_worker_generation(op->slot->worker);
-  kiln_status_t st = kiln_worker_call(op->slot->worker, op->method, &op->params, fd >= 0 ? &fd : NULL,
+  kiln_status_t st = kiln_worker_call(op->slot->worker, kiln_job_name(op->job), &op->params, fd >= 0 ? &fd : NULL,
                                       fd >= 0 ? 1 : 0, on_worker_reply, op);
   kiln_buf_deinit(&op->params);
   return st;
@@ -342,10 +332,11 @@ static void follow_go(void *ctx, kiln_status_t st) {
   }
 }
 
-/* Sends `method` with params {handle, bytes, offset, size} and, when op has a buffer, its
- * fd with the offset `at` of the bytes in it. The buffer stays op's; the worker is told
- * which one by its fd (and keeps large ones mapped, keyed by inode). */
-static kiln_status_t prepare(op_t *op, const char *method, uint64_t bytes, uint64_t offset,
+/* Makes the job `kind` for op's tensor: `bytes` (alloc, upload) or `offset` and `size`
+ * (write, read) and, when op has a buffer, its fd with the offset `at` of the bytes in it.
+ * The buffer stays op's; the worker is told which one by its fd (and keeps large ones
+ * mapped, keyed by inode). */
+static kiln_status_t prepare(op_t *op, kiln_job_kind_t kind, uint64_t bytes, uint64_t offset,
                              uint64_t size, uint64_t at) {
   int fd = -1;
   if (op->buf) {
@@ -353,13 +344,15 @@ static kiln_status_t prepare(op_t *op, const char *method, uint64_t bytes, uint6
     if (fd < 0) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "no file descriptor for a transfer");
   }
   op->fd = fd;
-  op->method = method;
-  return pack_params(&op->params, op->id, bytes, offset, size, fd >= 0, at);
+  op->job = kind;
+  kiln_tensor_job_t j = {.kind = kind, .handle = op->id, .bytes = bytes, .offset = offset,
+                         .size = size, .at = at};
+  return pack_job(&op->params, &j);
 }
 
-static kiln_status_t send_op(kiln_call_t *call, op_t *op, const char *method, uint64_t bytes,
+static kiln_status_t send_op(kiln_call_t *call, op_t *op, kiln_job_kind_t kind, uint64_t bytes,
                              uint64_t offset, uint64_t size, uint64_t at) {
-  KILN_RETURN_IF_ERROR(prepare(op, method, bytes, offset, size, at));
+  KILN_RETURN_IF_ERROR(prepare(op, kind, bytes, offset, size, at));
   op->req = call->req;
   op->server = call->server;
   /* Behind what of the tenant waits in the device gate, so that its requests on the device
@@ -428,7 +421,7 @@ kiln_status_t kiln_method_alloc(kiln_call_t *call) {
   op->desc = desc;
   op->id = kiln_random_id();
   kiln_status_t st = reserve(call, op);
-  if (!st) st = send_op(call, op, "alloc", desc.nbytes, 0, 0, 0);
+  if (!st) st = send_op(call, op, KILN_JOB_ALLOC, desc.nbytes, 0, 0, 0);
   if (st) op_free(op);
   return st;
 }
@@ -453,7 +446,7 @@ kiln_status_t kiln_method_upload(kiln_call_t *call) {
   kiln_status_t st = reserve(call, op);
   if (!st && desc.nbytes) st = take_payload(call, data, desc.nbytes, &op->buf, &at);
   if (!st)
-    st = send_op(call, op, op->buf ? "upload" : "alloc", desc.nbytes, 0, desc.nbytes, at);
+    st = send_op(call, op, op->buf ? KILN_JOB_UPLOAD : KILN_JOB_ALLOC, desc.nbytes, 0, 0, at);
   if (st) op_free(op);
   return st;
 }
@@ -489,7 +482,7 @@ kiln_status_t kiln_method_write(kiln_call_t *call) {
   op->id = t->id;
   uint64_t at = 0;
   kiln_status_t st = take_payload(call, data, len, &op->buf, &at);
-  if (!st) st = send_op(call, op, "write", t->desc.nbytes, offset, len, at);
+  if (!st) st = send_op(call, op, KILN_JOB_WRITE, 0, offset, len, at);
   if (st) op_free(op);
   return st;
 }
@@ -501,7 +494,7 @@ static kiln_status_t read_start(op_t *op) {
   op->charged = op->len;
   KILN_RETURN_IF_ERROR(kiln_shm_pool_get(shm_pool(op->server), op->len, t->index, &op->buf));
   op->buf->owner = t->index;
-  KILN_RETURN_IF_ERROR(prepare(op, "read", op->desc.nbytes, op->offset, op->len, 0));
+  KILN_RETURN_IF_ERROR(prepare(op, KILN_JOB_READ, 0, op->offset, op->len, 0));
   return send_now(op);
 }
 
@@ -529,7 +522,7 @@ static kiln_status_t start_read(kiln_call_t *call, kiln_tensor_t *t, int kind, u
   op->desc = t->desc;
   if (size == 0) {
     /* Nothing to move; still ordered behind earlier work on the device. */
-    kiln_status_t st = send_op(call, op, "sync", t->desc.nbytes, offset, 0, 0);
+    kiln_status_t st = send_op(call, op, KILN_JOB_SYNC, 0, 0, 0, 0);
     if (st) op_free(op);
     return st;
   }
@@ -579,7 +572,7 @@ kiln_status_t kiln_method_free(kiln_call_t *call) {
   op->id = t->id;
   /* Gone for the client at once; the worker frees it after the work queued before. */
   forget(call->server, t);
-  kiln_status_t st = send_op(call, op, "free", 0, 0, 0, 0);
+  kiln_status_t st = send_op(call, op, KILN_JOB_FREE, 0, 0, 0, 0);
   if (st) op_free(op);
   return st;
 }

@@ -12,9 +12,9 @@
  * Once LLVM is set up the worker confines itself (base/sandbox.h, profile "compiler"): the
  * file system is the device libraries, libc and libm (link inputs) and --tmp-dir.
  *
- * Method "compile": params {kind, target, opt_level, max_block, fast_math, size, fds: 1}
- * with the payload in the memfd; result {"artifact": bin (protocol/artifact.h encoding),
- * "compile_ms": float}. LLVM may end this process on input it cannot handle; kilnd reports
+ * It serves one job kind, compile (protocol/job_compile.h, docs/worker_jobs.md): the payload
+ * in the job's memfd; the reply holds the artifact (protocol/artifact.h encoding) and the
+ * compiler's time. LLVM may end this process on input it cannot handle; kilnd reports
  * that job as E_COMPILER_CRASHED and starts a new worker. */
 #include <errno.h>
 #include <link.h>
@@ -32,7 +32,8 @@
 #include "compiler/compiler.h"
 #include "compiler/internal.h"
 #include "protocol/channel.h"
-#include "protocol/frame.h"
+#include "protocol/job_compile.h"
+#include "protocol/job_serve.h"
 #include "protocol/rpc.h"
 
 static int write_stdout(void *data, const char *buf, size_t len) {
@@ -89,46 +90,35 @@ static int print_identity(void) {
   return fflush(stdout) == 0 ? 0 : 1;
 }
 
-static kiln_status_t do_compile(kiln_compiler_t *c, const msgpack_object *params, int fd,
-                                msgpack_packer *pk) {
-  char kind_name[16] = "auto", target[128] = "";
-  const msgpack_object *o;
-  if ((o = kiln_params_find(params, "kind")))
-    KILN_RETURN_IF_ERROR(kiln_obj_cstr(o, "kind", kind_name, sizeof(kind_name)));
-  if (!(o = kiln_params_find(params, "target")))
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "missing target");
-  KILN_RETURN_IF_ERROR(kiln_obj_cstr(o, "target", target, sizeof(target)));
-  kiln_compile_request_t req = {.target = target, .options = kiln_compile_options_default()};
-  KILN_RETURN_IF_ERROR(kiln_payload_kind_parse(kind_name, &req.kind));
-  uint64_t v = req.options.opt_level, size = 0;
-  KILN_RETURN_IF_ERROR(kiln_params_u64(params, "opt_level", false, &v));
-  req.options.opt_level = (uint32_t)v;
-  v = 0;
-  KILN_RETURN_IF_ERROR(kiln_params_u64(params, "max_block", false, &v));
-  req.options.max_block = (uint32_t)v;
-  KILN_RETURN_IF_ERROR(kiln_params_bool(params, "fast_math", false, &req.options.fast_math));
-  KILN_RETURN_IF_ERROR(kiln_params_u64(params, "size", true, &size));
-  if (fd < 0) return KILN_STATUS(KILN_E_INTERNAL, "compile request without its payload");
+/* The compile job (protocol/job_compile.h): its payload in the job's fd. */
+static kiln_status_t do_compile(void *ctx, kiln_job_call_t *call) {
+  kiln_compiler_t *c = ctx;
+  if (call->kind != KILN_JOB_COMPILE)
+    return KILN_STATUS(KILN_E_NO_METHOD, "compile worker has no job '%s'", kiln_job_name(call->kind));
+  kiln_compile_job_t j;
+  KILN_RETURN_IF_ERROR(kiln_compile_job_decode(call->job, &j));
+  kiln_compile_request_t req = {.target = j.target, .kind = j.kind,
+                                .options = kiln_compile_options_default()};
+  req.options.opt_level = j.opt_level;
+  req.options.max_block = j.max_block;
+  req.options.fast_math = j.fast_math;
   void *payload = NULL;
-  KILN_RETURN_IF_ERROR(kiln_shm_map(fd, size, false, &payload));
+  KILN_RETURN_IF_ERROR(kiln_shm_map(call->fds[0], j.size, false, &payload));
   req.payload = payload;
-  req.payload_size = size;
+  req.payload_size = j.size;
   uint64_t t0 = kiln_now_ns();
   kiln_artifact_t art;
   kiln_status_t st = kiln_compiler_compile(c, &req, &art);
   double ms = (double)(kiln_now_ns() - t0) / 1e6;
-  kiln_shm_unmap(payload, size);
+  kiln_shm_unmap(payload, j.size);
   if (st) return st;
   uint8_t *bytes = NULL;
   size_t len = 0;
   st = kiln_artifact_encode(&art, &bytes, &len);
   kiln_artifact_deinit(&art);
   if (st) return st;
-  msgpack_pack_map(pk, 2);
-  kiln_pack_cstr(pk, "artifact");
-  msgpack_pack_bin(pk, len);
-  msgpack_pack_bin_body(pk, bytes, len);
-  kiln_pack_kv_f64(pk, "compile_ms", ms);
+  kiln_compile_reply_encode(call->reply, &(kiln_compile_reply_t){.artifact = bytes, .len = len,
+                                                                  .compile_ms = ms});
   free(bytes);
   return KILN_OK;
 }
@@ -181,72 +171,8 @@ static int serve(int channel, const options_t *o) {
     KILN_LOG_ERROR("compiler_create", "message=\"%s\"", kiln_status_message(st));
     return 2;
   }
-  kiln_fdq_t fdq;
-  kiln_fdq_init(&fdq);
-  kiln_limits_t lim;
-  kiln_limits_default(&lim);
-  lim.max_message = 1ull << 32;
-  lim.max_str = 1u << 31;
-  kiln_reader_t r;
-  kiln_reader_init(&r, &lim, 64 * 1024);
-  int rc = 0;
-  for (;;) {
-    size_t cap;
-    void *space = kiln_reader_space(&r, &cap);
-    if (!space) return 1;
-    int fds[16], nfds;
-    bool trunc;
-    ssize_t n = kiln_channel_recv(channel, space, cap, fds, 16, &nfds, &trunc);
-    for (int i = 0; i < nfds; i++)
-      if (!kiln_fdq_push(&fdq, fds[i])) close(fds[i]);
-    if (n == 0) break;
-    if (n < 0) return 1;
-    kiln_reader_commit(&r, (size_t)n);
-    const uint8_t *msg;
-    size_t len;
-    kiln_frame_result_t fr;
-    while ((fr = kiln_reader_next(&r, &msg, &len)) == KILN_FRAME_MESSAGE) {
-      kiln_rpc_msg_t m;
-      bool has;
-      st = kiln_rpc_parse(msg, len, &m, &has);
-      if (st || m.type != KILN_RPC_REQUEST) {
-        kiln_status_free(st);
-        kiln_rpc_msg_deinit(&m);
-        return 1;
-      }
-      uint64_t nf = 0;
-      kiln_params_u64(m.params, "fds", false, &nf);
-      int fd = nf ? kiln_fdq_pop(&fdq) : -1;
-      for (uint64_t i = 1; i < nf; i++) close(kiln_fdq_pop(&fdq));
-      kiln_buf_t out;
-      kiln_buf_init(&out);
-      kiln_packer_t pk;
-      kiln_packer_init(&pk, &out);
-      kiln_rpc_pack_result_head(&pk.pk, m.msgid);
-      if (kiln_rpc_method_is(&m, "compile")) st = do_compile(c, m.params, fd, &pk.pk);
-      else st = KILN_STATUS(KILN_E_NO_METHOD, "compile worker has no such method");
-      if (!st) st = kiln_packer_status(&pk);
-      if (fd >= 0) close(fd);
-      if (st) {
-        out.len = 0;
-        kiln_rpc_pack_error(&pk.pk, m.msgid, kiln_status_code(st), kiln_status_message(st));
-        kiln_status_free(st);
-      }
-      kiln_rpc_msg_deinit(&m);
-      st = kiln_channel_send_all(channel, out.data, out.len, NULL, 0);
-      kiln_buf_deinit(&out);
-      if (st) {
-        kiln_status_free(st);
-        return 1;
-      }
-    }
-    if (fr == KILN_FRAME_ERROR) {
-      rc = 1;
-      break;
-    }
-  }
-  kiln_reader_deinit(&r);
-  kiln_fdq_deinit(&fdq);
+  kiln_job_server_t server = {.channel = channel, .handle = do_compile, .ctx = c};
+  int rc = kiln_job_serve(&server);
   kiln_compiler_destroy(c);
   return rc;
 }

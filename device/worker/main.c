@@ -18,7 +18,6 @@
 #include "base/util.h"
 #include "device/registry.h"
 #include "device/worker/worker.h"
-#include "protocol/frame.h"
 #include "protocol/rpc.h"
 
 static int write_stdout(void *data, const char *buf, size_t len) {
@@ -80,66 +79,20 @@ static int probe_all(void) {
   return fflush(stdout) == 0 ? 0 : 1;
 }
 
-static kiln_status_t send_reply(kiln_dworker_t *w, kiln_buf_t *b) {
-  return kiln_channel_send_all(w->channel, b->data, b->len, NULL, 0);
+/* One job: each family in turn (tensors.c, modules.c); a new family adds its line. */
+static kiln_status_t handle(void *ctx, kiln_job_call_t *call) {
+  kiln_dworker_t *w = ctx;
+  bool found = false;
+  kiln_status_t st = kiln_dworker_tensor_job(w, call, &found);
+  if (!st && !found) st = kiln_dworker_module_job(w, call, &found);
+  if (!st && !found)
+    st = KILN_STATUS(KILN_E_NO_METHOD, "device worker has no job '%s'", kiln_job_name(call->kind));
+  return st;
 }
 
-/* Handles one request: takes its fds from the queue, runs it, replies. Returns false
- * when the channel is broken. */
-static bool handle(kiln_dworker_t *w, const uint8_t *bytes, size_t len) {
-  kiln_rpc_msg_t m;
-  bool has;
-  kiln_status_t st = kiln_rpc_parse(bytes, len, &m, &has);
-  if (st || m.type != KILN_RPC_REQUEST) {
-    KILN_LOG_ERROR("bad_request", "message=\"%s\"", st ? kiln_status_message(st) : "not a request");
-    kiln_status_free(st);
-    kiln_rpc_msg_deinit(&m);
-    return false;
-  }
-  kiln_dworker_call_t call = {.w = w, .params = m.params};
-  uint64_t nfds = 0;
-  st = kiln_params_u64(m.params, "fds", false, &nfds);
-  for (uint64_t i = 0; !st && i < nfds && i < KILN_CHANNEL_MAX_FDS; i++) {
-    int fd = kiln_fdq_pop(&w->fds);
-    if (fd < 0) st = KILN_STATUS(KILN_E_INTERNAL, "message announced %llu fds, fewer arrived",
-                                 (unsigned long long)nfds);
-    else call.fds[call.nfds++] = fd;
-  }
-  char method[32];
-  snprintf(method, sizeof(method), "%.*s", (int)(m.method_len < 31 ? m.method_len : 31), m.method);
-  kiln_buf_t out;
-  kiln_buf_init(&out);
-  kiln_packer_t pk;
-  kiln_packer_init(&pk, &out);
-  kiln_rpc_pack_result_head(&pk.pk, m.msgid);
-  call.pk = &pk.pk;
-  bool found = false;
-  if (!st) st = kiln_dworker_tensor_method(&call, method, &found);
-  if (!st && !found) st = kiln_dworker_module_method(&call, method, &found);
-  if (!st && !found)
-    st = KILN_STATUS(KILN_E_NO_METHOD, "device worker has no method '%s'", method);
-  for (int i = 0; i < call.nfds; i++) close(call.fds[i]);
-  if (st) {
-    out.len = 0;
-    kiln_rpc_pack_error(&pk.pk, m.msgid, kiln_status_code(st), kiln_status_message(st));
-    kiln_code_t code = kiln_status_code(st);
-    kiln_status_free(st);
-    /* A device fault leaves the context unusable (ROCr evicts the queues, CUDA's context
-     * is dead): answer, then exit so that kilnd starts a clean worker. */
-    if (code == KILN_E_DEVICE_FAULT || code == KILN_E_TIMEOUT) {
-      send_reply(w, &out);
-      _exit(3);
-    }
-  }
-  kiln_rpc_msg_deinit(&m);
-  st = send_reply(w, &out);
-  kiln_buf_deinit(&out);
-  if (st) {
-    kiln_status_free(st);
-    return false;
-  }
-  return true;
-}
+/* A device fault leaves the context unusable (ROCr evicts the queues, CUDA's context is
+ * dead): the loop answers, then the worker exits so that kilnd starts a clean one. */
+static bool fatal(kiln_code_t code) { return code == KILN_E_DEVICE_FAULT || code == KILN_E_TIMEOUT; }
 
 /* "0,2-3" -> {0, 2, 3}; returns the count, or -1 if malformed. */
 static int parse_cpus(const char *s, int *out, int cap) {
@@ -260,48 +213,8 @@ static int serve(int channel, const char *device_id, const int *cpus, int ncpus,
   }
   kiln_map_init(&w.buffers);
   kiln_map_init(&w.modules);
-  kiln_fdq_init(&w.fds);
-  kiln_limits_t lim;
-  kiln_limits_default(&lim);
-  lim.max_message = 1ull << 32; /* kilnd is trusted; payloads ride in memfds anyway */
-  lim.max_str = 1u << 31;
-  kiln_reader_t r;
-  kiln_reader_init(&r, &lim, 64 * 1024);
-  int rc = 0;
-  for (;;) {
-    size_t cap;
-    void *space = kiln_reader_space(&r, &cap);
-    if (!space) {
-      rc = 1;
-      break;
-    }
-    int fds[16], nfds;
-    bool trunc;
-    ssize_t n = kiln_channel_recv(channel, space, cap, fds, 16, &nfds, &trunc);
-    for (int i = 0; i < nfds; i++)
-      if (!kiln_fdq_push(&w.fds, fds[i])) close(fds[i]);
-    if (n == 0) break; /* kilnd closed the channel: exit quietly */
-    if (n < 0) {
-      rc = 1;
-      break;
-    }
-    kiln_reader_commit(&r, (size_t)n);
-    const uint8_t *msg;
-    size_t len;
-    kiln_frame_result_t fr;
-    while ((fr = kiln_reader_next(&r, &msg, &len)) == KILN_FRAME_MESSAGE)
-      if (!handle(&w, msg, len)) {
-        rc = 1;
-        goto done;
-      }
-    if (fr == KILN_FRAME_ERROR) {
-      rc = 1;
-      break;
-    }
-  }
-done:
-  kiln_reader_deinit(&r);
-  kiln_fdq_deinit(&w.fds);
+  kiln_job_server_t server = {.channel = channel, .handle = handle, .fatal = fatal, .ctx = &w};
+  int rc = kiln_job_serve(&server);
   size_t it = 0;
   void *v;
   while (kiln_map_next(&w.buffers, &it, NULL, &v)) {

@@ -1,6 +1,7 @@
-/* Tensor storage in the device worker: alloc, upload, write, read, free, sync. Handles are
- * chosen by kilnd (the tensor ids); bulk bytes arrive and leave through shared memory
- * (docs/transfers.md): the request carries an fd and the offset `at` of the bytes in it. */
+/* Tensor jobs in the device worker (protocol/job_tensor.h): alloc, upload, write, read, free,
+ * sync. Handles are chosen by kilnd (the tensor ids); bulk bytes arrive and leave through
+ * shared memory (docs/transfers.md): the job carries an fd and the offset `at` of the bytes
+ * in it. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -8,7 +9,7 @@
 #include <unistd.h>
 
 #include "device/worker/worker.h"
-#include "protocol/rpc.h"
+#include "protocol/job_tensor.h"
 #include "protocol/shm_pool.h"
 
 static kiln_status_t get_buffer(kiln_dworker_t *w, uint64_t handle, kiln_dworker_buffer_t **out) {
@@ -70,11 +71,8 @@ static kiln_status_t zero_fill(kiln_dworker_t *w, kiln_dworker_buffer_t *b) {
  * once per worker instead of once per transfer. Small ones are mapped for this request
  * only (*out_temp holds the length to unmap). A buffer kilnd drops has its pages punched
  * out there, so a stale mapping here holds address space, not memory. */
-static kiln_status_t shm_get(kiln_dworker_call_t *call, uint64_t need, uint8_t **out,
+static kiln_status_t shm_get(kiln_dworker_t *w, int fd, uint64_t need, uint8_t **out,
                              uint64_t *out_temp) {
-  kiln_dworker_t *w = call->w;
-  if (call->nfds < 1) return KILN_STATUS(KILN_E_INTERNAL, "request carries no shared memory");
-  int fd = call->fds[0];
   struct stat st;
   if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < need)
     return KILN_STATUS(KILN_E_INTERNAL, "shared memory is smaller than the %llu bytes announced",
@@ -110,11 +108,11 @@ static kiln_status_t shm_get(kiln_dworker_call_t *call, uint64_t need, uint8_t *
 }
 
 /* The `size` bytes at `at` in the request's shared memory. */
-static kiln_status_t shm_range(kiln_dworker_call_t *call, uint64_t at, uint64_t size,
+static kiln_status_t shm_range(kiln_dworker_t *w, int fd, uint64_t at, uint64_t size,
                                uint8_t **out, uint64_t *out_temp) {
   if (at > UINT64_MAX - size) return KILN_STATUS(KILN_E_INTERNAL, "shared memory range overflows");
   uint8_t *base = NULL;
-  KILN_RETURN_IF_ERROR(shm_get(call, at + size, &base, out_temp));
+  KILN_RETURN_IF_ERROR(shm_get(w, fd, at + size, &base, out_temp));
   *out = base + at;
   return KILN_OK;
 }
@@ -123,60 +121,50 @@ static void shm_done(uint8_t *p, uint64_t at, uint64_t temp) {
   if (temp) kiln_shm_unmap(p - at, temp);
 }
 
-kiln_status_t kiln_dworker_tensor_method(kiln_dworker_call_t *call, const char *method,
-                                         bool *out_found) {
-  kiln_dworker_t *w = call->w;
-  uint64_t handle = 0, bytes = 0, offset = 0, size = 0, at = 0;
-  *out_found = true;
-  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "handle", false, &handle));
-  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "bytes", false, &bytes));
-  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "offset", false, &offset));
-  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "size", false, &size));
-  KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "at", false, &at));
+kiln_status_t kiln_dworker_tensor_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found) {
+  *out_found = kiln_job_is_tensor(call->kind);
+  if (!*out_found) return KILN_OK;
+  kiln_tensor_job_t j;
+  KILN_RETURN_IF_ERROR(kiln_tensor_job_decode(call->kind, call->job, &j));
+  int fd = call->nfds ? call->fds[0] : -1;
   kiln_dworker_buffer_t *b = NULL;
-  if (strcmp(method, "alloc") == 0) {
-    KILN_RETURN_IF_ERROR(do_alloc(w, handle, bytes, &b));
-    kiln_status_t st = zero_fill(w, b);
-    if (st) do_free(w, handle);
-    msgpack_pack_nil(call->pk);
-    return st;
-  }
-  if (strcmp(method, "upload") == 0) {
-    uint8_t *src;
-    uint64_t temp;
-    KILN_RETURN_IF_ERROR(shm_range(call, at, bytes, &src, &temp));
-    kiln_status_t st = do_alloc(w, handle, bytes, &b);
-    if (!st) {
-      st = w->backend->copy_in(w->dev, b->mem, 0, src, bytes);
-      if (st) do_free(w, handle);
+  kiln_status_t st = KILN_OK;
+  msgpack_pack_nil(call->reply);
+  switch (j.kind) {
+    case KILN_JOB_ALLOC:
+      KILN_RETURN_IF_ERROR(do_alloc(w, j.handle, j.bytes, &b));
+      st = zero_fill(w, b);
+      if (st) do_free(w, j.handle);
+      return st;
+    case KILN_JOB_UPLOAD: {
+      uint8_t *src;
+      uint64_t temp;
+      KILN_RETURN_IF_ERROR(shm_range(w, fd, j.at, j.bytes, &src, &temp));
+      st = do_alloc(w, j.handle, j.bytes, &b);
+      if (!st) {
+        st = w->backend->copy_in(w->dev, b->mem, 0, src, j.bytes);
+        if (st) do_free(w, j.handle);
+      }
+      shm_done(src, j.at, temp);
+      return st;
     }
-    shm_done(src, at, temp);
-    msgpack_pack_nil(call->pk);
-    return st;
+    case KILN_JOB_WRITE:
+    case KILN_JOB_READ: {
+      KILN_RETURN_IF_ERROR(get_buffer(w, j.handle, &b));
+      if (j.offset > b->bytes || j.size > b->bytes - j.offset)
+        return KILN_STATUS(KILN_E_INTERNAL, "range outside buffer %llu", (unsigned long long)j.handle);
+      uint8_t *map;
+      uint64_t temp;
+      KILN_RETURN_IF_ERROR(shm_range(w, fd, j.at, j.size, &map, &temp));
+      st = j.kind == KILN_JOB_WRITE ? w->backend->copy_in(w->dev, b->mem, j.offset, map, j.size)
+                                    : w->backend->copy_out(w->dev, b->mem, j.offset, map, j.size);
+      shm_done(map, j.at, temp);
+      return st;
+    }
+    case KILN_JOB_FREE:
+      do_free(w, j.handle);
+      return KILN_OK;
+    default: /* sync: ordered behind what came before, nothing to do */
+      return KILN_OK;
   }
-  if (strcmp(method, "write") == 0 || strcmp(method, "read") == 0) {
-    bool is_write = method[0] == 'w';
-    KILN_RETURN_IF_ERROR(get_buffer(w, handle, &b));
-    if (offset > b->bytes || size > b->bytes - offset)
-      return KILN_STATUS(KILN_E_INTERNAL, "range outside buffer %llu", (unsigned long long)handle);
-    uint8_t *map;
-    uint64_t temp;
-    KILN_RETURN_IF_ERROR(shm_range(call, at, size, &map, &temp));
-    kiln_status_t st = is_write ? w->backend->copy_in(w->dev, b->mem, offset, map, size)
-                                : w->backend->copy_out(w->dev, b->mem, offset, map, size);
-    shm_done(map, at, temp);
-    msgpack_pack_nil(call->pk);
-    return st;
-  }
-  if (strcmp(method, "free") == 0) {
-    do_free(w, handle);
-    msgpack_pack_nil(call->pk);
-    return KILN_OK;
-  }
-  if (strcmp(method, "sync") == 0) {
-    msgpack_pack_nil(call->pk);
-    return KILN_OK;
-  }
-  *out_found = false;
-  return KILN_OK;
 }

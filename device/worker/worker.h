@@ -1,8 +1,10 @@
 /* The device worker process: owns one opened device (backend + context), the tenant's
- * tensors on it and, later, loaded modules. kilnd talks to it over the channel
- * (protocol/channel.h) with MessagePack-RPC; requests are handled strictly in order on the
- * main thread, which is what makes "operations of a tenant on a device run in order" true.
- * docs/workers.md lists the methods. */
+ * tensors on it and its loaded modules. kilnd sends it typed jobs (protocol/job.h,
+ * docs/worker_jobs.md) over the channel, served by protocol/job_serve.h's loop; jobs are
+ * handled strictly in order on the main thread, which is what makes "operations of a tenant
+ * on a device run in order" true. The worker trusts a job's values (kilnd checked the
+ * client's fields); it checks what only it knows: its buffers, its modules, its device's
+ * limits. */
 #ifndef KILN_DEVICE_WORKER_WORKER_H
 #define KILN_DEVICE_WORKER_WORKER_H
 
@@ -13,6 +15,7 @@
 #include "base/map.h"
 #include "device/device.h"
 #include "protocol/channel.h"
+#include "protocol/job_serve.h"
 
 /* A shared-memory buffer from kilnd's pool, kept mapped across requests (tensors.c). */
 #define KILN_DWORKER_SHM_CACHE 16
@@ -29,8 +32,7 @@ typedef struct kiln_dworker {
   kiln_device_t *dev;
   char device_id[32];
   kiln_map_t buffers; /* handle -> buffer_t* */
-  kiln_map_t modules; /* hash of the module key -> module */
-  kiln_fdq_t fds;
+  kiln_map_t modules; /* kiln_module_key64 of the module id -> module */
   int channel;
   kiln_dworker_shm_t shm[KILN_DWORKER_SHM_CACHE]; /* by inode, least recently used goes */
   uint64_t shm_clock;
@@ -45,20 +47,10 @@ typedef struct kiln_dworker_buffer {
   uint64_t bytes;
 } kiln_dworker_buffer_t;
 
-/* One request: params map, fds taken from the queue, result packer. */
-typedef struct kiln_dworker_call {
-  kiln_dworker_t *w;
-  const msgpack_object *params;
-  msgpack_packer *pk; /* result (after the head) */
-  int fds[KILN_CHANNEL_MAX_FDS];
-  int nfds;
-} kiln_dworker_call_t;
-
-kiln_status_t kiln_dworker_tensor_method(kiln_dworker_call_t *call, const char *method,
-                                         bool *out_found);
-
-kiln_status_t kiln_dworker_module_method(kiln_dworker_call_t *call, const char *method,
-                                         bool *out_found);
+/* Each family's jobs: *out_found false when the kind is not the family's (main.c asks each
+ * family in turn). */
+kiln_status_t kiln_dworker_tensor_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
+kiln_status_t kiln_dworker_module_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
 void kiln_dworker_modules_deinit(kiln_dworker_t *w);
 
 #endif

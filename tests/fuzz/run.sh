@@ -5,12 +5,13 @@
 #   tests/fuzz/run.sh TARGET [SECONDS] [libFuzzer flags...]    e.g. tests/fuzz/run.sh frame 600 -jobs=2
 #   tests/fuzz/run.sh list                                      the targets
 # Targets: frame (framing decoder), request (params validation), codeobj (prebuilt code objects
-# and AMDGPU metadata), artifact (cached artifact decoding), tokens (tokens file parser), te
+# and AMDGPU metadata), artifact (cached artifact decoding), job (the worker seam's jobs and
+# replies, protocol/job*.c), tokens (tokens file parser), te
 # (tensor-expression programs: parse, schedule, inline, bounds, launch recipes).
 # Environment: CLANG (default /usr/lib/llvm-22/bin/clang), OUT (default build/fuzz).
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
-targets="frame request codeobj artifact tokens te"
+targets="frame request codeobj artifact job tokens te"
 target=${1:-}
 if [ "$target" = list ]; then echo "$targets"; exit 0; fi
 case " $targets " in
@@ -35,6 +36,7 @@ codeobj)
   extra_cflags="-I$(/usr/lib/llvm-22/bin/llvm-config --includedir 2>/dev/null || echo /usr/lib/llvm-22/include)"
   max_len=65536 ;;
 artifact) srcs="protocol/mp.c protocol/artifact.c"; max_len=65536 ;;
+job) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/payload.c protocol/job.c protocol/job_tensor.c protocol/job_module.c protocol/job_compile.c" ;;
 tokens) srcs="server/tenants.c"; max_len=8192 ;;
 te)
   srcs="protocol/mp.c protocol/artifact.c"

@@ -1,0 +1,34 @@
+/* The one serve loop of kiln's workers: reads jobs from the channel in order, takes each
+ * job's file descriptors from the queue, hands the job to the worker's handler and sends
+ * its reply. Blocking; for the worker processes. */
+#ifndef KILN_PROTOCOL_JOB_SERVE_H
+#define KILN_PROTOCOL_JOB_SERVE_H
+
+#include <msgpack.h>
+
+#include "protocol/channel.h"
+#include "protocol/job.h"
+
+typedef struct kiln_job_call {
+  kiln_job_kind_t kind;
+  const msgpack_object *job; /* the job array: the handler decodes it with the kind's decoder */
+  int fds[KILN_CHANNEL_MAX_FDS]; /* the job's fds, closed by the loop after the handler */
+  uint32_t nfds;
+  msgpack_packer *reply; /* the handler packs exactly one reply value on success */
+} kiln_job_call_t;
+
+typedef struct kiln_job_server {
+  int channel;
+  /* Runs one job; an error is sent as the reply's error. */
+  kiln_status_t (*handle)(void *ctx, kiln_job_call_t *call);
+  /* Whether a job that failed with `code` leaves the worker unusable: the loop answers, then
+   * the process exits with status 3 (NULL: never). */
+  bool (*fatal)(kiln_code_t code);
+  void *ctx;
+} kiln_job_server_t;
+
+/* Serves until kilnd closes the channel (returns 0) or the channel breaks, or a message is
+ * not a job (returns 1). */
+int kiln_job_serve(const kiln_job_server_t *s);
+
+#endif
