@@ -4,7 +4,9 @@
 #   bench/gpu/run.sh conformance    the device conformance suite on cuda:0
 #   bench/gpu/run.sh server         kilnd end to end on cuda:0 (test_compile, test_te_server)
 #   bench/gpu/run.sh bench          kiln-device-bench cuda:0
-#   bench/gpu/run.sh all            the three in that order
+#   bench/gpu/run.sh python         the Python suite's GPU cases (test_te, test_topi) when the
+#                                   machine's python3 has numpy, msgpack and pytest
+#   bench/gpu/run.sh all            the four in that order
 # Figures in bench/results name the command that produced them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,11 +34,23 @@ bench() {
   "$build/bench/kiln-device-bench" cuda:0 "$build/tests/device" 2>&1 | tee "$OUT/device_bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 }
+python() {
+  if ! python3 -c 'import numpy, msgpack, pytest' 2>/dev/null; then
+    echo "python: python3 here lacks numpy, msgpack or pytest; the Python suite is not run" |
+      tee "$OUT/python.log"
+    return
+  fi
+  KILND=$PWD/$build/server/kilnd PYTHONPATH=$PWD/clients/python python3 -m pytest \
+    tests/python/test_te.py tests/python/test_topi.py -q -rs -p no:cacheprovider 2>&1 |
+    tee "$OUT/python.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+}
 case "${1:-all}" in
   conformance) conformance ;;
   server) server ;;
   bench) bench ;;
-  all) conformance; server; bench ;;
-  *) echo "usage: bench/gpu/run.sh conformance|server|bench|all" >&2; exit 2 ;;
+  python) python ;;
+  all) conformance; server; bench; python ;;
+  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|all" >&2; exit 2 ;;
 esac
 exit $rc
