@@ -127,8 +127,8 @@ static kiln_status_t set_limits(const kiln_sandbox_config_t *cfg, bool own_uid) 
     KILN_RETURN_IF_ERROR(set_limit(RLIMIT_NPROC, "NPROC", 0));
   else if (own_uid)
     KILN_RETURN_IF_ERROR(set_limit(RLIMIT_NPROC, "NPROC", 4096));
-#if !defined(__SANITIZE_ADDRESS__)
-  /* AddressSanitizer reserves terabytes of shadow address space: no RLIMIT_AS there. */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  /* ASan and TSan reserve terabytes of shadow address space: no RLIMIT_AS there. */
   if (cfg->max_address_space)
     KILN_RETURN_IF_ERROR(set_limit(RLIMIT_AS, "AS", cfg->max_address_space));
 #endif
@@ -446,8 +446,19 @@ static kiln_status_t allow_list(scmp_filter_ctx f, const char *const *names) {
       return KILN_STATUS(KILN_E_INTERNAL, "seccomp_rule_add(%s): %s", #name, strerror(-rc_)); \
   } while (0)
 
+#if defined(__SANITIZE_THREAD__)
+/* ThreadSanitizer's runtime symbolizes reports and reads its own maps from /proc/self while
+ * the program runs. Only the thread-sanitizer build (a CI stage that checks kiln's threads,
+ * never its confinement, which the release and ASan suites test) allows these. */
+static const char *const tsan_calls[] = {"readlink", "readlinkat", "open", "openat", "newfstatat",
+                                         "fstat", "getdents64", "sched_getaffinity", NULL};
+#endif
+
 static kiln_status_t build_filter(scmp_filter_ctx f, kiln_sandbox_profile_t p) {
   KILN_RETURN_IF_ERROR(allow_list(f, common_calls));
+#if defined(__SANITIZE_THREAD__)
+  KILN_RETURN_IF_ERROR(allow_list(f, tsan_calls));
+#endif
   pid_t pid = getpid();
   /* Signals to itself only (abort, raise, glibc's thread signals); tkill names no process. */
   RULE(f, SCMP_ACT_ALLOW, kill, 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)pid));
