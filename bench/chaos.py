@@ -490,8 +490,8 @@ def main():
         ("kilnd RSS ends where it started (within 10%% or 8 MiB)",
          rss2 <= max(rss0 * 1.10, rss0 + 8192), "%d -> %d KiB (%d right after)" % (rss0, rss2, rss1)),
         # The artifact caches keep every fresh build by design (bounded): what kilnd holds
-        # beyond what they account for must come back. module_bytes counts the encoded and
-        # the decoded copy of each module; the memory cache its encoded entries.
+        # beyond what they account for must come back. module_bytes counts the modules' kernel
+        # tables; the memory cache the encoded artifacts (the module table refers to them).
         ("kilnd RSS beyond its accounted artifact caches ends where it started (within 10%% or 16 MiB)",
          rss2 - held(st2) <= max((rss0 - held(st0)) * 1.10, rss0 - held(st0) + 16384),
          "%d -> %d KiB (caches: %d -> %d KiB)" % (rss0 - held(st0), rss2 - held(st2), held(st0), held(st2))),

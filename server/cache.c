@@ -86,7 +86,25 @@ kiln_cache_entry_t *kiln_cache_entry_retain(kiln_cache_entry_t *e) {
 void kiln_cache_entry_release(kiln_cache_entry_t *e) {
   if (!e) return;
   /* acq_rel: the thread that frees must see every other thread's last use */
-  if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1) free(e);
+  if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1) {
+    if (e->user_free) e->user_free(e->user);
+    free(e);
+  }
+}
+
+kiln_cache_entry_t *kiln_cache_entry_new(const uint8_t key[KILN_CACHE_KEY_BYTES], size_t len) {
+  return kiln_cache_entry_alloc(key, len);
+}
+
+uint8_t *kiln_cache_entry_bytes(kiln_cache_entry_t *e) { return e->data; }
+
+void *kiln_cache_entry_user(const kiln_cache_entry_t *e) { return e->user; }
+
+bool kiln_cache_entry_set_user(kiln_cache_entry_t *e, void *user, void (*free_fn)(void *)) {
+  if (e->user) return false;
+  e->user = user;
+  e->user_free = free_fn;
+  return true;
 }
 
 /* --- lists and the index ----------------------------------------------------------------- */
@@ -539,9 +557,10 @@ kiln_cache_entry_t *kiln_cache_get(kiln_cache_t *c, const uint8_t key[KILN_CACHE
   return NULL;
 }
 
-kiln_status_t kiln_cache_put(kiln_cache_t *c, const uint8_t key[KILN_CACHE_KEY_BYTES],
-                             const uint8_t *bytes, size_t len) {
+kiln_status_t kiln_cache_put_entry(kiln_cache_t *c, kiln_cache_entry_t *e) {
   assert(on_owner_thread(c) && !c->closing);
+  const uint8_t *key = e->key;
+  size_t len = e->len;
   node_t *n = find(c, key);
   if (n) {
     /* content-addressed: the same key means the same bytes, so nothing is rewritten; a
@@ -552,13 +571,7 @@ kiln_status_t kiln_cache_put(kiln_cache_t *c, const uint8_t key[KILN_CACHE_KEY_B
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "cache put: key stored with %llu bytes, given %zu",
                          (unsigned long long)have, len);
     n->doomed = false;
-    if (!n->mem) {
-      kiln_cache_entry_t *e = n->writing ? kiln_cache_entry_retain(n->writing)
-                                         : kiln_cache_entry_alloc(key, len);
-      if (!e) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache put: out of memory");
-      if (!n->writing) memcpy(e->data, bytes, len);
-      mem_insert(c, n, e);
-    }
+    if (!n->mem) mem_insert(c, n, kiln_cache_entry_retain(n->writing ? n->writing : e));
     touch(c, n);
     return KILN_OK;
   }
@@ -566,18 +579,23 @@ kiln_status_t kiln_cache_put(kiln_cache_t *c, const uint8_t key[KILN_CACHE_KEY_B
   bool fits_disk = KILN_CACHE_HEADER_BYTES + (uint64_t)len <= c->max_disk;
   if (!fits_mem && !fits_disk)
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache put: %zu bytes exceed both budgets", len);
-  kiln_cache_entry_t *e = kiln_cache_entry_alloc(key, len);
-  n = e ? node_add(c, key) : NULL;
-  if (!n) {
-    kiln_cache_entry_release(e);
-    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache put: out of memory for %zu bytes", len);
-  }
-  memcpy(e->data, bytes, len);
+  n = node_add(c, key);
+  if (!n) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache put: out of memory for %zu bytes", len);
   if (fits_disk) write_queue(c, n, e);
-  mem_insert(c, n, e);
+  mem_insert(c, n, kiln_cache_entry_retain(e));
   node_maybe_free(c, n); /* only when the write could not even be queued and e was too big */
   pump(c);
   return KILN_OK;
+}
+
+kiln_status_t kiln_cache_put(kiln_cache_t *c, const uint8_t key[KILN_CACHE_KEY_BYTES],
+                             const uint8_t *bytes, size_t len) {
+  kiln_cache_entry_t *e = kiln_cache_entry_alloc(key, len);
+  if (!e) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache put: out of memory for %zu bytes", len);
+  memcpy(e->data, bytes, len);
+  kiln_status_t st = kiln_cache_put_entry(c, e);
+  kiln_cache_entry_release(e);
+  return st;
 }
 
 void kiln_cache_remove(kiln_cache_t *c, const uint8_t key[KILN_CACHE_KEY_BYTES]) {

@@ -9,13 +9,14 @@
  * link inside it is followed (docs/cache.md "Trust").
  *
  * Threads: everything here is called on the loop thread that opened the cache, except
- * kiln_cache_entry_retain/_release/_data, which any thread may call (the refcount is
+ * kiln_cache_entry_retain/_release/_data/_user, which any thread may call (the refcount is
  * atomic), so that an entry can be handed to another thread. Disk writes run on libuv's
  * thread pool (uv_queue_work); the index, both LRU lists and the counters belong to the
  * loop thread alone. */
 #ifndef KILN_SERVER_CACHE_H
 #define KILN_SERVER_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -83,6 +84,11 @@ kiln_cache_entry_t *kiln_cache_get(kiln_cache_t *cache, const uint8_t key[KILN_C
 kiln_status_t kiln_cache_put(kiln_cache_t *cache, const uint8_t key[KILN_CACHE_KEY_BYTES],
                              const uint8_t *bytes, size_t len);
 
+/* As kiln_cache_put, with an entry the caller made (kiln_cache_entry_new) and filled: the
+ * cache keeps a reference to it, no copy (when the key is present already the cache keeps
+ * what it has). The caller keeps its own reference. */
+kiln_status_t kiln_cache_put_entry(kiln_cache_t *cache, kiln_cache_entry_t *entry);
+
 /* Drops the key from memory and disk (a caller that found the bytes unusable). A write in
  * flight for it is deleted when it lands. Absent keys are fine. */
 void kiln_cache_remove(kiln_cache_t *cache, const uint8_t key[KILN_CACHE_KEY_BYTES]);
@@ -95,5 +101,14 @@ const uint8_t *kiln_cache_entry_data(const kiln_cache_entry_t *entry, size_t *ou
 const uint8_t *kiln_cache_entry_key(const kiln_cache_entry_t *entry);
 kiln_cache_entry_t *kiln_cache_entry_retain(kiln_cache_entry_t *entry);
 void kiln_cache_entry_release(kiln_cache_entry_t *entry);
+/* A new entry of len bytes for key, outside the cache, with one reference: the caller fills
+ * its bytes and puts it (kiln_cache_put_entry) or releases it. NULL when out of memory. */
+kiln_cache_entry_t *kiln_cache_entry_new(const uint8_t key[KILN_CACHE_KEY_BYTES], size_t len);
+uint8_t *kiln_cache_entry_bytes(kiln_cache_entry_t *entry); /* before it is put */
+/* What a user of the entry keeps with it (kilnd's decoded kernel table, server/modules.h):
+ * set once, on the loop thread (false when one is set already); free_fn(user) runs when the
+ * last reference goes, on whichever thread releases it. */
+bool kiln_cache_entry_set_user(kiln_cache_entry_t *entry, void *user, void (*free_fn)(void *));
+void *kiln_cache_entry_user(const kiln_cache_entry_t *entry);
 
 #endif

@@ -39,6 +39,8 @@ kiln_cache_entry_t *kiln_cache_entry_alloc(const uint8_t key[KILN_CACHE_KEY_BYTE
   if (!e) return NULL;
   atomic_init(&e->refs, 1);
   e->len = len;
+  e->user = NULL;
+  e->user_free = NULL;
   memcpy(e->key, key, KILN_CACHE_KEY_BYTES);
   return e;
 }

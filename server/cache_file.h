@@ -40,6 +40,8 @@
 struct kiln_cache_entry {
   atomic_uint refs;
   size_t len;
+  void *user;                  /* what the entry's user attached (kiln_cache_entry_set_user) */
+  void (*user_free)(void *);   /* called with `user` when the last reference goes */
   uint8_t key[KILN_CACHE_KEY_BYTES];
   _Alignas(16) uint8_t data[];
 };

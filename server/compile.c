@@ -20,6 +20,7 @@
 #include "protocol/job_compile.h"
 #include "server/cache.h"
 #include "server/compile.h"
+#include "server/modules.h"
 #include "server/request.h"
 
 enum { PRIO_INTERACTIVE = 0, PRIO_BATCH = 1 };
@@ -83,8 +84,6 @@ typedef struct kiln_compile_state {
   tqueue_t *ring[2];      /* per priority: the tenant served next; NULL when none waits */
   uint32_t qlen[2];
   kiln_map_t inflight; /* key64 -> job (queued or running) */
-  kiln_map_t modules;  /* key64 -> kiln_module_t */
-  uint64_t module_bytes;
   kiln_cache_t *cache;
   /* counters */
   uint64_t compiles, compile_errors, crashes, timeouts, hits, joins, cancelled;
@@ -150,7 +149,6 @@ kiln_status_t kiln_compile_init(kiln_server_t *s) {
   cs->server = s;
   s->compile = cs;
   kiln_map_init(&cs->inflight);
-  kiln_map_init(&cs->modules);
   kiln_map_init(&cs->tqueues[0]);
   kiln_map_init(&cs->tqueues[1]);
   KILN_RETURN_IF_ERROR(read_identity(s, cs));
@@ -159,6 +157,7 @@ kiln_status_t kiln_compile_init(kiln_server_t *s) {
   cc.max_disk_bytes = s->cfg.cache_max_bytes;
   cc.max_mem_bytes = 256ull << 20;
   KILN_RETURN_IF_ERROR(kiln_cache_open(s->loop, &cc, &cs->cache));
+  s->cache = cs->cache; /* the module table's store (server/modules.h) */
   cs->nslots = s->cfg.compile_workers;
   cs->slots = calloc(cs->nslots, sizeof(slot_t));
   if (!cs->slots) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -190,120 +189,13 @@ void kiln_compile_shutdown(kiln_server_t *s) {
   if (cs->cache) {
     kiln_cache_close(cs->cache, NULL, NULL);
     cs->cache = NULL;
+    s->cache = NULL;
   }
 }
 
 /* --- modules ------------------------------------------------------------------------------ */
 
 static uint64_t key64(const uint8_t key[KILN_HASH_BYTES]) { return kiln_module_key64(key); }
-
-static void module_free(kiln_module_t *m) {
-  free(m->bytes);
-  kiln_artifact_deinit(&m->art);
-  free(m);
-}
-
-/* Keeps decoded modules within a memory bound; evicted ones come back from the cache. */
-static void modules_trim(kiln_compile_state_t *cs) {
-  const uint64_t limit = 512ull << 20;
-  while (cs->module_bytes > limit && cs->modules.count > 1) {
-    size_t it = 0;
-    uint64_t k, oldest_k = 0, oldest_t = UINT64_MAX;
-    void *v;
-    while (kiln_map_next(&cs->modules, &it, &k, &v)) {
-      kiln_module_t *m = v;
-      if (m->last_use_ns < oldest_t) {
-        oldest_t = m->last_use_ns;
-        oldest_k = k;
-      }
-    }
-    kiln_module_t *m = kiln_map_remove(&cs->modules, oldest_k);
-    cs->module_bytes -= m->len * 2;
-    module_free(m);
-  }
-}
-
-/* Decodes artifact bytes into a module and enters it in the table (takes `bytes`). */
-static kiln_status_t module_add(kiln_compile_state_t *cs, const uint8_t key[KILN_HASH_BYTES],
-                                uint8_t *bytes, size_t len, kiln_module_t **out) {
-  kiln_module_t *m = calloc(1, sizeof(*m));
-  if (!m) {
-    free(bytes);
-    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  memcpy(m->key, key, KILN_HASH_BYTES);
-  kiln_hex(key, KILN_HASH_BYTES, m->hex);
-  m->bytes = bytes;
-  m->len = len;
-  kiln_status_t st = kiln_artifact_decode(bytes, len, &m->art);
-  if (!st) st = kiln_map_put(&cs->modules, key64(key), m);
-  if (st) {
-    module_free(m);
-    return st;
-  }
-  m->last_use_ns = kiln_now_ns();
-  cs->module_bytes += len * 2; /* bytes plus the decoded copy, roughly */
-  modules_trim(cs);
-  *out = m;
-  return KILN_OK;
-}
-
-/* Memory table, then the cache (a disk hit after a restart lands here). */
-static kiln_module_t *module_lookup(kiln_compile_state_t *cs, const uint8_t key[KILN_HASH_BYTES]) {
-  kiln_module_t *m = kiln_map_get(&cs->modules, key64(key));
-  if (m && memcmp(m->key, key, KILN_HASH_BYTES) == 0) {
-    m->last_use_ns = kiln_now_ns();
-    return m;
-  }
-  kiln_cache_entry_t *e = kiln_cache_get(cs->cache, key);
-  if (!e) return NULL;
-  size_t len;
-  const uint8_t *data = kiln_cache_entry_data(e, &len);
-  uint8_t *copy = malloc(len ? len : 1);
-  if (copy) memcpy(copy, data, len);
-  kiln_cache_entry_release(e);
-  if (!copy) return NULL;
-  kiln_status_t st = module_add(cs, key, copy, len, &m);
-  if (st) {
-    /* An entry that verifies its checksum but does not decode was written by another
-     * kiln version with the same identity: treat as a miss. */
-    KILN_LOG_WARN("cache_undecodable", "message=\"%s\"", kiln_status_message(st));
-    kiln_status_free(st);
-    return NULL;
-  }
-  return m;
-}
-
-static bool parse_hex_key(const char *hex, uint32_t len, uint8_t out[KILN_HASH_BYTES]) {
-  if (len != 2 * KILN_HASH_BYTES) return false;
-  for (uint32_t i = 0; i < KILN_HASH_BYTES; i++) {
-    int hi = hex[2 * i], lo = hex[2 * i + 1];
-    if (!isxdigit(hi) || !isxdigit(lo)) return false;
-    hi = isdigit(hi) ? hi - '0' : tolower(hi) - 'a' + 10;
-    lo = isdigit(lo) ? lo - '0' : tolower(lo) - 'a' + 10;
-    out[i] = (uint8_t)(hi << 4 | lo);
-  }
-  return true;
-}
-
-kiln_status_t kiln_module_find(kiln_server_t *s, const kiln_tenant_t *tenant, const char *hex,
-                               uint32_t len, kiln_module_t **out) {
-  uint8_t key[KILN_HASH_BYTES];
-  if (!parse_hex_key(hex, len, key))
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                       "module must be the 64-hex-digit id that `compile` returned");
-  /* A module id is a content hash anyone could compute: only tenants that compiled it
-   * (or got it from the cache through their own compile) may use it. */
-  kiln_module_t *m = NULL;
-  if (!tenant || kiln_map_get(&tenant->modules, key64(key))) m = module_lookup(state(s), key);
-  if (!m)
-    return KILN_STATUS(KILN_E_NOT_FOUND,
-                       "no module %.16s…: compile it again (it may have been evicted from the "
-                       "cache)",
-                       hex);
-  *out = m;
-  return KILN_OK;
-}
 
 /* --- result packing ----------------------------------------------------------------------- */
 
@@ -444,20 +336,20 @@ static void on_compiled(void *ctx, kiln_status_t st, const msgpack_object *resul
     kiln_compile_reply_t r = {0};
     st = kiln_compile_reply_decode(result, &r);
     if (!st) ms = r.compile_ms;
+    /* The artifact's one copy in kilnd: from the reply into its cache entry, which the module
+     * table then refers to. Only an artifact that decodes enters the cache. */
+    kiln_cache_entry_t *e = st ? NULL : kiln_cache_entry_new(j->key, r.len);
+    if (!st && !e) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
     if (!st) {
-      uint8_t *copy = malloc(r.len ? r.len : 1);
-      if (!copy) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-      else {
-        memcpy(copy, r.artifact, r.len);
-        /* Decode first: only an artifact that decodes enters the cache. */
-        st = module_add(cs, j->key, copy, r.len, &m);
-        if (!st) {
-          kiln_status_t cst = kiln_cache_put(cs->cache, j->key, m->bytes, m->len);
-          if (cst) {
-            KILN_LOG_WARN("cache_put", "message=\"%s\"", kiln_status_message(cst));
-            kiln_status_free(cst);
-          }
-        }
+      memcpy(kiln_cache_entry_bytes(e), r.artifact, r.len);
+      st = kiln_module_of(e, &m);
+      if (st) kiln_cache_entry_release(e);
+    }
+    if (!st) {
+      kiln_status_t cst = kiln_cache_put_entry(cs->cache, e);
+      if (cst) {
+        KILN_LOG_WARN("cache_put", "message=\"%s\"", kiln_status_message(cst));
+        kiln_status_free(cst);
       }
     }
   }
@@ -474,6 +366,7 @@ static void on_compiled(void *ctx, kiln_status_t st, const msgpack_object *resul
     cs->duration_buckets[b]++;
   }
   job_finish(cs, j, m, ms, st);
+  kiln_module_release(m);
   schedule(cs);
 }
 
@@ -657,10 +550,11 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   t->compiles++; /* from here on waiter_finish gives it back */
   uint8_t key[KILN_HASH_BYTES];
   build_key(cs, b, key);
-  kiln_module_t *m = module_lookup(cs, key);
+  kiln_module_t *m = kiln_module_get(cs->cache, key);
   if (m) {
     cs->hits++;
     waiter_finish(cs, w, m, true, 0, KILN_OK);
+    kiln_module_release(m);
     return KILN_OK;
   }
   job_t *j = kiln_map_get(&cs->inflight, key64(key));
@@ -801,20 +695,30 @@ kiln_status_t kiln_method_source(kiln_call_t *call) {
   KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "kind", false, &kind, &klen));
   kiln_module_t *m;
   KILN_RETURN_IF_ERROR(kiln_module_find(call->server, call->conn->tenant, hex, hlen, &m));
+  /* The table is all the module table keeps decoded: the texts and code come from its bytes. */
+  kiln_artifact_t a;
+  kiln_artifact_init(&a);
+  kiln_status_t st = kiln_artifact_decode(m->bytes, m->len, &a);
   const char *text = NULL;
-  if (klen == 4 && memcmp(kind, "llvm", 4) == 0) text = m->art.llvm_ir;
-  else if (klen == 3 && memcmp(kind, "asm", 3) == 0) text = m->art.assembly;
-  else if (klen == 6 && memcmp(kind, "binary", 6) == 0) {
-    msgpack_pack_bin(call->pk, m->art.code_size);
-    msgpack_pack_bin_body(call->pk, m->art.code, m->art.code_size);
-    return KILN_OK;
-  } else
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "kind must be \"llvm\", \"asm\" or \"binary\"");
-  if (!text)
-    return KILN_STATUS(KILN_E_NOT_FOUND, "module %.16s has no %.*s text (prebuilt code object)",
-                       m->hex, (int)klen, kind);
-  kiln_pack_cstr(call->pk, text);
-  return KILN_OK;
+  if (st) {
+  } else if (klen == 4 && memcmp(kind, "llvm", 4) == 0) {
+    text = a.llvm_ir;
+  } else if (klen == 3 && memcmp(kind, "asm", 3) == 0) {
+    text = a.assembly;
+  } else if (klen == 6 && memcmp(kind, "binary", 6) == 0) {
+    msgpack_pack_bin(call->pk, a.code_size);
+    msgpack_pack_bin_body(call->pk, a.code, a.code_size);
+  } else {
+    st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "kind must be \"llvm\", \"asm\" or \"binary\"");
+  }
+  bool binary = klen == 6 && memcmp(kind, "binary", 6) == 0;
+  if (!st && !binary && !text)
+    st = KILN_STATUS(KILN_E_NOT_FOUND, "module %.16s has no %.*s text (prebuilt code object)",
+                     m->hex, (int)klen, kind);
+  if (!st && !binary) kiln_pack_cstr(call->pk, text);
+  kiln_artifact_deinit(&a);
+  kiln_module_release(m);
+  return st;
 }
 
 /* Drops queued (not running) compile work of request `msgid` on this connection. */
@@ -883,7 +787,8 @@ void kiln_compile_metrics(kiln_server_t *s, kiln_compile_metrics_t *out) {
   out->bucket_le = bounds_s;
   out->nbuckets = KILN_ARRAY_SIZE(bucket_bounds);
   out->buckets = cs->duration_buckets;
-  out->modules = cs->modules.count;
+  uint64_t table_bytes;
+  kiln_modules_stats(&out->modules, &table_bytes);
   if (cs->cache) kiln_cache_stats(cs->cache, &out->cache);
 }
 
@@ -902,8 +807,12 @@ void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk) {
   msgpack_pack_array(pk, cs->nslots);
   for (uint32_t i = 0; i < cs->nslots; i++)
     msgpack_pack_uint64(pk, cs->slots[i].worker ? (uint64_t)kiln_worker_pid(cs->slots[i].worker) : 0);
-  kiln_pack_kv_u64(pk, "modules", cs->modules.count);
-  kiln_pack_kv_u64(pk, "module_bytes", cs->module_bytes);
+  uint64_t modules, table_bytes;
+  kiln_modules_stats(&modules, &table_bytes);
+  /* Modules alive (in the cache's entries, or held by work in flight) and the bytes their
+   * kernel tables hold; their artifacts' bytes are the cache's (bytes_memory). */
+  kiln_pack_kv_u64(pk, "modules", modules);
+  kiln_pack_kv_u64(pk, "module_bytes", table_bytes);
   kiln_pack_kv_u64(pk, "workers_busy", busy);
   kiln_pack_kv_u64(pk, "queued_interactive", cs->qlen[0]);
   kiln_pack_kv_u64(pk, "queued_batch", cs->qlen[1]);

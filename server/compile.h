@@ -1,5 +1,5 @@
-/* Compiling in kilnd: cache keys, the compile queue and its workers, single-flight, and the
- * module table that `source`, `launch` and `time` use. Loop thread only. */
+/* Compiling in kilnd: cache keys, the compile queue and its workers, single-flight, and
+ * `source`. Compiled modules go into the module table (server/modules.h). Loop thread only. */
 #ifndef KILN_SERVER_COMPILE_H
 #define KILN_SERVER_COMPILE_H
 
@@ -8,24 +8,8 @@
 #include "server/cache.h"
 #include "server/server.h"
 
-/* A compiled module known to kilnd: its encoded artifact (what workers load) and the
- * decoded kernel table (for replies and argument checks). */
-typedef struct kiln_module {
-  uint8_t key[KILN_HASH_BYTES];
-  char hex[2 * KILN_HASH_BYTES + 1];
-  uint8_t *bytes; /* encoded artifact, owned */
-  size_t len;
-  kiln_artifact_t art; /* decoded */
-  uint64_t last_use_ns;
-} kiln_module_t;
-
 kiln_status_t kiln_compile_init(kiln_server_t *s);
 void kiln_compile_shutdown(kiln_server_t *s);
-
-/* The module with id `hex` (a compile's `module`), from memory or the artifact cache;
- * E_NOT_FOUND otherwise, and for a tenant (when not NULL) that never compiled it. Borrowed: valid until the next return to the loop. */
-kiln_status_t kiln_module_find(kiln_server_t *s, const kiln_tenant_t *tenant, const char *hex,
-                               uint32_t len, kiln_module_t **out);
 
 void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk); /* "compile", "cache" */
 /* The numbers behind GET /metrics (server/metrics.c). Borrowed pointers stay valid until the
@@ -50,7 +34,5 @@ kiln_status_t kiln_method_compile(kiln_call_t *call);
 kiln_status_t kiln_method_compile_batch(kiln_call_t *call);
 kiln_status_t kiln_method_source(kiln_call_t *call);
 kiln_status_t kiln_method_cancel(kiln_call_t *call);
-kiln_status_t kiln_method_launch(kiln_call_t *call);
-kiln_status_t kiln_method_time(kiln_call_t *call);
 
 #endif

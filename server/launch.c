@@ -10,7 +10,7 @@
 #include "protocol/channel.h"
 #include "protocol/job_module.h"
 #include "protocol/payload.h"
-#include "server/compile.h"
+#include "server/modules.h"
 #include "server/metrics.h"
 #include "server/request.h"
 
@@ -18,7 +18,7 @@ typedef struct launch_op {
   kiln_req_t *req;
   kiln_dslot_t *slot;
   struct launch_op *prev, *next; /* in slot->ops while the worker has it */
-  uint8_t key[KILN_HASH_BYTES];
+  kiln_module_t *module; /* a reference, held until the op ends */
   kiln_job_kind_t kind; /* KILN_JOB_LAUNCH or KILN_JOB_TIME */
   uint64_t budget_ms; /* the watchdog's budget (launch only; 0 = none) */
   uint64_t seq;       /* its cell in the slot's cancel page */
@@ -26,6 +26,7 @@ typedef struct launch_op {
 } launch_op_t;
 
 static void op_free(launch_op_t *op) {
+  kiln_module_release(op->module);
   kiln_buf_deinit(&op->params);
   free(op);
 }
@@ -200,13 +201,7 @@ void kiln_launches_conn_closed(kiln_server_t *s, kiln_conn_t *c) {
 static void launch_go(void *ctx, kiln_status_t st) {
   launch_op_t *op = ctx;
   kiln_server_t *s = op->req->conn->server;
-  kiln_module_t *m = NULL;
-  if (!st) {
-    char hex[2 * KILN_HASH_BYTES + 1];
-    kiln_hex(op->key, KILN_HASH_BYTES, hex);
-    st = kiln_module_find(s, NULL, hex, 2 * KILN_HASH_BYTES, &m);
-  }
-  if (!st) st = ensure_loaded(op->slot, m);
+  if (!st) st = ensure_loaded(op->slot, op->module);
   if (!st) st = ensure_cancel_page(op->slot);
   if (!st)
     st = kiln_worker_call_budget(op->slot->worker, kiln_job_name(op->kind), &op->params, NULL, 0,
@@ -289,29 +284,41 @@ static kiln_status_t job_args(kiln_call_t *call, kiln_device_entry_t *d, const k
   return st;
 }
 
+static kiln_status_t start_module(kiln_call_t *call, bool timed, const kiln_launch_params_t *lp,
+                                  kiln_device_entry_t *d, kiln_module_t *m);
+
 static kiln_status_t start(kiln_call_t *call, bool timed) {
   kiln_launch_params_t lp;
   KILN_RETURN_IF_ERROR(kiln_launch_params_parse(call->params, timed, &lp));
-  const char *hex = lp.module, *kname = lp.kernel, *dev = lp.device;
-  uint32_t hlen = lp.module_len, klen = lp.kernel_len, dlen = lp.device_len;
+  const char *hex = lp.module, *dev = lp.device;
+  uint32_t hlen = lp.module_len, dlen = lp.device_len;
   kiln_device_entry_t *d = kiln_device_find(call->server, dev, dlen);
   if (!d)
     return KILN_STATUS(KILN_E_NOT_FOUND, "no device '%.*s' on this server; `devices` lists them",
                        (int)(dlen < 32 ? dlen : 32), dev);
   kiln_tenant_t *tenant = call->conn->tenant;
   KILN_RETURN_IF_ERROR(kiln_device_permit(d, tenant));
-  bool wait = lp.wait;
   kiln_module_t *m;
   KILN_RETURN_IF_ERROR(kiln_module_find(call->server, tenant, hex, hlen, &m));
+  kiln_status_t st = start_module(call, timed, &lp, d, m);
+  kiln_module_release(m); /* the op took its own reference */
+  return st;
+}
+
+/* The rest of start() with the module found. */
+static kiln_status_t start_module(kiln_call_t *call, bool timed, const kiln_launch_params_t *lpp,
+                                  kiln_device_entry_t *d, kiln_module_t *m) {
+  kiln_launch_params_t lp = *lpp;
+  kiln_tenant_t *tenant = call->conn->tenant;
   if (strcmp(format_kind(m->art.format), d->kind) != 0)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                        "module %.16s was compiled for %s; device %s runs %s code: compile for "
                        "target \"%s\"",
                        m->hex, m->art.target, d->id, d->kind, d->id);
   char name[128];
-  if (klen >= sizeof(name)) return KILN_STATUS(KILN_E_NOT_FOUND, "kernel name too long");
-  memcpy(name, kname, klen);
-  name[klen] = 0;
+  if (lp.kernel_len >= sizeof(name)) return KILN_STATUS(KILN_E_NOT_FOUND, "kernel name too long");
+  memcpy(name, lp.kernel, lp.kernel_len);
+  name[lp.kernel_len] = 0;
   const kiln_kernel_t *k = kiln_artifact_kernel(&m->art, name);
   if (!k) return KILN_STATUS(KILN_E_NOT_FOUND, "module %.16s has no kernel '%s'", m->hex, name);
   kiln_launch_job_t job = {.kind = timed ? KILN_JOB_TIME : KILN_JOB_LAUNCH,
@@ -353,11 +360,11 @@ static kiln_status_t start(kiln_call_t *call, bool timed) {
   op->slot = slot;
   op->kind = job.kind;
   op->budget_ms = timed ? 0 : timeout_ms; /* a `time` call runs many launches: no watchdog */
-  memcpy(op->key, m->key, KILN_HASH_BYTES);
+  op->module = kiln_module_retain(m);
   bool now;
   /* Waiting behind another tenant's lease counts against the same timeout (the kernel gets
    * its whole deadline once it starts). */
-  st = kiln_device_gate(call->server, d, tenant, call->conn, wait, timeout_ms, launch_go, op, &now);
+  st = kiln_device_gate(call->server, d, tenant, call->conn, lp.wait, timeout_ms, launch_go, op, &now);
   if (st) {
     op_free(op);
     return st;

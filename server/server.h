@@ -247,6 +247,8 @@ kiln_status_t kiln_method_write(kiln_call_t *call);
 kiln_status_t kiln_method_read(kiln_call_t *call);
 kiln_status_t kiln_method_download(kiln_call_t *call);
 kiln_status_t kiln_method_free(kiln_call_t *call);
+kiln_status_t kiln_method_launch(kiln_call_t *call); /* launch.c */
+kiln_status_t kiln_method_time(kiln_call_t *call);
 
 /* --- devices and workers (devices.c, worker.c) -------------------------------------------- */
 
@@ -482,6 +484,7 @@ struct kiln_server {
   kiln_tenants_t tenants;
   uv_signal_t sig_hup;
   struct kiln_compile_state *compile;
+  struct kiln_cache *cache; /* the artifact cache (opened by compile.c; server/modules.h reads it) */
   uint64_t tensor_bytes;
   kiln_shm_pool_t shm_pool; /* bulk-byte buffers (tensors.c); set up on first use */
   bool shm_pool_ready;

@@ -323,6 +323,41 @@ Test(cache, memory_eviction_keeps_retained_bytes) {
   close_cache(c);
 }
 
+static int user_freed;
+static void count_user_free(void *p) {
+  cr_expect_eq(p, (void *)&user_freed);
+  user_freed++;
+}
+
+/* kiln_cache_put_entry keeps the caller's entry itself (the module table's bytes are the
+ * cache's, not a copy), and an entry's user data goes with its last reference: after the
+ * memory eviction, once the caller let go too. */
+Test(cache, put_entry_keeps_the_entry_and_its_user) {
+  kiln_cache_t *c = open_cache(0, 1500, 0);
+  uint8_t key[32];
+  key_of(7, key);
+  kiln_cache_entry_t *e = kiln_cache_entry_new(key, 1000);
+  cr_assert_not_null(e);
+  uint8_t *want = bytes_of(7, 1000);
+  memcpy(kiln_cache_entry_bytes(e), want, 1000);
+  user_freed = 0;
+  cr_assert(kiln_cache_entry_set_user(e, &user_freed, count_user_free));
+  cr_expect(!kiln_cache_entry_set_user(e, e, NULL), "a second user replaced the first");
+  cr_assert_null(kiln_cache_put_entry(c, e));
+  kiln_cache_entry_t *got = kiln_cache_get(c, key);
+  cr_assert_eq(got, e, "the cache holds a copy, not the entry put");
+  cr_expect_eq(kiln_cache_entry_user(got), &user_freed);
+  kiln_cache_entry_release(got);
+  kiln_cache_entry_release(e);
+  cr_expect_eq(user_freed, 0, "freed while the cache holds the entry");
+  put(c, 8, 1000); /* evicts key 7 from memory */
+  drain(c);
+  cr_expect_eq(user_freed, 1, "the user data outlived the entry's last reference");
+  cr_assert(get_ok(c, 7, 1000)); /* from disk, a new entry without user data */
+  free(want);
+  close_cache(c);
+}
+
 Test(cache, memory_lru_order_follows_gets) {
   kiln_cache_t *c = open_cache(0, 3000, 0);
   put(c, 1, 1000);
