@@ -33,11 +33,16 @@ typedef enum kiln_code {
 typedef struct kiln_status_s *kiln_status_t;
 #define KILN_OK ((kiln_status_t)0)
 
+/* On a function returning a status (or anything that must not be dropped): ignoring the
+ * result is a warning, an error under CI's -Werror. */
+#define KILN_MUST_USE __attribute__((warn_unused_result))
+
 /* Never returns NULL: on allocation failure a static "out of memory" status is returned
  * (kiln_status_free ignores it). */
-kiln_status_t kiln_status_make(kiln_code_t code, const char *file, int line, const char *fmt, ...)
+KILN_MUST_USE kiln_status_t kiln_status_make(kiln_code_t code, const char *file, int line,
+                                            const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-kiln_status_t kiln_status_makev(kiln_code_t code, const char *file, int line, const char *fmt,
+KILN_MUST_USE kiln_status_t kiln_status_makev(kiln_code_t code, const char *file, int line, const char *fmt,
                                 va_list ap);
 
 #define KILN_STATUS(code, ...) kiln_status_make((code), __FILE__, __LINE__, __VA_ARGS__)
@@ -55,8 +60,10 @@ const char *kiln_status_message(kiln_status_t s);
 const char *kiln_status_where(kiln_status_t s);
 void kiln_status_free(kiln_status_t s);
 
-/* Prepends "context: " to the message (keeps code and location). Returns s. */
-kiln_status_t kiln_status_annotate(kiln_status_t s, const char *fmt, ...)
+/* Prepends "context: " to the message (keeps code and location). Returns the annotated
+ * status, which replaces s: s itself is freed (unless it was KILN_OK or the static
+ * out-of-memory status, which are returned as they are). */
+KILN_MUST_USE kiln_status_t kiln_status_annotate(kiln_status_t s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* "E_INVALID_ARGUMENT" etc.; "E_UNKNOWN" for codes outside the table. */

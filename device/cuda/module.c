@@ -27,7 +27,7 @@ static kiln_status_t load_ptx(kiln_dmodule_t *m) {
   kiln_status_t s = KILN_OK;
   if (r != CUDA_SUCCESS) {
     s = kiln_cuda_error(r, __FILE__, __LINE__, "cuModuleLoadDataEx");
-    if (log[0]) kiln_status_annotate(s, "PTX JIT: %s", log);
+    if (log[0]) s = kiln_status_annotate(s, "PTX JIT: %s", log);
     m->module = NULL;
   }
   free(log);
