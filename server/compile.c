@@ -100,46 +100,22 @@ static kiln_compile_state_t *state(kiln_server_t *s) { return s->compile; }
 static kiln_status_t read_identity(kiln_server_t *s, kiln_compile_state_t *cs) {
   char path[600];
   KILN_RETURN_IF_ERROR(kiln_worker_find_binary(s, "kiln-compile-worker", path, sizeof(path)));
-  int p[2];
-  if (pipe2(p, O_CLOEXEC) != 0) return KILN_STATUS(KILN_E_UNAVAILABLE, "pipe: %s", strerror(errno));
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  char *argv[] = {path, "--identity", NULL};
-  extern char **environ;
-  pid_t pid;
-  int rc = posix_spawn(&pid, path, &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(p[1]);
-  if (rc) {
-    close(p[0]);
-    return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot run %s: %s", path, strerror(rc));
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  kiln_status_t st = kiln_worker_run_print(path, "--identity", 4096, &out);
+  if (st) {
+    kiln_buf_deinit(&out);
+    return st;
   }
-  char buf[4096];
-  size_t len = 0;
-  for (;;) {
-    ssize_t n = read(p[0], buf + len, sizeof(buf) - len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0 || len + (size_t)n >= sizeof(buf)) break;
-    len += (size_t)n;
-  }
-  close(p[0]);
-  int ws;
-  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-  msgpack_unpacked u;
-  msgpack_unpacked_init(&u);
-  size_t off = 0;
-  kiln_status_t st = KILN_OK;
-  if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0 ||
-      msgpack_unpack_next(&u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS ||
-      u.data.type != MSGPACK_OBJECT_MAP)
-    st = KILN_STATUS(KILN_E_UNAVAILABLE, "%s --identity failed (status %d)", path, ws);
-  const msgpack_object *id = st ? NULL : kiln_params_find(&u.data, "identity");
-  const msgpack_object *host = st ? NULL : kiln_params_find(&u.data, "host");
+  kiln_mp_doc_t doc;
+  st = kiln_mp_doc_read(&doc, out.data, out.len, 4, false, &kiln_mp_err_params);
+  const msgpack_object *id = st ? NULL : kiln_params_find(&doc.root, "identity");
+  const msgpack_object *host = st ? NULL : kiln_params_find(&doc.root, "host");
   if (!st && (!id || !host || kiln_obj_cstr(id, "identity", cs->identity, sizeof(cs->identity)) ||
               kiln_obj_cstr(host, "host", cs->host, sizeof(cs->host))))
     st = KILN_STATUS(KILN_E_UNAVAILABLE, "%s --identity printed no identity", path);
-  msgpack_unpacked_destroy(&u);
+  kiln_mp_doc_deinit(&doc);
+  kiln_buf_deinit(&out);
   return st;
 }
 

@@ -48,10 +48,10 @@ static void on_close(uv_handle_t *h) {
   if (c->condemned) s->num_condemned--;
   if (c->tenant) c->tenant->connections--;
   kiln_peer_leave_anonymous(s, c);
-  kiln_devices_conn_closed(s, c);
+  kiln_hooks_fire(s, KILN_EVENT_CONN_CLOSED, c);
   KILN_LOG_DEBUG("conn_close", "conn=%llu inflight=%u", (unsigned long long)c->id, c->inflight);
   kiln_conn_release(c);
-  kiln_server_maybe_finish_drain(s);
+  kiln_hooks_fire(s, KILN_EVENT_SETTLED, NULL);
 }
 
 /* The connection is on its way out: it no longer counts against --max-connections. */
@@ -417,8 +417,6 @@ static bool stalled_mid_message(const kiln_conn_t *c, uint64_t now, uint64_t lim
 }
 
 void kiln_conns_sweep(kiln_server_t *s) {
-  kiln_tensors_sweep(s);
-  kiln_devices_watchdog(s);
   uint64_t now = kiln_now_ns();
   trim_heap_when_idle(s, now);
   kiln_peers_sweep(s, now);

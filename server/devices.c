@@ -16,45 +16,6 @@
 #include "base/util.h"
 #include "server/server.h"
 
-extern char **environ;
-
-static kiln_status_t run_probe(const char *path, kiln_buf_t *out) {
-  int p[2];
-  if (pipe2(p, O_CLOEXEC) != 0) return KILN_STATUS(KILN_E_UNAVAILABLE, "pipe: %s", strerror(errno));
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  char *argv[] = {(char *)path, "--probe", NULL};
-  pid_t pid;
-  int rc = posix_spawn(&pid, path, &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(p[1]);
-  if (rc) {
-    close(p[0]);
-    return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot run %s: %s", path, strerror(rc));
-  }
-  kiln_status_t st = KILN_OK;
-  for (;;) {
-    st = kiln_buf_reserve(out, 65536);
-    if (st) break;
-    ssize_t n = read(p[0], out->data + out->len, 65536);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out->len += (size_t)n;
-    if (out->len > (16u << 20)) {
-      st = KILN_STATUS(KILN_E_INTERNAL, "device probe printed too much");
-      kill(pid, SIGKILL);
-      break;
-    }
-  }
-  close(p[0]);
-  int ws;
-  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-  if (!st && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0))
-    st = KILN_STATUS(KILN_E_UNAVAILABLE, "device probe (%s --probe) failed with status %d", path, ws);
-  return st;
-}
-
 /* --devices: "" serves everything found; else a comma-separated list of ids ("cuda:1")
  * or kinds ("hsa"). cpu:0 is always served: it is the default device of every call. */
 static bool wanted(const char *filter, const char *id, const char *kind) {
@@ -87,7 +48,7 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
   KILN_RETURN_IF_ERROR(kiln_worker_find_binary(s, "kiln-device-worker", path, sizeof(path)));
   kiln_buf_t out;
   kiln_buf_init(&out);
-  kiln_status_t st = run_probe(path, &out);
+  kiln_status_t st = kiln_worker_run_print(path, "--probe", 16u << 20, &out);
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   size_t off = 0;

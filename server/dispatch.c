@@ -75,7 +75,7 @@ static void req_finish(kiln_req_t *r, kiln_code_t code) {
   free(r);
   kiln_conn_update_reading(c);
   kiln_conn_release(c);
-  kiln_server_maybe_finish_drain(s);
+  kiln_hooks_fire(s, KILN_EVENT_SETTLED, NULL);
 }
 
 /* A request cancelled by shutdown is answered already: its handler's answer is dropped. */

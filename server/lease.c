@@ -169,7 +169,6 @@ void kiln_devices_conn_closed(kiln_server_t *s, kiln_conn_t *c) {
     kiln_device_drop_held(s, d, c, NULL, why);
   }
   kiln_status_free(why);
-  kiln_launches_conn_closed(s, c);
 }
 
 void kiln_device_revoke(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t) {

@@ -378,7 +378,28 @@ static void on_signal(uv_signal_t *h, int signum) {
   kiln_server_maybe_finish_drain(s);
 }
 
-static void on_sweep(uv_timer_t *t) { kiln_conns_sweep(t->data); }
+static void on_sweep(uv_timer_t *t) { kiln_hooks_fire(t->data, KILN_EVENT_SWEEP, NULL); }
+
+/* --- who hears the lifecycle events (server.h) --------------------------------------------- */
+
+static void sweep_tensors(kiln_server_t *s, void *arg) { (void)arg; kiln_tensors_sweep(s); }
+static void sweep_devices(kiln_server_t *s, void *arg) { (void)arg; kiln_devices_watchdog(s); }
+static void sweep_conns(kiln_server_t *s, void *arg) { (void)arg; kiln_conns_sweep(s); }
+static void closed_leases(kiln_server_t *s, void *conn) { kiln_devices_conn_closed(s, conn); }
+static void closed_launches(kiln_server_t *s, void *conn) { kiln_launches_conn_closed(s, conn); }
+static void settled(kiln_server_t *s, void *arg) { (void)arg; kiln_server_maybe_finish_drain(s); }
+
+static void add_hooks(kiln_server_t *s) {
+  /* The sweep in the order it always ran: pooled memory and lost tensors, the launch
+   * watchdog, then connections (idle heap, peers, timeouts). */
+  kiln_hook_add(s, KILN_EVENT_SWEEP, sweep_tensors);
+  kiln_hook_add(s, KILN_EVENT_SWEEP, sweep_devices);
+  kiln_hook_add(s, KILN_EVENT_SWEEP, sweep_conns);
+  /* A closed connection ends its leases and held launches, then cancels its running ones. */
+  kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, closed_leases);
+  kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, closed_launches);
+  kiln_hook_add(s, KILN_EVENT_SETTLED, settled);
+}
 
 int main(int argc, char **argv) {
   kiln_server_t *s = &the_server;
@@ -412,6 +433,7 @@ int main(int argc, char **argv) {
    * payload limit (256 MiB) is the one limit on it (docs/protocol.md). */
   cfg->limits.max_str = (uint32_t)KILN_MIN(cfg->limits.max_message, UINT32_MAX);
   kiln_log_set_process("kilnd");
+  add_hooks(s);
   raise_nofile();
   /* The readiness fd must not leak into worker processes: the reader waits for its EOF. */
   if (cfg->ready_fd >= 0) fcntl(cfg->ready_fd, F_SETFD, FD_CLOEXEC);

@@ -25,6 +25,23 @@
   KILN_STATUS(KILN_E_UNAVAILABLE, "%s: %s", (what), uv_strerror(rc))
 
 typedef struct kiln_server kiln_server_t;
+
+/* --- lifecycle events (hooks.c) ----------------------------------------------------------
+ * What transport and worker code tells the rest of kilnd without naming it: conn.c,
+ * dispatch.c and worker.c fire events; main.c, the one place that knows every part, says who
+ * hears them (the drain state machine, the sweeps, what a closed connection ends). Handlers
+ * run in the order they were added. Loop thread. */
+typedef enum kiln_event {
+  KILN_EVENT_SWEEP,       /* once a second (arg NULL) */
+  KILN_EVENT_CONN_CLOSED, /* a connection's handle closed (arg: its kiln_conn_t) */
+  KILN_EVENT_SETTLED,     /* a request, a connection or a worker ended: a drain may finish */
+  KILN_EVENTS_
+} kiln_event_t;
+#define KILN_HOOKS_MAX 8
+typedef void (*kiln_hook_fn)(kiln_server_t *s, void *arg);
+void kiln_hook_add(kiln_server_t *s, kiln_event_t ev, kiln_hook_fn fn); /* aborts past KILN_HOOKS_MAX */
+void kiln_hooks_fire(kiln_server_t *s, kiln_event_t ev, void *arg);
+
 typedef struct kiln_conn kiln_conn_t;
 typedef struct kiln_req kiln_req_t;
 typedef struct kiln_worker kiln_worker_t;
@@ -137,7 +154,7 @@ void kiln_conn_close(kiln_conn_t *c);
 void kiln_conn_release(kiln_conn_t *c);
 /* Re-evaluates backpressure (after a reply or a write completes). */
 void kiln_conn_update_reading(kiln_conn_t *c);
-void kiln_conns_sweep(kiln_server_t *s); /* timeouts; called every second */
+void kiln_conns_sweep(kiln_server_t *s); /* idle heap, peers, timeouts: on the sweep event */
 /* Shutdown, past the grace period: every request still in flight is answered E_CANCELLED,
  * and each connection closes once what it was sent has been written. */
 void kiln_conns_cancel_and_close(kiln_server_t *s);
@@ -419,6 +436,10 @@ kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, cons
 #define KILN_WORKER_WATCHDOG_GRACE_MS 5000
 void kiln_worker_watchdog(kiln_worker_t *w, uint64_t now_ns);
 /* Called when a worker restarts: the server drops what lived in it. */
+/* Runs `path flag` (the workers' --probe and --identity), its stdout into out (at most max
+ * bytes); E_UNAVAILABLE when it cannot start or does not exit 0. Blocking: startup only. */
+kiln_status_t kiln_worker_run_print(const char *path, const char *flag, uint64_t max,
+                                    kiln_buf_t *out);
 kiln_status_t kiln_worker_find_binary(const kiln_server_t *s, const char *name, char *out,
                                       size_t cap);
 uint32_t kiln_worker_generation(const kiln_worker_t *w);
@@ -447,7 +468,7 @@ kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t *
 /* The allocator a connection's reader receives large messages with: buffers from the
  * server's shared-memory pool, which upload and write hand to the worker without a copy. */
 void kiln_tensor_reader_alloc(kiln_conn_t *c, kiln_reader_alloc_t *out);
-/* Once a second (from kiln_conns_sweep): gives back pooled memory that has gone unused. */
+/* Once a second (the sweep event): gives back pooled memory that has gone unused. */
 void kiln_tensors_sweep(kiln_server_t *s);
 /* Gives up the tensors of device workers that died since the last call (their bytes go back
  * to the quotas and capacities at once; their ids answer "lost" when next used). */
@@ -503,6 +524,10 @@ struct kiln_server {
   uint32_t num_anonymous;
   kiln_conn_t *anon_head, *anon_tail;
   struct kiln_tls_ctx *tls_ctx; /* set when a tls: listener is configured */
+
+  /* hooks.c: who hears each lifecycle event (registered by main.c) */
+  kiln_hook_fn hooks[KILN_EVENTS_][KILN_HOOKS_MAX];
+  uint8_t num_hooks[KILN_EVENTS_];
 };
 
 kiln_server_t *kiln_server_get(void); /* the one server of this process */

@@ -8,10 +8,12 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -216,6 +218,46 @@ static void remove_private_dir(const char *path) {
 }
 
 /* Finds a worker binary: --worker-dir, else next to kilnd, else the build tree layout. */
+kiln_status_t kiln_worker_run_print(const char *path, const char *flag, uint64_t max,
+                                    kiln_buf_t *out) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return KILN_STATUS(KILN_E_UNAVAILABLE, "pipe: %s", strerror(errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  char *argv[] = {(char *)path, (char *)flag, NULL};
+  extern char **environ;
+  pid_t pid;
+  int rc = posix_spawn(&pid, path, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(p[1]);
+  if (rc) {
+    close(p[0]);
+    return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot run %s: %s", path, strerror(rc));
+  }
+  kiln_status_t st = KILN_OK;
+  for (;;) {
+    st = kiln_buf_reserve(out, 65536);
+    if (st) break;
+    ssize_t n = read(p[0], out->data + out->len, 65536);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out->len += (size_t)n;
+    if (out->len > max) {
+      st = KILN_STATUS(KILN_E_INTERNAL, "%s %s printed more than %llu bytes", path, flag,
+                       (unsigned long long)max);
+      kill(pid, SIGKILL);
+      break;
+    }
+  }
+  close(p[0]);
+  int ws;
+  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+  if (!st && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0))
+    st = KILN_STATUS(KILN_E_UNAVAILABLE, "%s %s failed with status %d", path, flag, ws);
+  return st;
+}
+
 kiln_status_t kiln_worker_find_binary(const kiln_server_t *s, const char *name, char *out,
                                       size_t cap) {
   char self[512];
@@ -376,7 +418,7 @@ static void incarnation_end(incarnation_t *inc) {
     uv_poll_stop(&inc->poll);
     uv_close((uv_handle_t *)&inc->poll, on_poll_closed);
   }
-  if (w) kiln_server_maybe_finish_drain(w->server);
+  if (w) kiln_hooks_fire(w->server, KILN_EVENT_SETTLED, NULL);
 }
 
 static void read_channel(incarnation_t *inc, bool to_eof);
