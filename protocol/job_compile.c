@@ -34,17 +34,15 @@ kiln_status_t kiln_compile_job_decode(const msgpack_object *job, kiln_compile_jo
 
 void kiln_compile_reply_encode(msgpack_packer *pk, const kiln_compile_reply_t *r) {
   msgpack_pack_array(pk, 2);
-  msgpack_pack_bin(pk, r->len);
-  msgpack_pack_bin_body(pk, r->artifact, r->len);
+  msgpack_pack_uint64(pk, r->size);
   msgpack_pack_double(pk, r->compile_ms);
 }
 
 kiln_status_t kiln_compile_reply_decode(const msgpack_object *reply, kiln_compile_reply_t *out) {
   const msgpack_object *f;
   KILN_RETURN_IF_ERROR(kiln_job_reply_open(reply, KILN_JOB_COMPILE, 2, &f));
-  if (f[0].type != MSGPACK_OBJECT_BIN)
-    return KILN_STATUS(KILN_E_INTERNAL, "worker job: the compile reply's artifact must be bin");
-  kiln_compile_reply_t r = {.artifact = (const uint8_t *)f[0].via.bin.ptr, .len = f[0].via.bin.size};
+  kiln_compile_reply_t r;
+  KILN_RETURN_IF_ERROR(kiln_job_u64(&f[0], "size", UINT64_MAX, &r.size));
   KILN_RETURN_IF_ERROR(kiln_job_f64(&f[1], "compile_ms", &r.compile_ms));
   *out = r;
   return KILN_OK;

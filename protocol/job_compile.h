@@ -1,6 +1,6 @@
 /* The compile job (docs/worker_jobs.md "Builds"), sent to a compile worker with the payload
- * in its one fd, and its reply: the artifact (protocol/artifact.h encoding) and the time the
- * compiler took. */
+ * in its one fd, and its reply: the time the compiler took, and the artifact
+ * (protocol/artifact.h encoding) in the fd the reply carries. */
 #ifndef KILN_PROTOCOL_JOB_COMPILE_H
 #define KILN_PROTOCOL_JOB_COMPILE_H
 
@@ -18,9 +18,12 @@ typedef struct kiln_compile_job {
 void kiln_compile_job_encode(msgpack_packer *pk, const kiln_compile_job_t *j);
 kiln_status_t kiln_compile_job_decode(const msgpack_object *job, kiln_compile_job_t *out);
 
+/* The reply: [size, compile_ms], with the encoded artifact in the one fd it carries (a
+ * memfd sealed against shrinking, as payloads are), `size` bytes at its start. */
+#define KILN_COMPILE_REPLY_FDS 1
+#define KILN_ARTIFACT_MAX (1ull << 30) /* bytes kilnd takes from a compile worker */
 typedef struct kiln_compile_reply {
-  const uint8_t *artifact; /* borrowed from the reply's bytes */
-  size_t len;
+  uint64_t size;
   double compile_ms;
 } kiln_compile_reply_t;
 

@@ -64,7 +64,7 @@ static bool handle(serve_t *sv, const uint8_t *bytes, size_t len) {
   for (uint32_t i = 0; i < call.nfds; i++)
     if (call.fds[i] >= 0) close(call.fds[i]);
   kiln_mp_doc_deinit(&doc);
-  bool fatal = false;
+  bool fatal = false, failed = st != KILN_OK;
   if (st) {
     out.len = 0;
     kiln_code_t code = kiln_status_code(st);
@@ -72,7 +72,9 @@ static bool handle(serve_t *sv, const uint8_t *bytes, size_t len) {
     fatal = s->fatal && s->fatal(code);
     kiln_status_free(st);
   }
-  st = kiln_channel_send_all(s->channel, out.data, out.len, NULL, 0);
+  uint32_t nreply = failed ? 0 : call.reply_nfds; /* an error reply carries none */
+  st = kiln_channel_send_all(s->channel, out.data, out.len, call.reply_fds, (int)nreply);
+  for (uint32_t i = 0; i < call.reply_nfds; i++) close(call.reply_fds[i]);
   kiln_buf_deinit(&out);
   if (fatal) _exit(3);
   if (st) {

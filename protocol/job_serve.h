@@ -15,6 +15,10 @@ typedef struct kiln_job_call {
   int fds[KILN_CHANNEL_MAX_FDS]; /* the job's fds, closed by the loop after the handler */
   uint32_t nfds;
   msgpack_packer *reply; /* the handler packs exactly one reply value on success */
+  /* fds the reply carries (its kind says how many): sent with a successful reply and closed
+   * here either way. */
+  int reply_fds[KILN_CHANNEL_MAX_FDS];
+  uint32_t reply_nfds;
 } kiln_job_call_t;
 
 typedef struct kiln_job_server {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -300,7 +301,35 @@ static void job_finish(kiln_compile_state_t *cs, job_t *j, const kiln_module_t *
   job_free(j);
 }
 
-static void on_compiled(void *ctx, kiln_status_t st, const msgpack_object *result) {
+/* The artifact's one copy in kilnd: from the worker's memfd into its cache entry (pread, so
+ * a file that changes under us cannot fault the loop). */
+static kiln_status_t read_artifact(int fd, const uint8_t key[KILN_HASH_BYTES], uint64_t size,
+                                   kiln_cache_entry_t **out) {
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size < size ||
+      size > KILN_ARTIFACT_MAX)
+    return KILN_STATUS(KILN_E_INTERNAL, "the compile worker's artifact memfd does not hold %llu bytes",
+                       (unsigned long long)size);
+  kiln_cache_entry_t *e = kiln_cache_entry_new(key, (size_t)size);
+  if (!e) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for a %llu-byte artifact",
+                             (unsigned long long)size);
+  uint8_t *p = kiln_cache_entry_bytes(e);
+  for (uint64_t off = 0; off < size;) {
+    ssize_t n = pread(fd, p + off, (size_t)(size - off), (off_t)off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      kiln_cache_entry_release(e);
+      return KILN_STATUS(KILN_E_INTERNAL, "reading the compile worker's artifact: %s",
+                         n < 0 ? strerror(errno) : "it ended early");
+    }
+    off += (uint64_t)n;
+  }
+  *out = e;
+  return KILN_OK;
+}
+
+static void on_compiled(void *ctx, kiln_status_t st, const msgpack_object *result, int *fds,
+                        int nfds) {
   slot_t *sl = ctx;
   kiln_compile_state_t *cs = sl->cs;
   job_t *j = sl->job;
@@ -312,12 +341,10 @@ static void on_compiled(void *ctx, kiln_status_t st, const msgpack_object *resul
     kiln_compile_reply_t r = {0};
     st = kiln_compile_reply_decode(result, &r);
     if (!st) ms = r.compile_ms;
-    /* The artifact's one copy in kilnd: from the reply into its cache entry, which the module
-     * table then refers to. Only an artifact that decodes enters the cache. */
-    kiln_cache_entry_t *e = st ? NULL : kiln_cache_entry_new(j->key, r.len);
-    if (!st && !e) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+    /* The module table refers to the entry; only an artifact that decodes enters the cache. */
+    kiln_cache_entry_t *e = NULL;
+    if (!st) st = read_artifact(nfds ? fds[0] : -1, j->key, r.size, &e);
     if (!st) {
-      memcpy(kiln_cache_entry_bytes(e), r.artifact, r.len);
       st = kiln_module_of(e, &m);
       if (st) kiln_cache_entry_release(e);
     }
@@ -341,6 +368,7 @@ static void on_compiled(void *ctx, kiln_status_t st, const msgpack_object *resul
     while (b < 11 && ms > bucket_bounds[b]) b++;
     cs->duration_buckets[b]++;
   }
+  for (int i = 0; i < nfds; i++) close(fds[i]);
   job_finish(cs, j, m, ms, st);
   kiln_module_release(m);
   schedule(cs);
@@ -411,7 +439,8 @@ static void schedule(kiln_compile_state_t *cs) {
       free(j->payload);
       j->payload = NULL;
       /* kiln_worker_call closes fd */
-      st = kiln_worker_call(sl->worker, "compile", &j->params, &fd, 1, on_compiled, sl);
+      st = kiln_worker_call_fds(sl->worker, kiln_job_name(KILN_JOB_COMPILE), &j->params, &fd, 1,
+                                KILN_COMPILE_REPLY_FDS, on_compiled, sl);
     }
     if (st) {
       sl->job = NULL;

@@ -404,6 +404,9 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s);
 kiln_device_entry_t *kiln_device_find(kiln_server_t *s, const char *id, uint32_t len);
 
 typedef void (*kiln_worker_cb)(void *ctx, kiln_status_t st, const msgpack_object *result);
+/* For a reply that carries fds: the callback owns them (nfds of them; none with an error). */
+typedef void (*kiln_worker_fd_cb)(void *ctx, kiln_status_t st, const msgpack_object *result,
+                                  int *fds, int nfds);
 
 typedef enum kiln_worker_kind { KILN_WORKER_DEVICE = 1, KILN_WORKER_COMPILER = 2 } kiln_worker_kind_t;
 
@@ -433,6 +436,11 @@ kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_
 kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
                                       const int *fds, int nfds, uint64_t budget_ms, kiln_worker_cb cb,
                                       void *ctx);
+/* kiln_worker_call for a job whose successful reply carries reply_nfds fds (the compile
+ * worker's artifact in a memfd: docs/worker_jobs.md). */
+kiln_status_t kiln_worker_call_fds(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+                                   const int *fds, int nfds, uint32_t reply_nfds,
+                                   kiln_worker_fd_cb cb, void *ctx);
 #define KILN_WORKER_WATCHDOG_GRACE_MS 5000
 void kiln_worker_watchdog(kiln_worker_t *w, uint64_t now_ns);
 /* Called when a worker restarts: the server drops what lived in it. */

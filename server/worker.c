@@ -25,9 +25,22 @@
 
 typedef struct pending {
   kiln_worker_cb cb;
+  kiln_worker_fd_cb fd_cb; /* instead of cb: the reply carries reply_nfds fds */
+  uint32_t reply_nfds;
   void *ctx;
   uint64_t budget_ms; /* 0: unbounded */
 } pending_t;
+
+/* Runs the call's callback once; fds (nfds of them) go to an fd_cb, else they are closed. */
+static void pending_done(pending_t *p, kiln_status_t st, const msgpack_object *result, int *fds,
+                         int nfds) {
+  if (p->fd_cb) {
+    p->fd_cb(p->ctx, st, result, fds, nfds);
+    return;
+  }
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+  p->cb(p->ctx, st, result);
+}
 
 typedef struct outmsg {
   struct outmsg *next;
@@ -55,6 +68,7 @@ typedef struct incarnation {
   bool violation;
   uint32_t violation_nr, violation_arch;
   kiln_reader_t reader;
+  kiln_fdq_t fdq;     /* fds the worker sent, for the replies that carry them, in order */
   kiln_map_t pending; /* msgid -> pending_t* */
   uint64_t last_progress_ns; /* the last answer, or the first call made to an idle worker */
   outmsg_t *head, *tail;
@@ -317,6 +331,7 @@ static void maybe_free_incarnation(incarnation_t *inc) {
   if (!inc->poll_closed || !inc->proc_closed) return;
   if (inc->tmp_dir[0]) remove_private_dir(inc->tmp_dir);
   kiln_reader_deinit(&inc->reader);
+  kiln_fdq_deinit(&inc->fdq);
   kiln_map_deinit(&inc->pending);
   free_outmsgs(inc);
   free(inc);
@@ -343,7 +358,7 @@ static void incarnation_fail_all(incarnation_t *inc, kiln_status_t why) {
   void *v;
   while (kiln_map_next(&pending, &it, NULL, &v)) {
     pending_t *p = v;
-    p->cb(p->ctx, KILN_STATUS(kiln_status_code(why), "%s", kiln_status_message(why)), NULL);
+    pending_done(p, KILN_STATUS(kiln_status_code(why), "%s", kiln_status_message(why)), NULL, NULL, 0);
     free(p);
   }
   kiln_map_deinit(&pending);
@@ -475,7 +490,22 @@ static void handle_message(incarnation_t *inc, const uint8_t *bytes, size_t len)
   kiln_code_t code = err ? kiln_status_code(err) : (kiln_code_t)0;
   pending_t *p = kiln_map_remove(&inc->pending, (uint64_t)m.msgid + 1);
   if (p) {
-    p->cb(p->ctx, err, err ? NULL : m.result);
+    /* A reply that carries fds has them at the front of the queue (they ride on its first
+     * byte, and replies come in order); an error reply carries none. */
+    int fds[KILN_CHANNEL_MAX_FDS], nfds = 0;
+    for (uint32_t i = 0; !err && i < p->reply_nfds && i < KILN_CHANNEL_MAX_FDS; i++) {
+      int fd = kiln_fdq_pop(&inc->fdq);
+      if (fd < 0) {
+        err = KILN_STATUS(KILN_E_INTERNAL, "the worker's reply lacks the fds it carries");
+        break;
+      }
+      fds[nfds++] = fd;
+    }
+    if (err) {
+      for (int i = 0; i < nfds; i++) close(fds[i]);
+      nfds = 0;
+    }
+    pending_done(p, err, err ? NULL : m.result, fds, nfds);
     free(p);
   } else {
     kiln_status_free(err);
@@ -536,7 +566,8 @@ static void read_channel(incarnation_t *inc, bool to_eof) {
     int fds[8], nfds;
     bool trunc;
     ssize_t n = kiln_channel_recv(inc->fd, space, cap, fds, 8, &nfds, &trunc);
-    for (int i = 0; i < nfds; i++) close(fds[i]); /* workers send no fds */
+    for (int i = 0; i < nfds; i++) /* a reply's fds (the compile worker's artifact) */
+      if (!kiln_fdq_push(&inc->fdq, fds[i])) close(fds[i]);
     if (n == -EAGAIN) break;
     if (n <= 0) {
       /* EOF: the process is exiting; on_process_exit reports why. Stop polling a dead socket. */
@@ -632,6 +663,7 @@ static kiln_status_t spawn(kiln_worker_t *w) {
   kiln_limits_default(&lim);
   lim.max_str = 1u << 30; /* compile logs and IR text come back as strings */
   kiln_reader_init(&inc->reader, &lim, 64 * 1024);
+  kiln_fdq_init(&inc->fdq);
   kiln_map_init(&inc->pending);
 
   /* This incarnation's arguments: the worker's own, then whom it runs as, its private
@@ -664,6 +696,7 @@ static kiln_status_t spawn(kiln_worker_t *w) {
       close(pair[1]);
       if (inc->tmp_dir[0]) rmdir(inc->tmp_dir);
       kiln_reader_deinit(&inc->reader);
+      kiln_fdq_deinit(&inc->fdq);
       kiln_map_deinit(&inc->pending);
       free(inc);
       return spawn_failed(w, why);
@@ -778,9 +811,8 @@ void kiln_worker_watchdog(kiln_worker_t *w, uint64_t now_ns) {
   kiln_worker_kill(w, KILN_E_TIMEOUT, why);
 }
 
-kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
-                                      const int *fds, int nfds, uint64_t budget_ms, kiln_worker_cb cb,
-                                      void *ctx) {
+static kiln_status_t call(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+                          const int *fds, int nfds, uint64_t budget_ms, pending_t how) {
   kiln_status_t st = KILN_OK;
   if (w->destroying) st = KILN_STATUS(KILN_E_UNAVAILABLE, "the server is shutting down");
   if (!st) st = ensure_running(w);
@@ -808,8 +840,7 @@ kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, cons
   m->bytes = kiln_buf_release(&b, &m->len);
   m->nfds = nfds;
   if (nfds) memcpy(m->fds, fds, sizeof(int) * (size_t)nfds);
-  p->cb = cb;
-  p->ctx = ctx;
+  *p = how;
   p->budget_ms = budget_ms;
   if (inc->pending.count == 0) inc->last_progress_ns = kiln_now_ns();
   kiln_map_put(&inc->pending, (uint64_t)msgid + 1, p);
@@ -818,6 +849,19 @@ kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, cons
   inc->tail = m;
   flush_out(inc);
   return KILN_OK;
+}
+
+kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+                                      const int *fds, int nfds, uint64_t budget_ms, kiln_worker_cb cb,
+                                      void *ctx) {
+  return call(w, method, params, fds, nfds, budget_ms, (pending_t){.cb = cb, .ctx = ctx});
+}
+
+kiln_status_t kiln_worker_call_fds(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+                                   const int *fds, int nfds, uint32_t reply_nfds,
+                                   kiln_worker_fd_cb cb, void *ctx) {
+  return call(w, method, params, fds, nfds, 0,
+              (pending_t){.fd_cb = cb, .reply_nfds = reply_nfds, .ctx = ctx});
 }
 
 bool kiln_worker_idle(const kiln_worker_t *w) { return !w->cur; }

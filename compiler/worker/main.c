@@ -13,8 +13,8 @@
  * file system is the device libraries, libc and libm (link inputs) and --tmp-dir.
  *
  * It serves one job kind, compile (protocol/job_compile.h, docs/worker_jobs.md): the payload
- * in the job's memfd; the reply holds the artifact (protocol/artifact.h encoding) and the
- * compiler's time. LLVM may end this process on input it cannot handle; kilnd reports
+ * in the job's memfd; the reply holds the compiler's time and carries the artifact
+ * (protocol/artifact.h encoding) in a memfd. LLVM may end this process on input it cannot handle; kilnd reports
  * that job as E_COMPILER_CRASHED and starts a new worker. */
 #include <errno.h>
 #include <link.h>
@@ -117,10 +117,18 @@ static kiln_status_t do_compile(void *ctx, kiln_job_call_t *call) {
   st = kiln_artifact_encode(&art, &bytes, &len);
   kiln_artifact_deinit(&art);
   if (st) return st;
-  kiln_compile_reply_encode(call->reply, &(kiln_compile_reply_t){.artifact = bytes, .len = len,
-                                                                  .compile_ms = ms});
+  /* The artifact goes back in a memfd, as the payload came. */
+  int fd;
+  void *map = NULL;
+  st = kiln_shm_create("kiln-artifact", len, &fd, &map);
+  if (!st) {
+    if (len) memcpy(map, bytes, len);
+    kiln_shm_unmap(map, len);
+    call->reply_fds[call->reply_nfds++] = fd;
+    kiln_compile_reply_encode(call->reply, &(kiln_compile_reply_t){.size = len, .compile_ms = ms});
+  }
   free(bytes);
-  return KILN_OK;
+  return st;
 }
 
 typedef struct options {

@@ -30,7 +30,7 @@ seeds = {
     "compile": (K["compile"], [V, 1, 1, "gfx942", 3, 256, False, 12345]),
     "reply_launch": (K["launch"], [0.000125]),
     "reply_time": (K["time"], [[1e-5, 2e-5], 1e-5, 1.5e-5, 1.5e-5, 5e-6, 0.33, 10, 2]),
-    "reply_compile": (K["compile"], [b"\x92\x01\xc0", 12.5]),
+    "reply_compile": (K["compile"], [19231, 12.5]),
     "bad_version": (K["alloc"], [2, 0, 7, 4096]),
     "bad_nfds": (K["upload"], [V, 0, 7, 4096, 128]),
     "short": (K["launch"], launch[:-1]),
