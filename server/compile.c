@@ -21,10 +21,11 @@
 #include "protocol/job_compile.h"
 #include "server/cache.h"
 #include "server/compile.h"
+#include "server/compile_queue.h"
 #include "server/modules.h"
 #include "server/request.h"
 
-enum { PRIO_INTERACTIVE = 0, PRIO_BATCH = 1 };
+enum { PRIO_INTERACTIVE = KILN_PRIO_INTERACTIVE, PRIO_BATCH = KILN_PRIO_BATCH };
 
 typedef struct batch {
   kiln_req_t *req;
@@ -42,30 +43,17 @@ typedef struct waiter {
 } waiter_t;
 
 typedef struct job {
-  struct job *next;
+  kiln_cq_item_t q; /* first: its place in the compile queue (prio, owner) */
   uint8_t key[KILN_HASH_BYTES];
   char hex[2 * KILN_HASH_BYTES + 1];
   uint64_t key64;
-  int prio;
   /* The payload waits in memory while the job is queued and goes into a memfd only when a
    * worker takes it: a queue of thousands of batch items holds no file descriptors. */
   uint8_t *payload;
   uint64_t size;
   kiln_buf_t params; /* the compile job for the worker (protocol/job_compile.h) */
   waiter_t *waiters;
-  uint64_t queued_ns;
-  kiln_tenant_t *owner; /* whose queue it waits in: the tenant that submitted it first */
 } job_t;
-
-/* The jobs one tenant has queued at one priority, oldest first. A tenant with jobs queued
- * is in its priority's ring, which the workers serve round-robin: one job per tenant in
- * turn, so a tenant that queues thousands delays another by one job per worker. */
-typedef struct tqueue {
-  struct tqueue *prev, *next; /* the ring, while len > 0 */
-  kiln_tenant_t *tenant;
-  job_t *head, *tail;
-  uint32_t len;
-} tqueue_t;
 
 typedef struct slot {
   kiln_worker_t *worker;
@@ -81,9 +69,7 @@ typedef struct kiln_compile_state {
   char host[256];
   slot_t *slots;
   uint32_t nslots;
-  kiln_map_t tqueues[2]; /* per priority: tenant index -> tqueue_t* */
-  tqueue_t *ring[2];      /* per priority: the tenant served next; NULL when none waits */
-  uint32_t qlen[2];
+  kiln_cqueue_t queue; /* jobs waiting for a worker (server/compile_queue.h) */
   kiln_map_t inflight; /* key64 -> job (queued or running) */
   kiln_cache_t *cache;
   /* counters */
@@ -126,8 +112,7 @@ kiln_status_t kiln_compile_init(kiln_server_t *s) {
   cs->server = s;
   s->compile = cs;
   kiln_map_init(&cs->inflight);
-  kiln_map_init(&cs->tqueues[0]);
-  kiln_map_init(&cs->tqueues[1]);
+  kiln_cq_init(&cs->queue);
   KILN_RETURN_IF_ERROR(read_identity(s, cs));
   kiln_cache_config_t cc = {0};
   cc.dir = s->cfg.cache_dir;
@@ -385,48 +370,11 @@ static void on_timeout(uv_timer_t *t) {
   kiln_worker_kill(sl->worker, KILN_E_TIMEOUT, why);
 }
 
-static void ring_remove(kiln_compile_state_t *cs, int p, tqueue_t *tq) {
-  if (tq->next == tq) {
-    cs->ring[p] = NULL;
-  } else {
-    tq->prev->next = tq->next;
-    tq->next->prev = tq->prev;
-    if (cs->ring[p] == tq) cs->ring[p] = tq->next;
-  }
-  tq->prev = tq->next = NULL;
-}
-
-/* Takes job j (whose predecessor in its tenant queue is prev, or NULL) out of the queue. */
-static void unqueue(kiln_compile_state_t *cs, tqueue_t *tq, job_t *prev, job_t *j) {
-  int p = j->prio;
-  if (prev) prev->next = j->next;
-  else tq->head = j->next;
-  if (tq->tail == j) tq->tail = prev;
-  j->next = NULL;
-  tq->len--;
-  cs->qlen[p]--;
-  if (tq->len == 0) ring_remove(cs, p, tq);
-}
-
-/* The next job: interactive before batch; within a priority, the tenant whose turn it is,
- * and the turn passes to the next tenant. */
-static job_t *dequeue(kiln_compile_state_t *cs) {
-  for (int p = 0; p < 2; p++) {
-    tqueue_t *tq = cs->ring[p];
-    if (!tq) continue;
-    cs->ring[p] = tq->next;
-    job_t *j = tq->head;
-    unqueue(cs, tq, NULL, j);
-    return j;
-  }
-  return NULL;
-}
-
 static void schedule(kiln_compile_state_t *cs) {
   for (uint32_t i = 0; i < cs->nslots; i++) {
     slot_t *sl = &cs->slots[i];
     if (sl->job || !sl->worker) continue;
-    job_t *j = dequeue(cs);
+    job_t *j = (job_t *)kiln_cq_pop(&cs->queue);
     if (!j) return;
     sl->job = j;
     sl->start_ns = kiln_now_ns();
@@ -451,67 +399,8 @@ static void schedule(kiln_compile_state_t *cs) {
   }
 }
 
-static tqueue_t *tenant_queue(kiln_compile_state_t *cs, int p, kiln_tenant_t *t) {
-  tqueue_t *tq = kiln_map_get(&cs->tqueues[p], t->index);
-  if (tq) return tq;
-  tq = calloc(1, sizeof(*tq));
-  if (!tq) return NULL;
-  tq->tenant = t;
-  if (kiln_map_put(&cs->tqueues[p], t->index, tq)) {
-    free(tq);
-    return NULL;
-  }
-  return tq;
-}
-
-static kiln_status_t enqueue(kiln_compile_state_t *cs, job_t *j) {
-  int p = j->prio;
-  tqueue_t *tq = tenant_queue(cs, p, j->owner);
-  if (!tq) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  j->queued_ns = kiln_now_ns();
-  j->next = NULL;
-  if (tq->tail) tq->tail->next = j;
-  else tq->head = j;
-  tq->tail = j;
-  if (tq->len++ == 0) {
-    /* Joins the ring last in the current round: every tenant already waiting goes first. */
-    tqueue_t *r = cs->ring[p];
-    if (!r) {
-      tq->prev = tq->next = tq;
-      cs->ring[p] = tq;
-    } else {
-      tq->next = r;
-      tq->prev = r->prev;
-      r->prev->next = tq;
-      r->prev = tq;
-    }
-  }
-  cs->qlen[p]++;
-  return KILN_OK;
-}
-
-/* Moves a queued batch job to the interactive queue when an interactive request joins it. */
-static void promote(kiln_compile_state_t *cs, job_t *j) {
-  tqueue_t *tq = kiln_map_get(&cs->tqueues[PRIO_BATCH], j->owner->index);
-  job_t *prev = NULL;
-  for (job_t *q = tq ? tq->head : NULL; q; prev = q, q = q->next) {
-    if (q != j) continue;
-    unqueue(cs, tq, prev, j);
-    j->prio = PRIO_INTERACTIVE;
-    kiln_status_t st = enqueue(cs, j);
-    if (st) {
-      /* No memory for the interactive queue: it stays a batch job. */
-      kiln_status_free(st);
-      j->prio = PRIO_BATCH;
-      kiln_status_free(enqueue(cs, j));
-    }
-    return;
-  }
-}
-
 uint64_t kiln_compile_queued(kiln_server_t *s, const kiln_tenant_t *t, int prio) {
-  tqueue_t *tq = kiln_map_get(&state(s)->tqueues[prio ? 1 : 0], t->index);
-  return tq ? tq->len : 0;
+  return kiln_cq_queued(&state(s)->queue, t, prio);
 }
 
 /* --- one build request -------------------------------------------------------------------- */
@@ -567,7 +456,7 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
     cs->joins++;
     w->next = j->waiters;
     j->waiters = w;
-    if (prio == PRIO_INTERACTIVE && j->prio == PRIO_BATCH) promote(cs, j);
+    if (prio == PRIO_INTERACTIVE && j->q.prio == PRIO_BATCH) kiln_cq_promote(&cs->queue, &j->q);
     return KILN_OK;
   }
   j = calloc(1, sizeof(*j));
@@ -578,8 +467,8 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   memcpy(j->key, key, KILN_HASH_BYTES);
   kiln_hex(key, KILN_HASH_BYTES, j->hex);
   j->key64 = key64(key);
-  j->prio = prio;
-  j->owner = t;
+  j->q.prio = prio;
+  j->q.owner = t; /* whose FIFO it waits in: the tenant that submitted it first */
   j->payload = malloc(b->size ? b->size : 1);
   if (!j->payload) {
     free(j);
@@ -606,7 +495,7 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   }
   w->next = NULL;
   j->waiters = w;
-  st = enqueue(cs, j);
+  st = kiln_cq_push(&cs->queue, &j->q);
   if (st) {
     kiln_map_remove(&cs->inflight, j->key64);
     job_free(j);
@@ -727,45 +616,49 @@ kiln_status_t kiln_method_source(kiln_call_t *call) {
 }
 
 /* Drops queued (not running) compile work of request `msgid` on this connection. */
+typedef struct cancel {
+  kiln_compile_state_t *cs;
+  kiln_conn_t *conn;
+  uint64_t msgid;
+  uint64_t n; /* waiters cancelled */
+} cancel_t;
+
+/* Answers the job's waiters of the cancelled request; true when none is left. */
+static bool cancel_visit(void *ctx, kiln_cq_item_t *it) {
+  cancel_t *c = ctx;
+  job_t *j = (job_t *)it;
+  waiter_t **wp = &j->waiters;
+  while (*wp) {
+    waiter_t *w = *wp;
+    kiln_req_t *r = w->req ? w->req : w->batch->req;
+    if (r->conn == c->conn && r->msgid == c->msgid) {
+      *wp = w->next;
+      c->n++;
+      waiter_finish(c->cs, w, NULL, false, 0, KILN_STATUS(KILN_E_CANCELLED, "cancelled by the client"));
+    } else {
+      wp = &w->next;
+    }
+  }
+  return !j->waiters;
+}
+
+/* A job nobody waits for any more, out of the queue. */
+static void cancel_dropped(void *ctx, kiln_cq_item_t *it) {
+  cancel_t *c = ctx;
+  job_t *j = (job_t *)it;
+  kiln_map_remove(&c->cs->inflight, j->key64);
+  job_free(j);
+}
+
 kiln_status_t kiln_method_cancel(kiln_call_t *call) {
   static const char *const fields[] = {"msgid", NULL};
   KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "cancel", fields));
   uint64_t msgid;
   KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "msgid", true, &msgid));
   kiln_compile_state_t *cs = state(call->server);
-  uint64_t n = 0;
-  for (int p = 0; p < 2; p++) {
-    size_t it = 0;
-    void *v;
-    while (kiln_map_next(&cs->tqueues[p], &it, NULL, &v)) {
-      tqueue_t *tq = v;
-      job_t *prev = NULL;
-      for (job_t *j = tq->head; j;) {
-        job_t *next = j->next;
-        waiter_t **wp = &j->waiters;
-        while (*wp) {
-          waiter_t *w = *wp;
-          kiln_req_t *r = w->req ? w->req : w->batch->req;
-          if (r->conn == call->conn && r->msgid == msgid) {
-            *wp = w->next;
-            n++;
-            waiter_finish(cs, w, NULL, false, 0,
-                          KILN_STATUS(KILN_E_CANCELLED, "cancelled by the client"));
-          } else {
-            wp = &w->next;
-          }
-        }
-        if (!j->waiters) {
-          unqueue(cs, tq, prev, j);
-          kiln_map_remove(&cs->inflight, j->key64);
-          job_free(j);
-        } else {
-          prev = j;
-        }
-        j = next;
-      }
-    }
-  }
+  cancel_t c = {.cs = cs, .conn = call->conn, .msgid = msgid};
+  kiln_cq_filter(&cs->queue, cancel_visit, cancel_dropped, &c);
+  uint64_t n = c.n;
   cs->cancelled += n;
   msgpack_pack_map(call->pk, 1);
   kiln_pack_kv_u64(call->pk, "cancelled", n);
@@ -779,8 +672,8 @@ void kiln_compile_metrics(kiln_server_t *s, kiln_compile_metrics_t *out) {
   memset(out, 0, sizeof(*out));
   out->workers = cs->nslots;
   for (uint32_t i = 0; i < cs->nslots; i++) out->busy += cs->slots[i].job != NULL;
-  out->queued[0] = cs->qlen[0];
-  out->queued[1] = cs->qlen[1];
+  out->queued[0] = cs->queue.len[0];
+  out->queued[1] = cs->queue.len[1];
   out->compiles = cs->compiles;
   out->errors = cs->compile_errors;
   out->crashes = cs->crashes;
@@ -819,8 +712,8 @@ void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk) {
   kiln_pack_kv_u64(pk, "modules", modules);
   kiln_pack_kv_u64(pk, "module_bytes", table_bytes);
   kiln_pack_kv_u64(pk, "workers_busy", busy);
-  kiln_pack_kv_u64(pk, "queued_interactive", cs->qlen[0]);
-  kiln_pack_kv_u64(pk, "queued_batch", cs->qlen[1]);
+  kiln_pack_kv_u64(pk, "queued_interactive", cs->queue.len[0]);
+  kiln_pack_kv_u64(pk, "queued_batch", cs->queue.len[1]);
   kiln_pack_kv_u64(pk, "compiles", cs->compiles);
   kiln_pack_kv_u64(pk, "errors", cs->compile_errors);
   kiln_pack_kv_u64(pk, "crashes", cs->crashes);
