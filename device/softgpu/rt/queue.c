@@ -130,9 +130,10 @@ static void finish(rt_queue_t *q, uint64_t index, rt_signal_t *completion, uint6
     if (before <= 0)
       rt_log("queue %llu packet %llu: its completion signal was %lld before the decrement (reused without being "
              "reset?)", (unsigned long long)q->amd->hsa_queue.id, (unsigned long long)index, (long long)before);
+    /* no longer in flight before the client can see completion and destroy it */
+    atomic_fetch_sub(&completion->inflight, 1);
     /* H: the packet processor decrements the completion signal by 1 (release) */
     rt_signal_add(completion, -1);
-    atomic_fetch_sub(&completion->inflight, 1);
   }
 }
 

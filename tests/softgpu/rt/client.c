@@ -75,6 +75,31 @@ static void dispatch_vadd(h_kernel_t *k, void *ka, hsa_queue_t *q) {
   report_completion(done, 200);
 }
 
+/* A vadd packet with one field broken by `breaker`. */
+static void dispatch_broken(void (*breaker)(hsa_kernel_dispatch_packet_t *, uint16_t *setup)) {
+  h_program_t p;
+  h_read_kernels(&p);
+  H_CHECK(h_load(&env, &p, true));
+  h_kernel_t k = h_kernel(&env, &p, "vadd");
+  hsa_queue_t *q = queue(on_queue_error);
+  hsa_signal_t done;
+  H_CHECK(hsa_signal_create(1, 0, NULL, &done));
+  void *slot;
+  uint64_t i = h_reserve(q, &slot);
+  h_dispatch_body(slot, &k, 1, h_alloc(env.kernarg, 4096, &env.gpu), done, 0);
+  uint16_t setup = 1;
+  breaker(slot, &setup);
+  h_publish(slot, HSA_PACKET_TYPE_KERNEL_DISPATCH, setup);
+  h_ring(q, i);
+  wait_flag(&callbacks, 3000);
+  report_completion(done, 200);
+}
+
+static void reserved_nonzero(hsa_kernel_dispatch_packet_t *p, uint16_t *setup) { p->reserved2 = 1; }
+static void grid_smaller(hsa_kernel_dispatch_packet_t *p, uint16_t *setup) { p->grid_size_x = 32; }
+static void no_dimensions(hsa_kernel_dispatch_packet_t *p, uint16_t *setup) { *setup = 0; }
+static void unused_dimension(hsa_kernel_dispatch_packet_t *p, uint16_t *setup) { p->grid_size_y = 2; }
+
 static void load_kernels(h_program_t *p, bool freeze) {
   h_read_kernels(p);
   H_CHECK(h_load(&env, p, freeze));
@@ -257,6 +282,109 @@ static void wrong_target(void) {
   printf("load: %s\n", h_status_name(h_load(&env, &p, true)));
 }
 
+/* --- scenarios that need the interpreter: a kernel runs while the client breaks a rule ------- */
+
+typedef struct spinner {
+  h_program_t p;
+  h_kernel_t k;
+  hsa_queue_t *q;
+  volatile int *flag;
+  int *out;
+  uint64_t *ka;
+  hsa_signal_t done;
+} spinner_t;
+
+/* Starts the spin kernel (one wave) and waits until it runs. */
+static void spin_start(spinner_t *s) {
+  load_kernels(&s->p, true);
+  s->k = h_kernel(&env, &s->p, "spin");
+  s->q = queue(on_queue_error);
+  s->flag = h_alloc(env.fine, 4096, &env.gpu);
+  s->out = h_alloc(env.fine, 4096, &env.gpu);
+  s->ka = h_alloc(env.kernarg, 4096, &env.gpu);
+  s->ka[0] = (uint64_t)(uintptr_t)s->flag;
+  s->ka[1] = (uint64_t)(uintptr_t)s->out;
+  H_CHECK(hsa_signal_create(1, 0, NULL, &s->done));
+  void *slot;
+  uint64_t i = h_reserve(s->q, &slot);
+  h_dispatch_body(slot, &s->k, 1, s->ka, s->done, 0);
+  h_publish(slot, HSA_PACKET_TYPE_KERNEL_DISPATCH, 1);
+  h_ring(s->q, i);
+  sleep_ms(200); /* the wave has read its arguments and spins */
+}
+
+static void spin_stop(spinner_t *s) {
+  *s->flag = 1;
+  report_completion(s->done, 5000);
+  printf("work-items counted: %d\n", *s->out);
+}
+
+static void kernarg_changed(void) {
+  spinner_t s;
+  spin_start(&s);
+  int *other = h_alloc(env.fine, 4096, &env.gpu);
+  s.ka[1] = (uint64_t)(uintptr_t)other; /* broken: the arguments change under the running kernel */
+  spin_stop(&s);
+  wait_flag(&callbacks, 2000);
+}
+
+static void free_in_flight(void) {
+  spinner_t s;
+  spin_start(&s);
+  printf("free while running: %s\n", h_status_name(hsa_amd_memory_pool_free(s.out))); /* broken */
+  printf("destroy executable while running: %s\n", h_status_name(hsa_executable_destroy(s.p.exec))); /* broken */
+  printf("destroy completion signal while running: %s\n", h_status_name(hsa_signal_destroy(s.done)));
+  spin_stop(&s);
+  printf("free after completion: %s\n", h_status_name(hsa_amd_memory_pool_free(s.out)));
+  printf("destroy executable after completion: %s\n", h_status_name(hsa_executable_destroy(s.p.exec)));
+}
+
+static void lds_beyond(void) {
+  h_program_t p;
+  load_kernels(&p, true);
+  h_kernel_t k = h_kernel(&env, &p, "lds");
+  int *out = h_alloc(env.fine, 4096, &env.gpu);
+  uint32_t *ka = h_alloc(env.kernarg, 4096, &env.gpu);
+  ka[0] = k.group_size; /* the dynamic LDS starts after the static part */
+  ka[1] = 0;
+  memcpy(&ka[2], &out, 8);
+  ka[4] = 1000; /* index 1000: 4000 bytes in, but the packet asks for 16 bytes of dynamic LDS */
+  printf("static LDS %u\n", k.group_size);
+  /* kernarg layout of lds(__local int *, __global int *, uint): 4-byte LDS pointer, padding,
+   * 8-byte global pointer, 4-byte index */
+  hsa_queue_t *q = queue(on_queue_error);
+  hsa_signal_t done;
+  H_CHECK(hsa_signal_create(1, 0, NULL, &done));
+  void *slot;
+  uint64_t i = h_reserve(q, &slot);
+  h_dispatch_body(slot, &k, 1, ka, done, 16);
+  h_publish(slot, HSA_PACKET_TYPE_KERNEL_DISPATCH, 1);
+  h_ring(q, i);
+  wait_flag(&callbacks, 5000);
+  report_completion(done, 200);
+}
+
+static void kernel_fault(bool handler, bool to_code) {
+  if (handler) H_CHECK(hsa_amd_register_system_event_handler(on_event, NULL));
+  h_program_t p;
+  load_kernels(&p, true);
+  h_kernel_t k = h_kernel(&env, &p, "poke");
+  uint64_t *ka = h_alloc(env.kernarg, 4096, &env.gpu);
+  ka[0] = to_code ? k.object : 0x1000; /* broken: nothing is mapped at 0x1000; code is read-only */
+  printf("poking 0x%llx\n", (unsigned long long)ka[0]);
+  fflush(stdout);
+  hsa_queue_t *q = queue(on_queue_error);
+  hsa_signal_t done;
+  H_CHECK(hsa_signal_create(1, 0, NULL, &done));
+  void *slot;
+  uint64_t i = h_reserve(q, &slot);
+  h_dispatch_body(slot, &k, 1, ka, done, 0);
+  h_publish(slot, HSA_PACKET_TYPE_KERNEL_DISPATCH, 1);
+  h_ring(q, i);
+  wait_flag(&events, 5000);
+  report_completion(done, 300);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) h_die("usage: sgrt-client SCENARIO");
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -280,6 +408,16 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "destroy-in-callback")) destroy_in_callback();
   else if (!strcmp(s, "signal-destroyed-in-flight")) signal_destroyed_in_flight();
   else if (!strcmp(s, "wrong-target")) wrong_target();
+  else if (!strcmp(s, "kernarg-changed")) kernarg_changed();
+  else if (!strcmp(s, "free-in-flight")) free_in_flight();
+  else if (!strcmp(s, "lds-beyond")) lds_beyond();
+  else if (!strcmp(s, "kernel-fault")) kernel_fault(true, false);
+  else if (!strcmp(s, "kernel-fault-nohandler")) kernel_fault(false, false);
+  else if (!strcmp(s, "kernel-writes-code")) kernel_fault(true, true);
+  else if (!strcmp(s, "packet-reserved")) dispatch_broken(reserved_nonzero);
+  else if (!strcmp(s, "grid-smaller")) dispatch_broken(grid_smaller);
+  else if (!strcmp(s, "no-dimensions")) dispatch_broken(no_dimensions);
+  else if (!strcmp(s, "unused-dimension")) dispatch_broken(unused_dimension);
   else h_die("unknown scenario %s", s);
   fflush(stdout);
   _exit(0); /* leave queues and threads as they are: the scenario is over */

@@ -177,3 +177,24 @@ Test(broken, code_object_for_another_gpu) {
   HAS(r.err, "the agent is gfx942");
   sp_free(&r);
 }
+
+Test(broken, dispatch_packet_fields_out_of_their_rules) {
+  struct {
+    const char *scenario, *status, *why;
+  } cases[] = {
+      {"packet-reserved", "HSA_STATUS_ERROR_INVALID_PACKET_FORMAT", "reserved fields or setup bits"},
+      {"grid-smaller", "HSA_STATUS_ERROR_INVALID_ARGUMENT", "grid size 32 is smaller than work-group size 64"},
+      {"no-dimensions", "HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENTS", "setup dimensions 0"},
+      {"unused-dimension", "HSA_STATUS_ERROR_INVALID_ARGUMENT", "1 in unused dimensions"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    sp_result_t r = run(cases[i].scenario);
+    cr_expect_eq(r.exit_code, 0, "%s", cases[i].scenario);
+    char want[128];
+    snprintf(want, sizeof want, "callback: %s", cases[i].status);
+    HAS(r.out, want);
+    HAS(r.err, cases[i].why);
+    HAS(r.out, "completed: no");
+    sp_free(&r);
+  }
+}
