@@ -78,36 +78,36 @@ static hsa_status_t cpu_info(int attribute, void *value) {
     case HSA_AGENT_INFO_NAME:
     case HSA_AMD_AGENT_INFO_PRODUCT_NAME: put_name(value, "softgpu host CPU"); break;
     case HSA_AGENT_INFO_VENDOR_NAME: put_name(value, "CPU"); break;
-    case HSA_AGENT_INFO_FEATURE: *(hsa_agent_feature_t *)value = (hsa_agent_feature_t)0; break;
-    case HSA_AGENT_INFO_MACHINE_MODEL: *(hsa_machine_model_t *)value = HSA_MACHINE_MODEL_LARGE; break;
+    case HSA_AGENT_INFO_FEATURE: RT_PUT(value, hsa_agent_feature_t, (hsa_agent_feature_t)0); break;
+    case HSA_AGENT_INFO_MACHINE_MODEL: RT_PUT(value, hsa_machine_model_t, HSA_MACHINE_MODEL_LARGE); break;
     case HSA_AGENT_INFO_BASE_PROFILE_DEFAULT_FLOAT_ROUNDING_MODES:
     case HSA_AGENT_INFO_DEFAULT_FLOAT_ROUNDING_MODE:
-      *(hsa_default_float_rounding_mode_t *)value = HSA_DEFAULT_FLOAT_ROUNDING_MODE_NEAR;
+      RT_PUT(value, hsa_default_float_rounding_mode_t, HSA_DEFAULT_FLOAT_ROUNDING_MODE_NEAR);
       break;
-    case HSA_AGENT_INFO_FAST_F16_OPERATION: *(bool *)value = false; break;
-    case HSA_AGENT_INFO_PROFILE: *(hsa_profile_t *)value = HSA_PROFILE_FULL; break;
+    case HSA_AGENT_INFO_FAST_F16_OPERATION: RT_PUT(value, bool, false); break;
+    case HSA_AGENT_INFO_PROFILE: RT_PUT(value, hsa_profile_t, HSA_PROFILE_FULL); break;
     case HSA_AGENT_INFO_WAVEFRONT_SIZE:
     case HSA_AGENT_INFO_WORKGROUP_MAX_SIZE:
     case HSA_AGENT_INFO_GRID_MAX_SIZE:
     case HSA_AGENT_INFO_FBARRIER_MAX_SIZE:
     case HSA_AGENT_INFO_QUEUES_MAX:
     case HSA_AGENT_INFO_QUEUE_MIN_SIZE:
-    case HSA_AGENT_INFO_QUEUE_MAX_SIZE: *(uint32_t *)value = 0; break;
+    case HSA_AGENT_INFO_QUEUE_MAX_SIZE: RT_PUT(value, uint32_t, 0); break;
     case HSA_AGENT_INFO_WORKGROUP_MAX_DIM: memset(value, 0, 3 * sizeof(uint16_t)); break;
     case HSA_AGENT_INFO_GRID_MAX_DIM: memset(value, 0, sizeof(hsa_dim3_t)); break;
-    case HSA_AGENT_INFO_QUEUE_TYPE: *(hsa_queue_type32_t *)value = HSA_QUEUE_TYPE_MULTI; break;
+    case HSA_AGENT_INFO_QUEUE_TYPE: RT_PUT(value, hsa_queue_type32_t, HSA_QUEUE_TYPE_MULTI); break;
     case HSA_AGENT_INFO_NODE:
-    case HSA_AMD_AGENT_INFO_DRIVER_NODE_ID: *(uint32_t *)value = rt_cpu_agent.node; break;
-    case HSA_AGENT_INFO_DEVICE: *(hsa_device_type_t *)value = HSA_DEVICE_TYPE_CPU; break;
+    case HSA_AMD_AGENT_INFO_DRIVER_NODE_ID: RT_PUT(value, uint32_t, rt_cpu_agent.node); break;
+    case HSA_AGENT_INFO_DEVICE: RT_PUT(value, hsa_device_type_t, HSA_DEVICE_TYPE_CPU); break;
     case HSA_AGENT_INFO_CACHE_SIZE: {
       uint32_t c[4] = {32 * 1024, 1024 * 1024, 32 * 1024 * 1024, 0};
       memcpy(value, c, sizeof c);
       break;
     }
-    case HSA_AGENT_INFO_ISA: ((hsa_isa_t *)value)->handle = 0; break;
+    case HSA_AGENT_INFO_ISA: RT_PUT(value, hsa_isa_t, (hsa_isa_t){0}); break;
     case HSA_AGENT_INFO_EXTENSIONS: memset(value, 0, 128); break;
     case HSA_AGENT_INFO_VERSION_MAJOR:
-    case HSA_AGENT_INFO_VERSION_MINOR: *(uint16_t *)value = 1; break;
+    case HSA_AGENT_INFO_VERSION_MINOR: RT_PUT(value, uint16_t, 1); break;
     case HSA_AMD_AGENT_INFO_CHIP_ID:
     case HSA_AMD_AGENT_INFO_MAX_ADDRESS_WATCH_POINTS:
     case HSA_AMD_AGENT_INFO_BDFID:
@@ -119,16 +119,16 @@ static hsa_status_t cpu_info(int attribute, void *value) {
     case HSA_AMD_AGENT_INFO_NUM_SHADER_ARRAYS_PER_SE:
     case HSA_AMD_AGENT_INFO_DOMAIN:
     case HSA_AMD_AGENT_INFO_ASIC_REVISION:
-    case HSA_AMD_AGENT_INFO_COOPERATIVE_COMPUTE_UNIT_COUNT: *(uint32_t *)value = 0; break;
-    case HSA_AMD_AGENT_INFO_CACHELINE_SIZE: *(uint32_t *)value = 64; break;
+    case HSA_AMD_AGENT_INFO_COOPERATIVE_COMPUTE_UNIT_COUNT: RT_PUT(value, uint32_t, 0); break;
+    case HSA_AMD_AGENT_INFO_CACHELINE_SIZE: RT_PUT(value, uint32_t, 64); break;
     case HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT: {
       long n = sysconf(_SC_NPROCESSORS_ONLN);
-      *(uint32_t *)value = n > 0 ? (uint32_t)n : 1;
+      RT_PUT(value, uint32_t, n > 0 ? (uint32_t)n : 1);
       break;
     }
-    case HSA_AMD_AGENT_INFO_MAX_CLOCK_FREQUENCY: *(uint32_t *)value = 0; break;
-    case HSA_AMD_AGENT_INFO_COOPERATIVE_QUEUES: *(bool *)value = false; break;
-    case HSA_AMD_AGENT_INFO_SVM_DIRECT_HOST_ACCESS: *(bool *)value = true; break;
+    case HSA_AMD_AGENT_INFO_MAX_CLOCK_FREQUENCY: RT_PUT(value, uint32_t, 0); break;
+    case HSA_AMD_AGENT_INFO_COOPERATIVE_QUEUES: RT_PUT(value, bool, false); break;
+    case HSA_AMD_AGENT_INFO_SVM_DIRECT_HOST_ACCESS: RT_PUT(value, bool, true); break;
     case HSA_AMD_AGENT_INFO_UUID: snprintf(value, 7, "CPU-XX"); break;
     case HSA_AMD_AGENT_INFO_HDP_FLUSH: memset(value, 0, sizeof(hsa_amd_hdp_flush_t)); break;
     default: return HSA_STATUS_ERROR_INVALID_ARGUMENT; /* R: unknown attribute */
@@ -147,55 +147,55 @@ static hsa_status_t gpu_info(int attribute, void *value) {
       break;
     }
     case HSA_AGENT_INFO_VENDOR_NAME: put_name(value, "AMD"); break;
-    case HSA_AGENT_INFO_FEATURE: *(hsa_agent_feature_t *)value = HSA_AGENT_FEATURE_KERNEL_DISPATCH; break;
-    case HSA_AGENT_INFO_MACHINE_MODEL: *(hsa_machine_model_t *)value = HSA_MACHINE_MODEL_LARGE; break;
+    case HSA_AGENT_INFO_FEATURE: RT_PUT(value, hsa_agent_feature_t, HSA_AGENT_FEATURE_KERNEL_DISPATCH); break;
+    case HSA_AGENT_INFO_MACHINE_MODEL: RT_PUT(value, hsa_machine_model_t, HSA_MACHINE_MODEL_LARGE); break;
     case HSA_AGENT_INFO_BASE_PROFILE_DEFAULT_FLOAT_ROUNDING_MODES:
     case HSA_AGENT_INFO_DEFAULT_FLOAT_ROUNDING_MODE:
-      *(hsa_default_float_rounding_mode_t *)value = HSA_DEFAULT_FLOAT_ROUNDING_MODE_NEAR;
+      RT_PUT(value, hsa_default_float_rounding_mode_t, HSA_DEFAULT_FLOAT_ROUNDING_MODE_NEAR);
       break;
-    case HSA_AGENT_INFO_FAST_F16_OPERATION: *(bool *)value = true; break;
-    case HSA_AGENT_INFO_PROFILE: *(hsa_profile_t *)value = HSA_PROFILE_BASE; break; /* a dGPU */
-    case HSA_AGENT_INFO_WAVEFRONT_SIZE: *(uint32_t *)value = 64; break;
+    case HSA_AGENT_INFO_FAST_F16_OPERATION: RT_PUT(value, bool, true); break;
+    case HSA_AGENT_INFO_PROFILE: RT_PUT(value, hsa_profile_t, HSA_PROFILE_BASE); break; /* a dGPU */
+    case HSA_AGENT_INFO_WAVEFRONT_SIZE: RT_PUT(value, uint32_t, 64); break;
     case HSA_AGENT_INFO_WORKGROUP_MAX_DIM: put_max_dims(value, false); break;
-    case HSA_AGENT_INFO_WORKGROUP_MAX_SIZE: *(uint32_t *)value = 1024; break;
+    case HSA_AGENT_INFO_WORKGROUP_MAX_SIZE: RT_PUT(value, uint32_t, 1024); break;
     case HSA_AGENT_INFO_GRID_MAX_DIM: put_max_dims(value, true); break;
-    case HSA_AGENT_INFO_GRID_MAX_SIZE: *(uint32_t *)value = UINT32_MAX; break;
-    case HSA_AGENT_INFO_FBARRIER_MAX_SIZE: *(uint32_t *)value = 32; break;
-    case HSA_AGENT_INFO_QUEUES_MAX: *(uint32_t *)value = 128; break;
-    case HSA_AGENT_INFO_QUEUE_MIN_SIZE: *(uint32_t *)value = 0x40; break;    /* R amd_gpu_agent.h */
-    case HSA_AGENT_INFO_QUEUE_MAX_SIZE: *(uint32_t *)value = 0x20000; break; /* 128K packets */
-    case HSA_AGENT_INFO_QUEUE_TYPE: *(hsa_queue_type32_t *)value = HSA_QUEUE_TYPE_MULTI; break;
+    case HSA_AGENT_INFO_GRID_MAX_SIZE: RT_PUT(value, uint32_t, UINT32_MAX); break;
+    case HSA_AGENT_INFO_FBARRIER_MAX_SIZE: RT_PUT(value, uint32_t, 32); break;
+    case HSA_AGENT_INFO_QUEUES_MAX: RT_PUT(value, uint32_t, 128); break;
+    case HSA_AGENT_INFO_QUEUE_MIN_SIZE: RT_PUT(value, uint32_t, 0x40); break;    /* R amd_gpu_agent.h */
+    case HSA_AGENT_INFO_QUEUE_MAX_SIZE: RT_PUT(value, uint32_t, 0x20000); break; /* 128K packets */
+    case HSA_AGENT_INFO_QUEUE_TYPE: RT_PUT(value, hsa_queue_type32_t, HSA_QUEUE_TYPE_MULTI); break;
     case HSA_AGENT_INFO_NODE:
-    case HSA_AMD_AGENT_INFO_DRIVER_NODE_ID: *(uint32_t *)value = rt_gpu_agent.node; break;
-    case HSA_AGENT_INFO_DEVICE: *(hsa_device_type_t *)value = HSA_DEVICE_TYPE_GPU; break;
+    case HSA_AMD_AGENT_INFO_DRIVER_NODE_ID: RT_PUT(value, uint32_t, rt_gpu_agent.node); break;
+    case HSA_AGENT_INFO_DEVICE: RT_PUT(value, hsa_device_type_t, HSA_DEVICE_TYPE_GPU); break;
     case HSA_AGENT_INFO_CACHE_SIZE: {
       uint32_t cs[4] = {16 * 1024, (c->target == SG_GFX942 ? 4u : 8u) * 1024 * 1024, 0, 0};
       memcpy(value, cs, sizeof cs);
       break;
     }
-    case HSA_AGENT_INFO_ISA: ((hsa_isa_t *)value)->handle = (uint64_t)(uintptr_t)&gpu_isa; break;
+    case HSA_AGENT_INFO_ISA: RT_PUT(value, hsa_isa_t, (hsa_isa_t){(uint64_t)(uintptr_t)&gpu_isa}); break;
     case HSA_AGENT_INFO_EXTENSIONS: memset(value, 0, 128); break;
     case HSA_AGENT_INFO_VERSION_MAJOR:
-    case HSA_AGENT_INFO_VERSION_MINOR: *(uint16_t *)value = 1; break;
-    case HSA_AMD_AGENT_INFO_CHIP_ID: *(uint32_t *)value = c->target == SG_GFX942 ? 0x74a1 : 0x740f; break;
-    case HSA_AMD_AGENT_INFO_CACHELINE_SIZE: *(uint32_t *)value = 128; break;
-    case HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT: *(uint32_t *)value = c->compute_units; break;
-    case HSA_AMD_AGENT_INFO_MAX_CLOCK_FREQUENCY: *(uint32_t *)value = c->target == SG_GFX942 ? 2100 : 1700; break;
-    case HSA_AMD_AGENT_INFO_MAX_ADDRESS_WATCH_POINTS: *(uint32_t *)value = 4; break;
-    case HSA_AMD_AGENT_INFO_BDFID: *(uint32_t *)value = 0; break;
-    case HSA_AMD_AGENT_INFO_MEMORY_WIDTH: *(uint32_t *)value = 8192; break;
-    case HSA_AMD_AGENT_INFO_MEMORY_MAX_FREQUENCY: *(uint32_t *)value = 1300; break;
-    case HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU: *(uint32_t *)value = 32; break;
-    case HSA_AMD_AGENT_INFO_NUM_SIMDS_PER_CU: *(uint32_t *)value = 4; break;
-    case HSA_AMD_AGENT_INFO_NUM_SHADER_ENGINES: *(uint32_t *)value = c->target == SG_GFX942 ? 32 : 8; break;
-    case HSA_AMD_AGENT_INFO_NUM_SHADER_ARRAYS_PER_SE: *(uint32_t *)value = 1; break;
+    case HSA_AGENT_INFO_VERSION_MINOR: RT_PUT(value, uint16_t, 1); break;
+    case HSA_AMD_AGENT_INFO_CHIP_ID: RT_PUT(value, uint32_t, c->target == SG_GFX942 ? 0x74a1 : 0x740f); break;
+    case HSA_AMD_AGENT_INFO_CACHELINE_SIZE: RT_PUT(value, uint32_t, 128); break;
+    case HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT: RT_PUT(value, uint32_t, c->compute_units); break;
+    case HSA_AMD_AGENT_INFO_MAX_CLOCK_FREQUENCY: RT_PUT(value, uint32_t, c->target == SG_GFX942 ? 2100 : 1700); break;
+    case HSA_AMD_AGENT_INFO_MAX_ADDRESS_WATCH_POINTS: RT_PUT(value, uint32_t, 4); break;
+    case HSA_AMD_AGENT_INFO_BDFID: RT_PUT(value, uint32_t, 0); break;
+    case HSA_AMD_AGENT_INFO_MEMORY_WIDTH: RT_PUT(value, uint32_t, 8192); break;
+    case HSA_AMD_AGENT_INFO_MEMORY_MAX_FREQUENCY: RT_PUT(value, uint32_t, 1300); break;
+    case HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU: RT_PUT(value, uint32_t, 32); break;
+    case HSA_AMD_AGENT_INFO_NUM_SIMDS_PER_CU: RT_PUT(value, uint32_t, 4); break;
+    case HSA_AMD_AGENT_INFO_NUM_SHADER_ENGINES: RT_PUT(value, uint32_t, c->target == SG_GFX942 ? 32 : 8); break;
+    case HSA_AMD_AGENT_INFO_NUM_SHADER_ARRAYS_PER_SE: RT_PUT(value, uint32_t, 1); break;
     case HSA_AMD_AGENT_INFO_HDP_FLUSH: memset(value, 0, sizeof(hsa_amd_hdp_flush_t)); break;
-    case HSA_AMD_AGENT_INFO_DOMAIN: *(uint32_t *)value = 0; break;
-    case HSA_AMD_AGENT_INFO_COOPERATIVE_QUEUES: *(bool *)value = false; break;
+    case HSA_AMD_AGENT_INFO_DOMAIN: RT_PUT(value, uint32_t, 0); break;
+    case HSA_AMD_AGENT_INFO_COOPERATIVE_QUEUES: RT_PUT(value, bool, false); break;
     case HSA_AMD_AGENT_INFO_UUID: snprintf(value, 21, "GPU-50f7ca0000000000"); break;
-    case HSA_AMD_AGENT_INFO_ASIC_REVISION: *(uint32_t *)value = 0; break;
-    case HSA_AMD_AGENT_INFO_SVM_DIRECT_HOST_ACCESS: *(bool *)value = false; break;
-    case HSA_AMD_AGENT_INFO_COOPERATIVE_COMPUTE_UNIT_COUNT: *(uint32_t *)value = c->compute_units; break;
+    case HSA_AMD_AGENT_INFO_ASIC_REVISION: RT_PUT(value, uint32_t, 0); break;
+    case HSA_AMD_AGENT_INFO_SVM_DIRECT_HOST_ACCESS: RT_PUT(value, bool, false); break;
+    case HSA_AMD_AGENT_INFO_COOPERATIVE_COMPUTE_UNIT_COUNT: RT_PUT(value, uint32_t, c->compute_units); break;
     default: return HSA_STATUS_ERROR_INVALID_ARGUMENT; /* R: unknown attribute */
   }
   return HSA_STATUS_SUCCESS;
@@ -235,11 +235,11 @@ RT_EXPORT hsa_status_t hsa_isa_get_info_alt(hsa_isa_t isa, hsa_isa_info_t attrib
   if (!isa_valid(isa)) return HSA_STATUS_ERROR_INVALID_ISA;
   switch ((int)attribute) {
     /* H: the length includes the terminating NUL */
-    case HSA_ISA_INFO_NAME_LENGTH: *(uint32_t *)value = (uint32_t)strlen(rt.cfg.isa_name) + 1; break;
+    case HSA_ISA_INFO_NAME_LENGTH: RT_PUT(value, uint32_t, (uint32_t)strlen(rt.cfg.isa_name) + 1); break;
     case HSA_ISA_INFO_NAME: memcpy(value, rt.cfg.isa_name, strlen(rt.cfg.isa_name) + 1); break;
-    case HSA_ISA_INFO_CALL_CONVENTION_COUNT: *(uint32_t *)value = 1; break;
-    case HSA_ISA_INFO_CALL_CONVENTION_INFO_WAVEFRONT_SIZE: *(uint32_t *)value = 64; break;
-    case HSA_ISA_INFO_CALL_CONVENTION_INFO_WAVEFRONTS_PER_COMPUTE_UNIT: *(uint32_t *)value = 40; break;
+    case HSA_ISA_INFO_CALL_CONVENTION_COUNT: RT_PUT(value, uint32_t, 1); break;
+    case HSA_ISA_INFO_CALL_CONVENTION_INFO_WAVEFRONT_SIZE: RT_PUT(value, uint32_t, 64); break;
+    case HSA_ISA_INFO_CALL_CONVENTION_INFO_WAVEFRONTS_PER_COMPUTE_UNIT: RT_PUT(value, uint32_t, 40); break;
     case HSA_ISA_INFO_MACHINE_MODELS: {
       bool m[2] = {false, true};
       memcpy(value, m, sizeof m);
@@ -256,12 +256,12 @@ RT_EXPORT hsa_status_t hsa_isa_get_info_alt(hsa_isa_t isa, hsa_isa_info_t attrib
       memcpy(value, r, sizeof r);
       break;
     }
-    case HSA_ISA_INFO_FAST_F16_OPERATION: *(bool *)value = true; break;
+    case HSA_ISA_INFO_FAST_F16_OPERATION: RT_PUT(value, bool, true); break;
     case HSA_ISA_INFO_WORKGROUP_MAX_DIM: put_max_dims(value, false); break;
-    case HSA_ISA_INFO_WORKGROUP_MAX_SIZE: *(uint32_t *)value = 1024; break;
+    case HSA_ISA_INFO_WORKGROUP_MAX_SIZE: RT_PUT(value, uint32_t, 1024); break;
     case HSA_ISA_INFO_GRID_MAX_DIM: put_max_dims(value, true); break;
-    case HSA_ISA_INFO_GRID_MAX_SIZE: *(uint64_t *)value = UINT64_MAX; break;
-    case HSA_ISA_INFO_FBARRIER_MAX_SIZE: *(uint32_t *)value = 32; break;
+    case HSA_ISA_INFO_GRID_MAX_SIZE: RT_PUT(value, uint64_t, UINT64_MAX); break;
+    case HSA_ISA_INFO_FBARRIER_MAX_SIZE: RT_PUT(value, uint32_t, 32); break;
     default: return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   }
   return HSA_STATUS_SUCCESS;
@@ -287,7 +287,7 @@ RT_EXPORT hsa_status_t hsa_wavefront_get_info(hsa_wavefront_t wavefront, hsa_wav
   if (!value) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   if (wavefront.handle != 64) return HSA_STATUS_ERROR_INVALID_WAVEFRONT;
   if (attribute != HSA_WAVEFRONT_INFO_SIZE) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
-  *(uint32_t *)value = 64;
+  RT_PUT(value, uint32_t, 64);
   return HSA_STATUS_SUCCESS;
 }
 
@@ -326,17 +326,17 @@ RT_EXPORT hsa_status_t hsa_amd_agent_iterate_memory_pools(hsa_agent_t agent,
 static hsa_status_t pool_info(const rt_pool_t *p, int attribute, void *value) {
   bool lds = p->id == POOL_GPU_LDS;
   switch (attribute) {
-    case HSA_AMD_MEMORY_POOL_INFO_SEGMENT: *(hsa_amd_segment_t *)value = p->segment; break;
-    case HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS: *(uint32_t *)value = p->global_flags; break;
+    case HSA_AMD_MEMORY_POOL_INFO_SEGMENT: RT_PUT(value, hsa_amd_segment_t, p->segment); break;
+    case HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS: RT_PUT(value, uint32_t, p->global_flags); break;
     case HSA_AMD_MEMORY_POOL_INFO_SIZE:
-      *(size_t *)value = lds ? LDS_BYTES : p->gpu_owned ? rt.cfg.vram_bytes : system_ram();
+      RT_PUT(value, size_t, lds ? LDS_BYTES : p->gpu_owned ? rt.cfg.vram_bytes : system_ram());
       break;
-    case HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED: *(bool *)value = p->alloc_allowed; break;
+    case HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED: RT_PUT(value, bool, p->alloc_allowed); break;
     case HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_GRANULE:
-    case HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALIGNMENT: *(size_t *)value = lds ? 0 : RT_PAGE; break;
-    case HSA_AMD_MEMORY_POOL_INFO_ACCESSIBLE_BY_ALL: *(bool *)value = false; break;
+    case HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALIGNMENT: RT_PUT(value, size_t, lds ? 0 : RT_PAGE); break;
+    case HSA_AMD_MEMORY_POOL_INFO_ACCESSIBLE_BY_ALL: RT_PUT(value, bool, false); break;
     case HSA_AMD_MEMORY_POOL_INFO_ALLOC_MAX_SIZE:
-      *(size_t *)value = lds ? 0 : p->gpu_owned ? rt.cfg.vram_bytes : system_ram();
+      RT_PUT(value, size_t, lds ? 0 : p->gpu_owned ? rt.cfg.vram_bytes : system_ram());
       break;
     default: return HSA_STATUS_ERROR_INVALID_ARGUMENT; /* R: unknown attribute */
   }
@@ -366,12 +366,12 @@ RT_EXPORT hsa_status_t hsa_amd_agent_memory_pool_get_info(hsa_agent_t agent, hsa
     case HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS:
       /* A dGPU: the GPU reaches system memory only after allow_access; the host never reaches
        * VRAM or LDS (R amd_gpu_agent.cpp / amd_memory_region.cpp GetAccessInfo). */
-      *(hsa_amd_memory_pool_access_t *)value =
-          own ? HSA_AMD_MEMORY_POOL_ACCESS_ALLOWED_BY_DEFAULT
-              : a == &rt_gpu_agent ? HSA_AMD_MEMORY_POOL_ACCESS_DISALLOWED_BY_DEFAULT
-                                   : HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED;
+      RT_PUT(value, hsa_amd_memory_pool_access_t,
+             own ? HSA_AMD_MEMORY_POOL_ACCESS_ALLOWED_BY_DEFAULT
+                 : a == &rt_gpu_agent ? HSA_AMD_MEMORY_POOL_ACCESS_DISALLOWED_BY_DEFAULT
+                                      : HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED);
       break;
-    case HSA_AMD_AGENT_MEMORY_POOL_INFO_NUM_LINK_HOPS: *(uint32_t *)value = own ? 0 : 1; break;
+    case HSA_AMD_AGENT_MEMORY_POOL_INFO_NUM_LINK_HOPS: RT_PUT(value, uint32_t, own ? 0 : 1); break;
     case HSA_AMD_AGENT_MEMORY_POOL_INFO_LINK_INFO: {
       if (own) break;
       hsa_amd_memory_pool_link_info_t li;
@@ -408,28 +408,28 @@ RT_EXPORT hsa_status_t hsa_region_get_info(hsa_region_t region, hsa_region_info_
   if (!p) return HSA_STATUS_ERROR_INVALID_REGION;
   switch ((int)attribute) {
     case HSA_REGION_INFO_SEGMENT:
-      *(hsa_region_segment_t *)value = p->id == POOL_GPU_LDS ? HSA_REGION_SEGMENT_GROUP : HSA_REGION_SEGMENT_GLOBAL;
+      RT_PUT(value, hsa_region_segment_t, p->id == POOL_GPU_LDS ? HSA_REGION_SEGMENT_GROUP : HSA_REGION_SEGMENT_GLOBAL);
       return HSA_STATUS_SUCCESS;
     case HSA_REGION_INFO_GLOBAL_FLAGS: {
       uint32_t f = 0;
       if (p->global_flags & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT) f |= HSA_REGION_GLOBAL_FLAG_KERNARG;
       if (p->global_flags & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED) f |= HSA_REGION_GLOBAL_FLAG_FINE_GRAINED;
       if (p->global_flags & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED) f |= HSA_REGION_GLOBAL_FLAG_COARSE_GRAINED;
-      *(uint32_t *)value = f;
+      RT_PUT(value, uint32_t, f);
       return HSA_STATUS_SUCCESS;
     }
     case HSA_REGION_INFO_SIZE: return pool_info(p, HSA_AMD_MEMORY_POOL_INFO_SIZE, value);
     case HSA_REGION_INFO_ALLOC_MAX_SIZE: return pool_info(p, HSA_AMD_MEMORY_POOL_INFO_ALLOC_MAX_SIZE, value);
-    case HSA_REGION_INFO_ALLOC_MAX_PRIVATE_WORKGROUP_SIZE: *(uint32_t *)value = 0; return HSA_STATUS_SUCCESS;
-    case HSA_REGION_INFO_RUNTIME_ALLOC_ALLOWED: *(bool *)value = p->alloc_allowed; return HSA_STATUS_SUCCESS;
+    case HSA_REGION_INFO_ALLOC_MAX_PRIVATE_WORKGROUP_SIZE: RT_PUT(value, uint32_t, 0); return HSA_STATUS_SUCCESS;
+    case HSA_REGION_INFO_RUNTIME_ALLOC_ALLOWED: RT_PUT(value, bool, p->alloc_allowed); return HSA_STATUS_SUCCESS;
     case HSA_REGION_INFO_RUNTIME_ALLOC_GRANULE:
     case HSA_REGION_INFO_RUNTIME_ALLOC_ALIGNMENT:
-      *(size_t *)value = p->alloc_allowed ? RT_PAGE : 0;
+      RT_PUT(value, size_t, p->alloc_allowed ? RT_PAGE : 0);
       return HSA_STATUS_SUCCESS;
-    case HSA_AMD_REGION_INFO_HOST_ACCESSIBLE: *(bool *)value = !p->gpu_owned; return HSA_STATUS_SUCCESS;
-    case HSA_AMD_REGION_INFO_BASE: *(void **)value = NULL; return HSA_STATUS_SUCCESS;
-    case HSA_AMD_REGION_INFO_BUS_WIDTH: *(uint32_t *)value = 0; return HSA_STATUS_SUCCESS;
-    case HSA_AMD_REGION_INFO_MAX_CLOCK_FREQUENCY: *(uint32_t *)value = 0; return HSA_STATUS_SUCCESS;
+    case HSA_AMD_REGION_INFO_HOST_ACCESSIBLE: RT_PUT(value, bool, !p->gpu_owned); return HSA_STATUS_SUCCESS;
+    case HSA_AMD_REGION_INFO_BASE: RT_PUT(value, void *, NULL); return HSA_STATUS_SUCCESS;
+    case HSA_AMD_REGION_INFO_BUS_WIDTH: RT_PUT(value, uint32_t, 0); return HSA_STATUS_SUCCESS;
+    case HSA_AMD_REGION_INFO_MAX_CLOCK_FREQUENCY: RT_PUT(value, uint32_t, 0); return HSA_STATUS_SUCCESS;
     default: return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   }
 }

@@ -265,20 +265,20 @@ RT_EXPORT hsa_status_t hsa_system_get_info(hsa_system_info_t attribute, void *va
   RT_REQUIRE_OPEN();
   if (!value) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   switch ((int)attribute) {
-    case HSA_SYSTEM_INFO_VERSION_MAJOR: *(uint16_t *)value = 1; break;
-    case HSA_SYSTEM_INFO_VERSION_MINOR: *(uint16_t *)value = 1; break;
-    case HSA_SYSTEM_INFO_TIMESTAMP: *(uint64_t *)value = rt_ticks(); break;
-    case HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY: *(uint64_t *)value = rt.cfg.timestamp_hz; break;
-    case HSA_SYSTEM_INFO_SIGNAL_MAX_WAIT: *(uint64_t *)value = UINT64_MAX; break;
-    case HSA_SYSTEM_INFO_ENDIANNESS: *(hsa_endianness_t *)value = HSA_ENDIANNESS_LITTLE; break;
-    case HSA_SYSTEM_INFO_MACHINE_MODEL: *(hsa_machine_model_t *)value = HSA_MACHINE_MODEL_LARGE; break;
+    case HSA_SYSTEM_INFO_VERSION_MAJOR: RT_PUT(value, uint16_t, 1); break;
+    case HSA_SYSTEM_INFO_VERSION_MINOR: RT_PUT(value, uint16_t, 1); break;
+    case HSA_SYSTEM_INFO_TIMESTAMP: RT_PUT(value, uint64_t, rt_ticks()); break;
+    case HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY: RT_PUT(value, uint64_t, rt.cfg.timestamp_hz); break;
+    case HSA_SYSTEM_INFO_SIGNAL_MAX_WAIT: RT_PUT(value, uint64_t, UINT64_MAX); break;
+    case HSA_SYSTEM_INFO_ENDIANNESS: RT_PUT(value, hsa_endianness_t, HSA_ENDIANNESS_LITTLE); break;
+    case HSA_SYSTEM_INFO_MACHINE_MODEL: RT_PUT(value, hsa_machine_model_t, HSA_MACHINE_MODEL_LARGE); break;
     case HSA_SYSTEM_INFO_EXTENSIONS:
       /* No extension tables (finalizer, images, loader, profiler) are offered. */
       memset(value, 0, 128);
       break;
-    case HSA_AMD_SYSTEM_INFO_BUILD_VERSION: *(const char **)value = "softgpu stand-in (kiln)"; break;
-    case HSA_AMD_SYSTEM_INFO_SVM_SUPPORTED: *(bool *)value = false; break;
-    case HSA_AMD_SYSTEM_INFO_SVM_ACCESSIBLE_BY_DEFAULT: *(bool *)value = false; break;
+    case HSA_AMD_SYSTEM_INFO_BUILD_VERSION: RT_PUT(value, const char *, "softgpu stand-in (kiln)"); break;
+    case HSA_AMD_SYSTEM_INFO_SVM_SUPPORTED: RT_PUT(value, bool, false); break;
+    case HSA_AMD_SYSTEM_INFO_SVM_ACCESSIBLE_BY_DEFAULT: RT_PUT(value, bool, false); break;
     default: return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   }
   return HSA_STATUS_SUCCESS;

@@ -565,10 +565,10 @@ RT_EXPORT hsa_status_t hsa_executable_get_info(hsa_executable_t executable, hsa_
   exec_t *x = exec_from(executable);
   hsa_status_t s = HSA_STATUS_SUCCESS;
   if (!x) s = HSA_STATUS_ERROR_INVALID_EXECUTABLE;
-  else if (attribute == HSA_EXECUTABLE_INFO_PROFILE) *(hsa_profile_t *)value = x->profile;
-  else if (attribute == HSA_EXECUTABLE_INFO_STATE) *(hsa_executable_state_t *)value = x->state;
+  else if (attribute == HSA_EXECUTABLE_INFO_PROFILE) RT_PUT(value, hsa_profile_t, x->profile);
+  else if (attribute == HSA_EXECUTABLE_INFO_STATE) RT_PUT(value, hsa_executable_state_t, x->state);
   else if (attribute == HSA_EXECUTABLE_INFO_DEFAULT_FLOAT_ROUNDING_MODE)
-    *(hsa_default_float_rounding_mode_t *)value = x->rounding;
+    RT_PUT(value, hsa_default_float_rounding_mode_t, x->rounding);
   else s = HSA_STATUS_ERROR_INVALID_ARGUMENT;
   pthread_mutex_unlock(&ld_lock);
   return s;
@@ -633,46 +633,46 @@ RT_EXPORT hsa_status_t hsa_executable_symbol_get_info(hsa_executable_symbol_t ex
   bool kernel_attr = false, variable_attr = false;
   switch ((int)attribute) {
     case HSA_EXECUTABLE_SYMBOL_INFO_TYPE:
-      *(hsa_symbol_kind_t *)value = s->kernel ? HSA_SYMBOL_KIND_KERNEL : HSA_SYMBOL_KIND_VARIABLE;
+      RT_PUT(value, hsa_symbol_kind_t, s->kernel ? HSA_SYMBOL_KIND_KERNEL : HSA_SYMBOL_KIND_VARIABLE);
       break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH: *(uint32_t *)value = (uint32_t)strlen(s->name); break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH: RT_PUT(value, uint32_t, (uint32_t)strlen(s->name)); break;
     case HSA_EXECUTABLE_SYMBOL_INFO_NAME: memcpy(value, s->name, strlen(s->name)); break; /* R: no NUL */
-    case HSA_EXECUTABLE_SYMBOL_INFO_MODULE_NAME_LENGTH: *(uint32_t *)value = 0; break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_MODULE_NAME_LENGTH: RT_PUT(value, uint32_t, 0); break;
     case HSA_EXECUTABLE_SYMBOL_INFO_MODULE_NAME: break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_AGENT: *(hsa_agent_t *)value = rt_agent_handle(&rt_gpu_agent); break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_LINKAGE: *(hsa_symbol_linkage_t *)value = HSA_SYMBOL_LINKAGE_PROGRAM; break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_IS_DEFINITION: *(bool *)value = true; break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_AGENT: RT_PUT(value, hsa_agent_t, rt_agent_handle(&rt_gpu_agent)); break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_LINKAGE: RT_PUT(value, hsa_symbol_linkage_t, HSA_SYMBOL_LINKAGE_PROGRAM); break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_IS_DEFINITION: RT_PUT(value, bool, true); break;
     case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS:
       variable_attr = true;
-      *(uint64_t *)value = s->address;
+      RT_PUT(value, uint64_t, s->address);
       break;
     case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ALLOCATION:
       variable_attr = true;
-      *(hsa_variable_allocation_t *)value = HSA_VARIABLE_ALLOCATION_AGENT;
+      RT_PUT(value, hsa_variable_allocation_t, HSA_VARIABLE_ALLOCATION_AGENT);
       break;
     case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SEGMENT:
       variable_attr = true;
-      *(hsa_variable_segment_t *)value = HSA_VARIABLE_SEGMENT_GLOBAL;
+      RT_PUT(value, hsa_variable_segment_t, HSA_VARIABLE_SEGMENT_GLOBAL);
       break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ALIGNMENT: variable_attr = true; *(uint32_t *)value = 8; break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE: variable_attr = true; *(uint32_t *)value = (uint32_t)s->size; break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_IS_CONST: variable_attr = true; *(bool *)value = false; break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT: kernel_attr = true; *(uint64_t *)value = s->address; break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ALIGNMENT: variable_attr = true; RT_PUT(value, uint32_t, 8); break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE: variable_attr = true; RT_PUT(value, uint32_t, (uint32_t)s->size); break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_IS_CONST: variable_attr = true; RT_PUT(value, bool, false); break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT: kernel_attr = true; RT_PUT(value, uint64_t, s->address); break;
     case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE:
       kernel_attr = true;
-      *(uint32_t *)value = s->kernarg_size;
+      RT_PUT(value, uint32_t, s->kernarg_size);
       break;
     case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_ALIGNMENT:
       kernel_attr = true;
-      *(uint32_t *)value = 16; /* R executable.cpp: always 16 */
+      RT_PUT(value, uint32_t, 16); /* R executable.cpp: always 16 */
       break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE: kernel_attr = true; *(uint32_t *)value = s->group_size; break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE: kernel_attr = true; RT_PUT(value, uint32_t, s->group_size); break;
     case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE:
       kernel_attr = true;
-      *(uint32_t *)value = s->private_size;
+      RT_PUT(value, uint32_t, s->private_size);
       break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_DYNAMIC_CALLSTACK: kernel_attr = true; *(bool *)value = s->dynamic_stack; break;
-    case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_CALL_CONVENTION: kernel_attr = true; *(uint32_t *)value = 0; break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_DYNAMIC_CALLSTACK: kernel_attr = true; RT_PUT(value, bool, s->dynamic_stack); break;
+    case HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_CALL_CONVENTION: kernel_attr = true; RT_PUT(value, uint32_t, 0); break;
     default: st = HSA_STATUS_ERROR_INVALID_ARGUMENT;
   }
   if ((kernel_attr && !s->kernel) || (variable_attr && s->kernel)) st = HSA_STATUS_ERROR_INVALID_ARGUMENT;

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "device/softgpu/isa/sgisa.h"
 
@@ -192,6 +193,14 @@ uint64_t rt_ticks_to_ns(uint64_t ticks);
 uint64_t rt_hash(const void *p, size_t n);
 /* Reads [p, p+n) without faulting; false when any of it is unmapped (process_vm_readv). */
 bool rt_read_safely(const void *p, size_t n, void *dst);
+
+/* Writes an attribute value: clients pass pointers into their own structs, not always aligned
+ * for the type (rocminfo does), so the store goes through memcpy. */
+#define RT_PUT(dst, T, v)            \
+  do {                               \
+    T rt_put_ = (v);                 \
+    memcpy((dst), &rt_put_, sizeof rt_put_); \
+  } while (0)
 
 #define RT_PAGE 4096u
 static inline uint64_t rt_round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
