@@ -157,11 +157,13 @@ def test_gpu_compiles(ts, name, target):
     assert f.get_source("asm")
 
 
+@pytest.mark.parametrize("kind", ["cuda", "rocm"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_gpu_runs_on_cuda(ts, name):
-    dev = ts.cuda(0)
+def test_gpu_runs_on(ts, name, kind):
+    """On the daemon's first GPU of each kind; ROCm in CI is the software GPU (.ci/softgpu)."""
+    dev = getattr(ts, kind)(0)
     if not dev.exist:
-        pytest.skip("the daemon has no CUDA device")
+        pytest.skip("the daemon has no %s device" % kind)
     _run(ts, name, dev, dev)
 
 
