@@ -51,6 +51,25 @@ Test(api, init_is_reference_counted_and_can_start_again) {
   OK(hsa_shut_down());
 }
 
+/* SOFTGPU_TIMESTAMP_HZ: a frequency other than ROCr's 1 GHz, so that a client mixing up
+ * nanoseconds and ticks waits or measures 10x wrong and shows it. */
+Test(api, the_timestamp_frequency_can_differ_from_1_ghz) {
+  setenv("SOFTGPU_TIMESTAMP_HZ", "100M", 1);
+  OK(hsa_init());
+  uint64_t f = 0, t0 = 0, t1 = 0;
+  OK(hsa_system_get_info(HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY, &f));
+  cr_assert_eq(f, 100000000ull);
+  hsa_signal_t s;
+  OK(hsa_signal_create(1, 0, NULL, &s));
+  OK(hsa_system_get_info(HSA_SYSTEM_INFO_TIMESTAMP, &t0));
+  hsa_signal_wait_scacquire(s, HSA_SIGNAL_CONDITION_EQ, 0, f / 50, HSA_WAIT_STATE_BLOCKED); /* 20 ms in ticks */
+  OK(hsa_system_get_info(HSA_SYSTEM_INFO_TIMESTAMP, &t1));
+  cr_assert(t1 - t0 >= f / 50 && t1 - t0 < f / 2, "waited %llu ticks at %llu Hz for 20 ms",
+            (unsigned long long)(t1 - t0), (unsigned long long)f);
+  OK(hsa_signal_destroy(s));
+  OK(hsa_shut_down());
+}
+
 Test(api, a_malformed_environment_fails_init) {
   setenv("SOFTGPU_TARGET", "gfx1100", 1);
   cr_assert_neq(hsa_init(), HSA_STATUS_SUCCESS);
