@@ -104,21 +104,22 @@ bool rt_read_safely(const void *p, size_t n, void *dst) {
 
 /* --- configuration ------------------------------------------------------------------------------ */
 
-static bool parse_size(const char *s, uint64_t *out) {
+/* A number with an optional K/M/G/T suffix: powers of 1024 for sizes, of 1000 for frequencies. */
+static bool parse_scaled(const char *s, uint64_t unit, uint64_t *out) {
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
   if (errno || end == s) return false;
   uint64_t mul = 1;
-  switch (*end) {
-    case 'K': case 'k': mul = 1ull << 10; end++; break;
-    case 'M': case 'm': mul = 1ull << 20; end++; break;
-    case 'G': case 'g': mul = 1ull << 30; end++; break;
-    case 'T': case 't': mul = 1ull << 40; end++; break;
-    default: break;
+  const char *suffixes = "KMGT";
+  const char *at = *end ? strchr(suffixes, *end & ~0x20) : NULL;
+  if (at) {
+    for (const char *p = suffixes; p <= at; p++) mul *= unit;
+    end++;
   }
   if (*end == 'i' || *end == 'B') end++;
   if (*end == 'B') end++;
+  if (unit == 1000 && (*end == 'H' || *end == 'h') && (end[1] == 'z' || end[1] == 'Z')) end += 2;
   if (*end != '\0' || v > UINT64_MAX / mul) return false;
   *out = v * mul;
   return true;
@@ -147,13 +148,13 @@ static bool config_load(rt_config_t *c) {
   }
   c->vram_bytes = 16ull << 30;
   const char *v = getenv("SOFTGPU_VRAM");
-  if (v && *v && (!parse_size(v, &c->vram_bytes) || c->vram_bytes < (64ull << 20))) {
+  if (v && *v && (!parse_scaled(v, 1024, &c->vram_bytes) || c->vram_bytes < (64ull << 20))) {
     rt_log("SOFTGPU_VRAM=%s is not a size of at least 64M (e.g. 16G)", v);
     return false;
   }
   c->timestamp_hz = 1000000000ull; /* R: ROCr reports a 1 GHz system timestamp */
   const char *hz = getenv("SOFTGPU_TIMESTAMP_HZ");
-  if (hz && *hz && (!parse_size(hz, &c->timestamp_hz) || c->timestamp_hz < 1000 ||
+  if (hz && *hz && (!parse_scaled(hz, 1000, &c->timestamp_hz) || c->timestamp_hz < 1000 ||
                     c->timestamp_hz > 1000000000000ull)) {
     rt_log("SOFTGPU_TIMESTAMP_HZ=%s is not a frequency between 1000 and 10^12", hz);
     return false;
