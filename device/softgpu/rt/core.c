@@ -171,6 +171,8 @@ static bool config_load(rt_config_t *c) {
     c->max_code_object = (uint32_t)atoi(co);
   }
   c->doorbell_grace_ms = 100;
+  const char *check = getenv("SOFTGPU_CHECK"); /* the interpreter reads the rest of it */
+  c->track_init = check && strstr(check, "uninit");
   return true;
 }
 

@@ -51,6 +51,7 @@ static bool insert(const rt_alloc_t *a) {
 }
 
 static void unmap_alloc(const rt_alloc_t *a) {
+  if (a->init_bits) munmap(a->init_bits, rt_round_up(a->size / 8, RT_PAGE));
   if (a->host_view) {
     munmap(a->host_view, a->size);
     munmap(a->host, a->size);
@@ -98,6 +99,11 @@ hsa_status_t rt_mem_alloc(pool_id_t pool, size_t size, alloc_kind_t kind, void *
     }
     a.va = (uint64_t)(uintptr_t)a.host_view;
     a.gpu_access = kind == ALLOC_VRAM ? SG_ACC_READ | SG_ACC_WRITE : SG_ACC_READ;
+    if (kind == ALLOC_VRAM && rt.cfg.track_init) {
+      void *bits = mmap(NULL, rt_round_up(rounded / 8, RT_PAGE), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      a.init_bits = bits == MAP_FAILED ? NULL : bits; /* zero: nothing written yet */
+    }
     vram_used += rounded;
   } else {
     void *p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -213,7 +219,7 @@ bool rt_mem_lookup_cb(void *ctx, uint64_t va, sg_region_t *out) {
     out->size = allocs[i].size;
     out->host = allocs[i].host;
     out->access = allocs[i].gpu_access;
-    out->init_bits = NULL;
+    out->init_bits = allocs[i].init_bits;
   }
   pthread_rwlock_unlock(&space_lock);
   return ok;
@@ -274,6 +280,24 @@ uint8_t *rt_mem_host_range(uint64_t va, uint64_t len, bool *out_device, const ch
   }
   pthread_rwlock_unlock(&space_lock);
   return host;
+}
+
+void rt_mem_mark_init(uint64_t va, uint64_t len) {
+  if (!rt.cfg.track_init || !len) return;
+  pthread_rwlock_rdlock(&space_lock);
+  ptrdiff_t i = find_containing(va);
+  if (i >= 0 && allocs[i].init_bits && len <= allocs[i].size - (va - allocs[i].va)) {
+    uint8_t *bits = allocs[i].init_bits;
+    uint64_t b = va - allocs[i].va, e = b + len;
+    /* the interpreter sets bits with atomic ORs on its threads; so do we */
+    for (; b < e && (b & 7); b++) __atomic_fetch_or(&bits[b >> 3], (uint8_t)(1u << (b & 7)), __ATOMIC_RELAXED);
+    if (e - b >= 8) {
+      memset(&bits[b >> 3], 0xff, (e - b) >> 3);
+      b += (e - b) & ~7ull;
+    }
+    for (; b < e; b++) __atomic_fetch_or(&bits[b >> 3], (uint8_t)(1u << (b & 7)), __ATOMIC_RELAXED);
+  }
+  pthread_rwlock_unlock(&space_lock);
 }
 
 size_t rt_mem_live(uint64_t *out_bytes) {
@@ -391,6 +415,7 @@ RT_EXPORT hsa_status_t hsa_memory_copy(void *dst, const void *src, size_t size) 
     return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   }
   memmove(d, s, size);
+  if (ddev) rt_mem_mark_init((uint64_t)(uintptr_t)dst, size);
   return HSA_STATUS_SUCCESS;
 }
 
@@ -413,5 +438,6 @@ RT_EXPORT hsa_status_t hsa_amd_memory_fill(void *ptr, uint32_t value, size_t cou
     uint32_t *w = (uint32_t *)(void *)d;
     for (size_t i = 0; i < count; i++) w[i] = value;
   }
+  if (dev) rt_mem_mark_init((uint64_t)(uintptr_t)ptr, count * 4);
   return HSA_STATUS_SUCCESS;
 }

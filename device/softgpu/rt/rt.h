@@ -40,6 +40,7 @@ typedef struct rt_config {
   uint32_t max_code_object;  /* SOFTGPU_MAX_CODE_OBJECT=5 rejects v6 as ROCr 5.2 does */
   uint32_t doorbell_grace_ms;/* a rung doorbell with a still-INVALID header warns after this */
   uint32_t compute_units;
+  bool track_init;           /* SOFTGPU_CHECK contains "uninit": VRAM allocations get init bits */
 } rt_config_t;
 
 /* --- agents, pools, ISA --------------------------------------------------------------------- */
@@ -80,6 +81,7 @@ typedef struct rt_alloc {
   alloc_kind_t kind;
   pool_id_t pool;
   uint32_t gpu_access;    /* SG_ACC_* */
+  uint8_t *init_bits;     /* SOFTGPU_CHECK=uninit, VRAM only: one bit per byte written */
   uint32_t busy;          /* in-flight dispatches that name this allocation */
   uint64_t busy_dispatch; /* the last such dispatch id (for messages) */
 } rt_alloc_t;
@@ -110,6 +112,9 @@ hsa_status_t rt_mem_set_gpu_access(uint64_t va, uint32_t access, alloc_kind_t *o
  * them. NULL with *err set when the range straddles an allocation's end or lies in VRAM's
  * reserved view without being allocated. */
 uint8_t *rt_mem_host_range(uint64_t va, uint64_t len, bool *out_device, const char **err);
+/* Marks [va, va+len) written by the host (SOFTGPU_CHECK=uninit tracks VRAM only: the host
+ * reaches it through copies and fills alone, so every write is seen). */
+void rt_mem_mark_init(uint64_t va, uint64_t len);
 size_t rt_mem_live(uint64_t *out_bytes);
 void rt_mem_release_all(void);
 uint64_t rt_mem_vram_used(void);

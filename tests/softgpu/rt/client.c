@@ -385,6 +385,24 @@ static void kernel_fault(bool handler, bool to_code) {
   report_completion(done, 300);
 }
 
+/* SOFTGPU_CHECK=uninit: vadd reads `a`, copied from the host, and `b`, never written. */
+static void uninit_read(void) {
+  h_program_t p;
+  load_kernels(&p, true);
+  h_kernel_t k = h_kernel(&env, &p, "vadd");
+  float host[64];
+  for (int i = 0; i < 64; i++) host[i] = (float)i;
+  float *a = h_alloc(env.vram, sizeof host, NULL), *b = h_alloc(env.vram, sizeof host, NULL);
+  float *c = h_alloc(env.vram, sizeof host, NULL);
+  H_CHECK(hsa_memory_copy(a, host, sizeof host));
+  printf("a at %p, b at %p\n", (void *)a, (void *)b);
+  fflush(stdout);
+  uint64_t *ka = h_alloc(env.kernarg, 4096, &env.gpu);
+  ka[0] = (uint64_t)(uintptr_t)a, ka[1] = (uint64_t)(uintptr_t)b, ka[2] = (uint64_t)(uintptr_t)c;
+  ((uint32_t *)ka)[6] = 64;
+  printf("completed: %s\n", h_run(queue(on_queue_error), &k, 1, ka, 0, 5000) ? "yes" : "no");
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) h_die("usage: sgrt-client SCENARIO");
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -414,6 +432,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "kernel-fault")) kernel_fault(true, false);
   else if (!strcmp(s, "kernel-fault-nohandler")) kernel_fault(false, false);
   else if (!strcmp(s, "kernel-writes-code")) kernel_fault(true, true);
+  else if (!strcmp(s, "uninit-read")) uninit_read();
   else if (!strcmp(s, "packet-reserved")) dispatch_broken(reserved_nonzero);
   else if (!strcmp(s, "grid-smaller")) dispatch_broken(grid_smaller);
   else if (!strcmp(s, "no-dimensions")) dispatch_broken(no_dimensions);

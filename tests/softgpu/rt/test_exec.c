@@ -104,3 +104,24 @@ Test(exec, a_kernels_memory_fault_without_handler_aborts_with_rocrs_text) {
   HAS(r.err, "on address 0x1000. Reason: Page not present or supervisor privilege.");
   sp_free(&r);
 }
+
+/* SOFTGPU_CHECK=uninit: the stand-in marks VRAM bytes the host copies or fills; the interpreter
+ * reports a kernel's read of bytes nothing wrote. */
+Test(exec, reads_of_vram_nothing_wrote_are_reported) {
+  sp_result_t r;
+  const char *env[] = {"SOFTGPU_CHECK=uninit", NULL};
+  sp_client("uninit-read", env, &r);
+  cr_log_info("exit %d\n%s\n%s", r.exit_code, r.out, r.err);
+  cr_assert_eq(r.exit_code, 0);
+  HAS(r.out, "completed: yes");
+  unsigned long long a = 0, b = 0;
+  cr_assert_eq(sscanf(strstr(r.out, "a at "), "a at %llx, b at %llx", &a, &b), 2);
+  const char *rep = strstr(r.err, "uninitialised read");
+  cr_assert(rep, "no uninitialised-read report:\n%s", r.err);
+  const char *at = strstr(rep, "reads 0x");
+  cr_assert(at, "%s", rep);
+  unsigned long long addr = strtoull(at + strlen("reads "), NULL, 16);
+  cr_expect(addr >= b && addr < b + 256, "the report names 0x%llx, not b [0x%llx, +256)", addr, b);
+  cr_expect(!(addr >= a && addr < a + 256), "a was copied from the host: it is initialised");
+  sp_free(&r);
+}
