@@ -27,7 +27,10 @@ timed() {
 row() {
   local label=$1; shift
   local all=() t
-  for _ in $(seq "$runs"); do t=$(timed "$@"); all+=("$t"); done
+  for _ in $(seq "$runs"); do
+    t=$(timed "$@") || exit 1 # timed exits its subshell on a failed run: stop, write nothing
+    all+=("$t")
+  done
   local sorted min med
   sorted=$(printf '%s\n' "${all[@]}" | sort -n)
   min=$(head -n 1 <<<"$sorted")
@@ -37,10 +40,11 @@ row() {
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=$(
+  set -e
   row "hsa:0 softgpu gfx942" KILN_TEST_BACKENDS=hsa KILN_HSA_LIBRARY="$lib" SOFTGPU_TARGET=gfx942
   row "hsa:0 softgpu gfx90a" KILN_TEST_BACKENDS=hsa KILN_HSA_LIBRARY="$lib" SOFTGPU_TARGET=gfx90a
   row "cpu:0 (kiln's cpu backend, peer)" KILN_TEST_BACKENDS=cpu
-)
+) || { echo "run.sh: a run failed; $out is unchanged" >&2; exit 1; }
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 cat > "$out" <<MD
