@@ -76,7 +76,7 @@ static void dispatch_vadd(h_kernel_t *k, void *ka, hsa_queue_t *q) {
 }
 
 /* A vadd packet with one field broken by `breaker`. */
-static void dispatch_broken(void (*breaker)(hsa_kernel_dispatch_packet_t *, uint16_t *setup)) {
+static void dispatch_broken(void (*breaker)(hsa_kernel_dispatch_packet_t *, uint16_t *setup, uint16_t *header)) {
   h_program_t p;
   h_read_kernels(&p);
   H_CHECK(h_load(&env, &p, true));
@@ -88,17 +88,25 @@ static void dispatch_broken(void (*breaker)(hsa_kernel_dispatch_packet_t *, uint
   uint64_t i = h_reserve(q, &slot);
   h_dispatch_body(slot, &k, 1, h_alloc(env.kernarg, 4096, &env.gpu), done, 0);
   uint16_t setup = 1;
-  breaker(slot, &setup);
-  h_publish(slot, HSA_PACKET_TYPE_KERNEL_DISPATCH, setup);
+  uint16_t header = HSA_PACKET_TYPE_KERNEL_DISPATCH | HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE |
+                    HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE;
+  breaker(slot, &setup, &header);
+  __atomic_store_n((uint32_t *)slot, (uint32_t)header | (uint32_t)setup << 16, __ATOMIC_RELEASE);
   h_ring(q, i);
   wait_flag(&callbacks, 3000);
   report_completion(done, 200);
 }
 
-static void reserved_nonzero(hsa_kernel_dispatch_packet_t *p, uint16_t *setup) { p->reserved2 = 1; }
-static void grid_smaller(hsa_kernel_dispatch_packet_t *p, uint16_t *setup) { p->grid_size_x = 32; }
-static void no_dimensions(hsa_kernel_dispatch_packet_t *p, uint16_t *setup) { *setup = 0; }
-static void unused_dimension(hsa_kernel_dispatch_packet_t *p, uint16_t *setup) { p->grid_size_y = 2; }
+static void reserved_nonzero(hsa_kernel_dispatch_packet_t *p, uint16_t *setup, uint16_t *h) { p->reserved2 = 1; }
+static void grid_smaller(hsa_kernel_dispatch_packet_t *p, uint16_t *setup, uint16_t *h) { p->grid_size_x = 32; }
+static void no_dimensions(hsa_kernel_dispatch_packet_t *p, uint16_t *setup, uint16_t *h) { *setup = 0; }
+static void unused_dimension(hsa_kernel_dispatch_packet_t *p, uint16_t *setup, uint16_t *h) { p->grid_size_y = 2; }
+static void fence_scope_3(hsa_kernel_dispatch_packet_t *p, uint16_t *setup, uint16_t *h) {
+  *h |= 3 << HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE;
+}
+static void group_too_large(hsa_kernel_dispatch_packet_t *p, uint16_t *setup, uint16_t *h) {
+  p->group_segment_size = 65536 + 4;
+}
 
 static void load_kernels(h_program_t *p, bool freeze) {
   h_read_kernels(p);
@@ -339,6 +347,16 @@ static void free_in_flight(void) {
   printf("destroy executable after completion: %s\n", h_status_name(hsa_executable_destroy(s.p.exec)));
 }
 
+/* The client writes the slot of a packet the processor is still running. */
+static void slot_rewritten(void) {
+  spinner_t s;
+  spin_start(&s);
+  hsa_kernel_dispatch_packet_t *slot = (hsa_kernel_dispatch_packet_t *)s.q->base_address; /* packet 0 */
+  slot->grid_size_x = 128; /* broken: the read index has not passed this slot */
+  spin_stop(&s);
+  wait_flag(&callbacks, 2000);
+}
+
 static void lds_beyond(void) {
   h_program_t p;
   load_kernels(&p, true);
@@ -437,6 +455,9 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "grid-smaller")) dispatch_broken(grid_smaller);
   else if (!strcmp(s, "no-dimensions")) dispatch_broken(no_dimensions);
   else if (!strcmp(s, "unused-dimension")) dispatch_broken(unused_dimension);
+  else if (!strcmp(s, "fence-scope-3")) dispatch_broken(fence_scope_3);
+  else if (!strcmp(s, "group-too-large")) dispatch_broken(group_too_large);
+  else if (!strcmp(s, "slot-rewritten-in-flight")) slot_rewritten();
   else h_die("unknown scenario %s", s);
   fflush(stdout);
   _exit(0); /* leave queues and threads as they are: the scenario is over */

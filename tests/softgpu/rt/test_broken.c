@@ -186,6 +186,8 @@ Test(broken, dispatch_packet_fields_out_of_their_rules) {
       {"grid-smaller", "HSA_STATUS_ERROR_INVALID_ARGUMENT", "grid size 32 is smaller than work-group size 64"},
       {"no-dimensions", "HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENTS", "setup dimensions 0"},
       {"unused-dimension", "HSA_STATUS_ERROR_INVALID_ARGUMENT", "1 in unused dimensions"},
+      {"fence-scope-3", "HSA_STATUS_ERROR_INVALID_PACKET_FORMAT", "a fence scope of 3"},
+      {"group-too-large", "HSA_STATUS_ERROR_INVALID_ALLOCATION", "the GPU has 65536"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     sp_result_t r = run(cases[i].scenario);

@@ -55,6 +55,15 @@ Test(exec, kernarg_changed_while_the_dispatch_runs) {
   sp_free(&r);
 }
 
+Test(exec, a_slot_rewritten_while_its_packet_runs) {
+  sp_result_t r = run("slot-rewritten-in-flight");
+  cr_assert_eq(r.exit_code, 0);
+  HAS(r.err, "the packet's slot changed while it was being processed");
+  HAS(r.out, "callback: HSA_STATUS_ERROR_INVALID_PACKET_FORMAT");
+  HAS(r.out, "completed: no");
+  sp_free(&r);
+}
+
 Test(exec, memory_signal_and_executable_in_use_are_not_released) {
   sp_result_t r = run("free-in-flight");
   cr_assert_eq(r.exit_code, 0);
