@@ -324,7 +324,11 @@ ParameterizedTest(conf_param_t *p, conformance, timing_follows_time_evaluator) {
   kiln_time_result_t r;
   kiln_status_t s = kiln_time_evaluate(c.b, c.dev, c.mod, &l, &cfg, &r);
   cr_assert_eq(s, KILN_OK, "%s", s ? kiln_status_message(s) : "");
-  cr_expect_gt(r.number, 1, "number grew to fill min_repeat_ms");
+  /* number grows until one repeat's calls fill min_repeat_ms; it stays 1 only where a single call
+   * already fills it (kiln_time_evaluate), as on the software GPU under a loaded CPU */
+  cr_expect(r.number > 1 || r.results[r.repeat - 1] * 1e3 >= cfg.min_repeat_ms,
+            "number grew to fill min_repeat_ms (number %u, last repeat %.3g ms a call)", r.number,
+            r.results[r.repeat - 1] * 1e3);
   cr_expect_eq(r.repeat, 3);
   for (uint32_t i = 0; i < r.repeat; i++) {
     cr_expect_gt(r.results[i], 0);
