@@ -25,7 +25,7 @@ FUSED_KNOBS = {
     },
     "fused_depthwise": {"cpu": {"ow_block": 0, "inline_pad": True}, "gpu": {"num_thread": 128}},
     "fused_matmul": {
-        "cpu": {"bm": 8, "bn": 32, "bk": 4},
+        "cpu": {"bm": 4, "bn": 64, "bk": 1},
         "gpu": {"num_thread": 64, "tm": 4},
     },
     "generic": {"cpu": {"chunk": 4096, "vec": 8}, "gpu": {"num_thread": 256}},
@@ -147,8 +147,15 @@ def _fused_conv(out, anchor, target, kw):
         sa.vectorize(xc)
     sa.unroll(fc)
     if k["unroll"]:
-        sa.unroll(ry)
-        sa.unroll(rx)
+        # the unrolled body is oc_block x (ow_block / vec) vector FMAs; unrolling the
+        # kernel window multiplies it, and LLVM's compile time with it (a 7x7 stem fully
+        # unrolled took minutes), so the window is unrolled only while the body stays small
+        body = ocb * max(owb // vec, 1)
+        kh, kw = _const(ry.dom.extent), _const(rx.dom.extent)
+        if kw is not None and body * kw <= 64:
+            sa.unroll(rx)
+            if kh is not None and body * kw * kh <= 64:
+                sa.unroll(ry)
     return s
 
 
@@ -227,14 +234,24 @@ def _fused_matmul(out, anchor, target, kw):
         bn = max(N, 1)
     io, ii = so.split(i, factor=bm)
     jo, ji = so.split(j, factor=bn)
-    so.reorder(*(axes[:-2] + [io, jo, ii, ji]))
-    g = io
+    batch = 1
+    for d in out.shape[:-2]:
+        batch *= _const(d) or 1
+    tiles_j = -(-N // bn) if N is not None else 8
+    if batch * tiles_j >= 8:
+        # column panels over the pool (a K x bn panel of B stays in cache while the row
+        # tiles pass over it), the accumulator block computed per row tile
+        outer, inner = jo, io
+    else:
+        # few columns (a 7x7 map): row tiles over the pool
+        outer, inner = io, jo
+    so.reorder(*(axes[:-2] + [outer, inner, ii, ji]))
+    g = outer
     for b in reversed(axes[:-2]):
         g = so.fuse(b, g)
-    g = so.fuse(g, jo)
     so.parallel(g)
     so.vectorize(ji)
-    sa.compute_at(so, g)
+    sa.compute_at(so, inner)
     mc, nc = sa.op.axis[-2], sa.op.axis[-1]
     (kk,) = sa.op.reduce_axis
     ko, ki = sa.split(kk, factor=bk)
