@@ -22,11 +22,11 @@ from kiln.onnx import models, torchfile  # noqa: E402
 from onnx_data import light_root, read_tensor  # noqa: E402
 from test_examples import run_example  # noqa: E402
 
-# The light model-zoo structures run here, with the minutes they took on the 2-core
-# development machine under load (import, compile, run): shufflenet 0.3, squeezenet 1.1,
-# densenet121 1.0, resnet50 2.2. inception_v2 (3.4 min) and vgg19 (2.6 min, 548 MB of
-# weights) pass too (checked by hand, bench/results/graph.md) and are left out for CI time;
-# bvlc_alexnet, inception_v1 and zfnet512 use LRN, which kiln.onnx does not support.
+# The light model-zoo structures run here, with the seconds each took (import, compile, run)
+# on the 2-core development machine at a load average of about 10: shufflenet 7,
+# squeezenet 10, densenet121 29, resnet50 29. inception_v2 (134 s) and vgg19 (212 s, 548 MB
+# of weights) pass too (run by hand) and are left out for CI time; bvlc_alexnet,
+# inception_v1 and zfnet512 use LRN, which kiln.onnx does not support.
 LIGHT = ["light_shufflenet", "light_squeezenet", "light_densenet121", "light_resnet50"]
 
 
