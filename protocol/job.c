@@ -13,6 +13,10 @@ static const char *const names[KILN_JOB_KINDS_] = {
     [KILN_JOB_CANCEL_PAGE] = "cancel_page",
     [KILN_JOB_LAUNCH] = "launch", [KILN_JOB_TIME] = "time",
     [KILN_JOB_COMPILE] = "compile",
+    [KILN_JOB_GRAPH_LOAD] = "graph_load",
+    [KILN_JOB_GRAPH_RUN] = "graph_run",
+    [KILN_JOB_GRAPH_TIME] = "graph_time",
+    [KILN_JOB_GRAPH_FREE] = "graph_free",
 };
 
 const char *kiln_job_name(kiln_job_kind_t kind) {

@@ -13,9 +13,9 @@
  * count or a value of the wrong type with E_INTERNAL (kilnd and its workers are built
  * together: a mismatch is a bug, not a client's mistake).
  *
- * The kinds live in their own files by family: job_tensor.h, job_module.h, job_compile.h. A
- * new family adds its file, its kinds at the end of kiln_job_kind_t and its names in job.c
- * (docs/worker_jobs.md "Adding a job kind"). job_serve.c is the one serve loop of both
+ * The kinds live in their own files by family: job_tensor.h, job_module.h, job_compile.h,
+ * job_graph.h. A new family adds its file, its kinds at the end of kiln_job_kind_t and its
+ * names in job.c (docs/worker_jobs.md "Adding a job kind"). job_serve.c is the one serve loop of both
  * workers. */
 #ifndef KILN_PROTOCOL_JOB_H
 #define KILN_PROTOCOL_JOB_H
@@ -48,6 +48,11 @@ typedef enum kiln_job_kind {
   KILN_JOB_TIME,
   /* builds (job_compile.h) */
   KILN_JOB_COMPILE,
+  /* graphs (job_graph.h) */
+  KILN_JOB_GRAPH_LOAD,
+  KILN_JOB_GRAPH_RUN,
+  KILN_JOB_GRAPH_TIME,
+  KILN_JOB_GRAPH_FREE,
   /* a new family's kinds go here */
   KILN_JOB_KINDS_
 } kiln_job_kind_t;

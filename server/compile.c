@@ -40,6 +40,8 @@ typedef struct waiter {
   uint32_t index;
   kiln_tenant_t *tenant;
   bool on_stack; /* a batch item answered without an allocation (out of memory) */
+  kiln_compile_done_fn done; /* an internal build (a graph's program): called instead */
+  void *done_ctx;
 } waiter_t;
 
 typedef struct job {
@@ -230,6 +232,11 @@ static void waiter_finish(kiln_compile_state_t *cs, waiter_t *w, const kiln_modu
   if (w->tenant) {
     w->tenant->compiles--;
     if (!st && m) kiln_map_put(&w->tenant->modules, key64(m->key), (void *)1);
+  }
+  if (w->done) {
+    w->done(w->done_ctx, st ? NULL : m, cached, ms, st);
+    free(w);
+    return;
   }
   kiln_buf_t out;
   kiln_buf_init(&out);
@@ -579,6 +586,22 @@ kiln_status_t kiln_method_compile_batch(kiln_call_t *call) {
   if (--bt->remaining == 0) batch_send(bt);
   return KILN_OK;
 }
+
+kiln_status_t kiln_compile_submit(kiln_server_t *s, kiln_tenant_t *t, const msgpack_object *item,
+                                  const char *what, kiln_compile_done_fn done, void *ctx) {
+  build_t b;
+  KILN_RETURN_IF_ERROR(parse_build(s, item, what, &b));
+  waiter_t *w = calloc(1, sizeof(*w));
+  if (!w) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  w->tenant = t;
+  w->done = done;
+  w->done_ctx = ctx;
+  kiln_status_t st = submit(state(s), &b, PRIO_BATCH, w);
+  if (st) free(w);
+  return st;
+}
+
+const char *kiln_compile_identity(kiln_server_t *s) { return state(s)->identity; }
 
 kiln_status_t kiln_method_source(kiln_call_t *call) {
   static const char *const fields[] = {"module", "kind", NULL};

@@ -30,6 +30,17 @@ void kiln_compile_metrics(kiln_server_t *s, kiln_compile_metrics_t *out);
 uint64_t kiln_compile_queued(kiln_server_t *s, const kiln_tenant_t *t, int prio);
 uint32_t kiln_compile_stats_fields(void);
 
+/* One build for kilnd itself (a graph's program, server/graph.c): `item` is a compile_batch
+ * item; `done` runs exactly once, maybe before this returns (a cache hit), with the module
+ * (borrowed until the loop runs again) or the error (owned by the callee). An error returned
+ * here means `done` is never called. */
+typedef void (*kiln_compile_done_fn)(void *ctx, const struct kiln_module *m, bool cached, double ms,
+                                     kiln_status_t st);
+kiln_status_t kiln_compile_submit(kiln_server_t *s, kiln_tenant_t *t, const msgpack_object *item,
+                                  const char *what, kiln_compile_done_fn done, void *ctx);
+/* The compiler identity module keys hash (docs/cache.md). */
+const char *kiln_compile_identity(kiln_server_t *s);
+
 kiln_status_t kiln_method_compile(kiln_call_t *call);
 kiln_status_t kiln_method_compile_batch(kiln_call_t *call);
 kiln_status_t kiln_method_source(kiln_call_t *call);

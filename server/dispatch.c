@@ -22,6 +22,8 @@ static const method_t methods[] = {
     {"source", kiln_method_source},     {"cancel", kiln_method_cancel},
     {"launch", kiln_method_launch},     {"time", kiln_method_time},
     {"lease", kiln_method_lease},       {"release", kiln_method_release},
+    {"graph_create", kiln_method_graph_create}, {"graph_run", kiln_method_graph_run},
+    {"graph_time", kiln_method_graph_time},     {"graph_free", kiln_method_graph_free},
 };
 
 int kiln_method_count(void) { return (int)KILN_ARRAY_SIZE(methods); }

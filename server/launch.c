@@ -45,6 +45,24 @@ static void ops_remove(kiln_dslot_t *sl, launch_op_t *op) {
   op->prev = op->next = NULL;
 }
 
+kiln_status_t kiln_pack_time_result(msgpack_packer *pk, const msgpack_object *result) {
+  kiln_time_reply_t r;
+  KILN_RETURN_IF_ERROR(kiln_time_reply_decode(result, &r));
+  msgpack_pack_map(pk, 8);
+  kiln_pack_cstr(pk, "results");
+  msgpack_pack_array(pk, r.repeat);
+  for (uint32_t i = 0; i < r.repeat; i++) msgpack_pack_double(pk, r.results[i]);
+  kiln_pack_kv_f64(pk, "min", r.min);
+  kiln_pack_kv_f64(pk, "median", r.median);
+  kiln_pack_kv_f64(pk, "mean", r.mean);
+  kiln_pack_kv_f64(pk, "std", r.std);
+  kiln_pack_kv_f64(pk, "cv", r.cv);
+  kiln_pack_kv_u64(pk, "number", r.number);
+  kiln_pack_kv_u64(pk, "repeat", r.repeat);
+  kiln_time_reply_deinit(&r);
+  return KILN_OK;
+}
+
 static void on_reply(void *ctx, kiln_status_t st, const msgpack_object *result) {
   launch_op_t *op = ctx;
   kiln_server_t *s = op->req->conn->server;
@@ -64,22 +82,7 @@ static void on_reply(void *ctx, kiln_status_t st, const msgpack_object *result) 
       kiln_pack_kv_f64(&pk.pk, "elapsed", r.elapsed);
     }
   } else if (!st) {
-    kiln_time_reply_t r;
-    st = kiln_time_reply_decode(result, &r);
-    if (!st) {
-      msgpack_pack_map(&pk.pk, 8);
-      kiln_pack_cstr(&pk.pk, "results");
-      msgpack_pack_array(&pk.pk, r.repeat);
-      for (uint32_t i = 0; i < r.repeat; i++) msgpack_pack_double(&pk.pk, r.results[i]);
-      kiln_pack_kv_f64(&pk.pk, "min", r.min);
-      kiln_pack_kv_f64(&pk.pk, "median", r.median);
-      kiln_pack_kv_f64(&pk.pk, "mean", r.mean);
-      kiln_pack_kv_f64(&pk.pk, "std", r.std);
-      kiln_pack_kv_f64(&pk.pk, "cv", r.cv);
-      kiln_pack_kv_u64(&pk.pk, "number", r.number);
-      kiln_pack_kv_u64(&pk.pk, "repeat", r.repeat);
-      kiln_time_reply_deinit(&r);
-    }
+    st = kiln_pack_time_result(&pk.pk, result);
   }
   if (!st) st = kiln_packer_status(&pk);
   if (st) {
@@ -130,7 +133,7 @@ static kiln_status_t call_with_shm(kiln_worker_t *w, const kiln_module_job_t *j,
   return st;
 }
 
-static kiln_status_t ensure_loaded(kiln_dslot_t *d, kiln_module_t *m) {
+kiln_status_t kiln_slot_ensure_loaded(kiln_dslot_t *d, const kiln_module_t *m) {
   uint64_t k = kiln_module_key64(m->key);
   uint32_t gen = kiln_worker_generation(d->worker);
   uintptr_t have = (uintptr_t)kiln_map_get(&d->loaded, k);
@@ -201,7 +204,7 @@ void kiln_launches_conn_closed(kiln_server_t *s, kiln_conn_t *c) {
 static void launch_go(void *ctx, kiln_status_t st) {
   launch_op_t *op = ctx;
   kiln_server_t *s = op->req->conn->server;
-  if (!st) st = ensure_loaded(op->slot, op->module);
+  if (!st) st = kiln_slot_ensure_loaded(op->slot, op->module);
   if (!st) st = ensure_cancel_page(op->slot);
   if (!st)
     st = kiln_worker_call_budget(op->slot->worker, kiln_job_name(op->kind), &op->params, NULL, 0,

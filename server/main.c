@@ -327,6 +327,7 @@ void kiln_server_maybe_finish_drain(kiln_server_t *s) {
   /* Workers first, while connections are open: the requests they held are answered
    * E_CANCELLED; then every request still in flight (queued compiles, held launches) is, and
    * each connection closes once its answers are written. */
+  kiln_graphs_shutdown(s);
   kiln_compile_shutdown(s);
   kiln_metrics_stop(s);
   for (uint32_t i = 0; i < s->num_devices; i++) {

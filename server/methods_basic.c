@@ -130,7 +130,7 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
    * stats=all in its line (docs/operations.md); server-wide counters are for everyone. */
   const kiln_tenant_t *me = call->conn->tenant;
   bool see_all = !s->tenants.auth_required || (me && me->stats_all);
-  msgpack_pack_map(pk, 10 + kiln_compile_stats_fields());
+  msgpack_pack_map(pk, 12 + kiln_compile_stats_fields());
   kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
   kiln_compile_pack_stats(s, pk);
   kiln_pack_kv_f64(pk, "uptime_s", (double)(kiln_now_ns() - s->start_ns) / 1e9);
@@ -149,6 +149,10 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
     if (s->errors_by_code[i]) kiln_pack_kv_u64(pk, kiln_code_name((kiln_code_t)i), s->errors_by_code[i]);
   kiln_pack_kv_u64(pk, "tensors", s->tensors.count);
   kiln_pack_kv_u64(pk, "tensor_bytes", s->tensor_bytes);
+  uint64_t graphs, graph_bytes, runs_ok, runs_failed;
+  kiln_graphs_counts(s, NULL, &graphs, &graph_bytes, &runs_ok, &runs_failed);
+  kiln_pack_kv_u64(pk, "graphs", graphs);
+  kiln_pack_kv_u64(pk, "graph_bytes", graph_bytes);
   kiln_pack_cstr(pk, "workers");
   uint32_t nw = 0;
   for (int pass = 0; pass < 2; pass++) {
@@ -182,8 +186,10 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
   for (uint32_t i = 0; i < s->tenants.count; i++) {
     kiln_tenant_t *t = s->tenants.all[i];
     if (t->disabled || (!see_all && t != me)) continue;
-    msgpack_pack_map(pk, 12);
+    msgpack_pack_map(pk, 13);
     kiln_pack_kv_str(pk, "name", t->name);
+    kiln_graphs_counts(s, t, &graphs, &graph_bytes, &runs_ok, &runs_failed);
+    kiln_pack_kv_u64(pk, "graphs", graphs);
     kiln_pack_kv_u64(pk, "connections", t->connections);
     kiln_pack_kv_u64(pk, "tensors", t->tensors);
     kiln_pack_kv_u64(pk, "memory", t->memory);

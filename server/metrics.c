@@ -341,6 +341,16 @@ static void render_devices(FILE *f, kiln_server_t *s) {
     }
   free(bytes);
   free(count);
+  uint64_t graphs, graph_bytes, runs_ok, runs_failed;
+  kiln_graphs_counts(s, NULL, &graphs, &graph_bytes, &runs_ok, &runs_failed);
+  head(f, "kiln_graphs", "gauge", "Live graphs, all tenants (docs/graph.md).");
+  sample(f, "kiln_graphs", NULL, (double)graphs);
+  head(f, "kiln_graph_bytes", "gauge", "Device bytes of the live graphs' constants and arenas.");
+  sample(f, "kiln_graph_bytes", NULL, (double)graph_bytes);
+  head(f, "kiln_graph_runs_total", "counter", "graph_run and graph_time requests sent to a device worker, by status.");
+  const char *ok[] = {"status", "ok", NULL}, *bad[] = {"status", "error", NULL};
+  sample(f, "kiln_graph_runs_total", ok, (double)runs_ok);
+  sample(f, "kiln_graph_runs_total", bad, (double)runs_failed);
 
   head(f, "kiln_device_memory_capacity_bytes", "gauge",
        "Tensor bytes kilnd lets the device hold, all tenants (cpu: --cpu-memory).");

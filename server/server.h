@@ -266,6 +266,22 @@ kiln_status_t kiln_method_download(kiln_call_t *call);
 kiln_status_t kiln_method_free(kiln_call_t *call);
 kiln_status_t kiln_method_launch(kiln_call_t *call); /* launch.c */
 kiln_status_t kiln_method_time(kiln_call_t *call);
+/* For graph.c (launch.c): sends module m to the slot's worker unless this worker process
+ * has it (jobs queued after this see it loaded); packs a worker's time reply as the client's
+ * `time` result map. */
+struct kiln_dslot;
+struct kiln_module;
+kiln_status_t kiln_slot_ensure_loaded(struct kiln_dslot *d, const struct kiln_module *m);
+kiln_status_t kiln_pack_time_result(msgpack_packer *pk, const msgpack_object *result);
+/* Graphs (graph.c, docs/graph.md). */
+kiln_status_t kiln_method_graph_create(kiln_call_t *call);
+kiln_status_t kiln_method_graph_run(kiln_call_t *call);
+kiln_status_t kiln_method_graph_time(kiln_call_t *call);
+kiln_status_t kiln_method_graph_free(kiln_call_t *call);
+/* Live graphs and their device bytes (of tenant t, or all when NULL), runs answered. */
+void kiln_graphs_counts(kiln_server_t *s, const kiln_tenant_t *t, uint64_t *out_live, uint64_t *out_bytes,
+                        uint64_t *out_runs_ok, uint64_t *out_runs_failed);
+void kiln_graphs_shutdown(kiln_server_t *s);
 
 /* --- devices and workers (devices.c, worker.c) -------------------------------------------- */
 
@@ -514,6 +530,7 @@ struct kiln_server {
   uv_signal_t sig_hup;
   struct kiln_compile_state *compile;
   struct kiln_cache *cache; /* the artifact cache (opened by compile.c; server/modules.h reads it) */
+  struct kiln_graph_state *graphs; /* graph.c; made on first use */
   uint64_t tensor_bytes;
   kiln_shm_pool_t shm_pool; /* bulk-byte buffers (tensors.c); set up on first use */
   bool shm_pool_ready;

@@ -85,6 +85,7 @@ static kiln_status_t handle(void *ctx, kiln_job_call_t *call) {
   bool found = false;
   kiln_status_t st = kiln_dworker_tensor_job(w, call, &found);
   if (!st && !found) st = kiln_dworker_module_job(w, call, &found);
+  if (!st && !found) st = kiln_dworker_graph_job(w, call, &found);
   if (!st && !found)
     st = KILN_STATUS(KILN_E_NO_METHOD, "device worker has no job '%s'", kiln_job_name(call->kind));
   return st;
@@ -213,6 +214,7 @@ static int serve(int channel, const char *device_id, const int *cpus, int ncpus,
   }
   kiln_map_init(&w.buffers);
   kiln_map_init(&w.modules);
+  kiln_map_init(&w.graphs);
   kiln_job_server_t server = {.channel = channel, .handle = handle, .fatal = fatal, .ctx = &w};
   int rc = kiln_job_serve(&server);
   size_t it = 0;
@@ -223,6 +225,7 @@ static int serve(int channel, const char *device_id, const int *cpus, int ncpus,
     free(b);
   }
   kiln_map_deinit(&w.buffers);
+  kiln_dworker_graphs_deinit(&w);
   kiln_dworker_modules_deinit(&w);
   w.backend->close(w.dev);
   return rc;

@@ -39,6 +39,15 @@ static kiln_status_t find_module(kiln_dworker_t *w, const uint8_t key[KILN_HASH_
   return KILN_OK;
 }
 
+kiln_status_t kiln_dworker_module_get(kiln_dworker_t *w, const uint8_t key[KILN_HASH_BYTES],
+                                      kiln_dmodule_t **out_mod, const kiln_artifact_t **out_art) {
+  module_t *m;
+  KILN_RETURN_IF_ERROR(find_module(w, key, &m));
+  *out_mod = m->mod;
+  *out_art = &m->art;
+  return KILN_OK;
+}
+
 static void module_free(kiln_dworker_t *w, module_t *m) {
   if (m->mod) w->backend->module_unload(w->dev, m->mod);
   free(m->load_error);

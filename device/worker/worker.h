@@ -33,6 +33,7 @@ typedef struct kiln_dworker {
   char device_id[32];
   kiln_map_t buffers; /* handle -> buffer_t* */
   kiln_map_t modules; /* kiln_module_key64 of the module id -> module */
+  kiln_map_t graphs;  /* kilnd's graph handle -> graph (graph.c) */
   int channel;
   kiln_dworker_shm_t shm[KILN_DWORKER_SHM_CACHE]; /* by inode, least recently used goes */
   uint64_t shm_clock;
@@ -52,5 +53,10 @@ typedef struct kiln_dworker_buffer {
 kiln_status_t kiln_dworker_tensor_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
 kiln_status_t kiln_dworker_module_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
 void kiln_dworker_modules_deinit(kiln_dworker_t *w);
+kiln_status_t kiln_dworker_graph_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
+void kiln_dworker_graphs_deinit(kiln_dworker_t *w);
+/* A module kilnd loaded in this worker (graph.c): E_INTERNAL when it did not. */
+kiln_status_t kiln_dworker_module_get(kiln_dworker_t *w, const uint8_t key[KILN_HASH_BYTES],
+                                      kiln_dmodule_t **out_mod, const kiln_artifact_t **out_art);
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "protocol/job_compile.h"
+#include "protocol/job_graph.h"
 #include "protocol/job_module.h"
 #include "protocol/job_tensor.h"
 #include "protocol/rpc.h"
@@ -115,6 +116,56 @@ static void compile(const msgpack_object *o) {
   kiln_buf_deinit(&y);
 }
 
+static void graph_load(const msgpack_object *o) {
+  kiln_graph_load_job_t a, b;
+  if (rejected(kiln_graph_load_job_decode(o, &a))) return;
+  kiln_buf_t x, y;
+  kiln_mp_doc_t d;
+  ENCODE(x, kiln_graph_load_job_encode, &a);
+  reread(&x, &d);
+  CHECK(kiln_graph_load_job_decode(&d.root, &b) == KILN_OK);
+  CHECK(a.handle == b.handle && !memcmp(a.bytes, b.bytes, sizeof(a.bytes)));
+  CHECK(a.num_nodes == b.num_nodes && a.num_launches == b.num_launches);
+  for (uint32_t i = 0; i < a.num_nodes; i++)
+    CHECK(a.node_lens[i] == b.node_lens[i] && !memcmp(a.nodes[i], b.nodes[i], a.node_lens[i]));
+  for (uint32_t i = 0; i < a.num_launches; i++) {
+    const kiln_graph_job_launch_t *p = &a.launches[i], *q = &b.launches[i];
+    CHECK(p->node < a.num_nodes && p->node == q->node && p->kernel == q->kernel && p->nargs == q->nargs);
+    for (int k = 0; k < 3; k++) CHECK(p->grid[k] >= 1 && p->block[k] >= 1);
+    for (uint32_t k = 0; k < p->nargs; k++)
+      CHECK(p->args[k].tag <= KILN_GRAPH_BLOCKS && p->args[k].tag == q->args[k].tag &&
+            p->args[k].value == q->args[k].value);
+  }
+  ENCODE(y, kiln_graph_load_job_encode, &b);
+  same_bytes(&x, &y);
+  kiln_mp_doc_deinit(&d);
+  kiln_buf_deinit(&x);
+  kiln_buf_deinit(&y);
+  kiln_graph_load_job_deinit(&a);
+  kiln_graph_load_job_deinit(&b);
+}
+
+static void graph(kiln_job_kind_t kind, const msgpack_object *o) {
+  kiln_graph_job_t a, b;
+  if (rejected(kiln_graph_job_decode(kind, o, &a))) return;
+  kiln_buf_t x, y;
+  kiln_mp_doc_t d;
+  ENCODE(x, kiln_graph_job_encode, &a);
+  reread(&x, &d);
+  CHECK(kiln_graph_job_decode(kind, &d.root, &b) == KILN_OK);
+  CHECK(a.handle == b.handle && a.size == b.size && a.deadline_ms == b.deadline_ms);
+  CHECK(a.num_outputs == b.num_outputs && a.number == b.number && a.repeat == b.repeat);
+  for (uint32_t i = 0; i < a.num_outputs; i++)
+    CHECK(a.outputs[i].block < KILN_GRAPH_BLOCKS && !memcmp(&a.outputs[i], &b.outputs[i], sizeof(a.outputs[i])));
+  ENCODE(y, kiln_graph_job_encode, &b);
+  same_bytes(&x, &y);
+  kiln_mp_doc_deinit(&d);
+  kiln_buf_deinit(&x);
+  kiln_buf_deinit(&y);
+  kiln_graph_job_deinit(&a);
+  kiln_graph_job_deinit(&b);
+}
+
 /* The replies, whatever kind the first byte picked. */
 static void replies(const msgpack_object *o) {
   kiln_launch_reply_t lr;
@@ -171,6 +222,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       module(kind, &doc.root);
     else if (kind == KILN_JOB_LAUNCH || kind == KILN_JOB_TIME) launch(kind, &doc.root);
     else if (kind == KILN_JOB_COMPILE) compile(&doc.root);
+    else if (kind == KILN_JOB_GRAPH_LOAD) graph_load(&doc.root);
+    else if (kind == KILN_JOB_GRAPH_RUN || kind == KILN_JOB_GRAPH_TIME || kind == KILN_JOB_GRAPH_FREE)
+      graph(kind, &doc.root);
     replies(&doc.root);
     /* A decoder handed the wrong kind refuses it. */
     kiln_tensor_job_t t;

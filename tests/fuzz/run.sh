@@ -36,7 +36,7 @@ codeobj)
   extra_cflags="-I$(/usr/lib/llvm-22/bin/llvm-config --includedir 2>/dev/null || echo /usr/lib/llvm-22/include)"
   max_len=65536 ;;
 artifact) srcs="protocol/mp.c protocol/artifact.c"; max_len=65536 ;;
-job) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/payload.c protocol/job.c protocol/job_tensor.c protocol/job_module.c protocol/job_compile.c" ;;
+job) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/payload.c protocol/job.c protocol/job_tensor.c protocol/job_module.c protocol/job_compile.c protocol/job_graph.c" ;;
 tokens) srcs="server/tenants.c"; max_len=8192 ;;
 te)
   srcs="protocol/mp.c protocol/artifact.c"

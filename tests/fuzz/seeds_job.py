@@ -11,7 +11,8 @@ import msgpack
 V = 1
 KEY = bytes(range(32))
 KINDS = ["none", "alloc", "upload", "write", "read", "free", "sync", "load", "unload",
-         "cancel_page", "launch", "time", "compile"]
+         "cancel_page", "launch", "time", "compile", "graph_load", "graph_run", "graph_time",
+         "graph_free"]
 K = {name: i for i, name in enumerate(KINDS)}
 args = [[1, 7], [0, 2**63], [0, 0x3F800000]]
 launch = [V, 0, KEY, 0, [4, 1, 1], [64, 1, 1], 0, 5000, 3, args]
@@ -31,6 +32,15 @@ seeds = {
     "reply_launch": (K["launch"], [0.000125]),
     "reply_time": (K["time"], [[1e-5, 2e-5], 1e-5, 1.5e-5, 1.5e-5, 5e-6, 0.33, 10, 2]),
     "reply_compile": (K["compile"], [19231, 12.5]),
+    "graph_load": (K["graph_load"], [V, 1, 5, [512, 256, 256], ["add0 (Add add0)", "add1"],
+                                     [[KEY, 0, 0, [1, 1, 1], [64, 1, 1], 0, [[3, 0], [1, 0], [0, 0x3F800000], [0, 64]]],
+                                      [KEY, 0, 1, [1, 1, 1], [64, 1, 1], 0, [[1, 0], [1, 256], [0, 0], [0, 64]]]]]),
+    "graph_run": (K["graph_run"], [V, 1, 5, 1024, 60000, [[0, 256, 256, 512]]]),
+    "graph_time": (K["graph_time"], [V, 1, 5, 512, 0, 10, 3, 0, 1, False]),
+    "graph_free": (K["graph_free"], [V, 0, 5]),
+    "graph_load_bad_node": (K["graph_load"], [V, 1, 5, [0, 0, 0], [], [[KEY, 0, 0, [1, 1, 1], [1, 1, 1], 0, []]]]),
+    "graph_load_bad_tag": (K["graph_load"], [V, 1, 5, [0, 0, 0], ["n"], [[KEY, 0, 0, [1, 1, 1], [1, 1, 1], 0, [[4, 0]]]]]),
+    "graph_run_bad_block": (K["graph_run"], [V, 1, 5, 1024, 0, [[3, 0, 0, 0]]]),
     "bad_version": (K["alloc"], [2, 0, 7, 4096]),
     "bad_nfds": (K["upload"], [V, 0, 7, 4096, 128]),
     "short": (K["launch"], launch[:-1]),

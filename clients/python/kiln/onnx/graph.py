@@ -3,8 +3,8 @@
 Two executors take the same GraphPayload:
 - "server": kilnd's graph_create / graph_run / graph_time / graph_free (docs/graph.md): the
   whole graph in one request;
-- "client": until kilnd serves those methods, the client does their work with the methods
-  it has: compile_batch for the programs, upload for the constants, alloc for the values
+- "client": for a kilnd without those methods (E_NO_METHOD), the client does their work with
+  the methods it has: compile_batch for the programs, upload for the constants, alloc for the values
   (planned: a value's buffer is reused once its last reader has run), and per run one
   pipelined launch per kernel, the tensors staying on the device between nodes.
 ``executor="auto"`` picks "server" when kilnd answers graph_free (a cheap probe) and
@@ -134,12 +134,17 @@ class Graph:
 
     def profile(self, number=10, repeat=3):
         """Device time of each node's kernels (the daemon's ``time`` per kernel, inputs as
-        for time_evaluator): a list of (GraphNode, seconds), in run order. Client executor
-        only."""
-        if self.executor != "client":
-            raise InvalidArgument("profile() times kernels one by one; it needs the client executor")
+        for time_evaluator): a list of (GraphNode, seconds), in run order. With the server
+        executor the kernels are timed through a client executor made for the call (the
+        programs are cached: nothing compiles again) and freed after it."""
         arrays = self._last_inputs or [np.zeros(s, dt) for _, dt, s in self.inputs]
-        return self._impl.profile(arrays, number, repeat)
+        if self.executor == "client":
+            return self._impl.profile(arrays, number, repeat)
+        impl = _ClientExecutor(self)
+        try:
+            return impl.profile(arrays, number, repeat)
+        finally:
+            impl.free()
 
     def free(self):
         """Releases the graph's device memory (and the daemon's graph)."""
@@ -371,6 +376,7 @@ class _ServerExecutor:
         r = self.session.call("graph_create", device=g.device.id, graph=g.payload.encode())
         self.id = r["graph"]
         self.info = r
+        self.arena_bytes = r["arena_bytes"]
 
     def _inputs(self, arrays):
         return {n: {"dtype": a.dtype.name, "shape": list(a.shape), "data": a.tobytes()}

@@ -1,0 +1,261 @@
+/* Graphs in the device worker (docs/graph.md): graph_load, graph_run, graph_time, graph_free.
+ * kilnd has checked the payload, compiled and loaded its modules into this worker, and planned
+ * its memory; a graph here is three blocks (constants, inputs, the value arena) and its
+ * launches, prepared once (arguments converted, geometry checked) and run back to back for
+ * each request. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/util.h"
+#include "device/launch.h"
+#include "device/timing.h"
+#include "device/worker/worker.h"
+#include "protocol/channel.h"
+#include "protocol/job_graph.h"
+#include "protocol/job_module.h"
+
+enum { REGION_ARENA = KILN_GRAPH_ARENA, REGION_CONSTANTS = KILN_GRAPH_CONSTANTS, REGION_INPUTS = KILN_GRAPH_INPUTS,
+       REGIONS = KILN_GRAPH_BLOCKS };
+
+typedef struct glaunch {
+  kiln_dmodule_t *mod;
+  kiln_launch_t launch;
+  kiln_launch_values_t values;
+  uint32_t node;
+} glaunch_t;
+
+typedef struct graph {
+  kiln_dmem_t *mem[REGIONS];
+  uint64_t bytes[REGIONS];
+  glaunch_t *launches;
+  uint32_t num_launches;
+  char **nodes; /* "name (label)" for errors */
+  uint32_t num_nodes;
+} graph_t;
+
+static void graph_free(kiln_dworker_t *w, graph_t *g) {
+  for (int r = 0; r < REGIONS; r++)
+    if (g->mem[r]) w->backend->mem_free(w->dev, g->mem[r]);
+  for (uint32_t i = 0; i < g->num_launches; i++) kiln_launch_values_deinit(&g->launches[i].values);
+  free(g->launches);
+  for (uint32_t i = 0; i < g->num_nodes; i++) free(g->nodes[i]);
+  free(g->nodes);
+  free(g);
+}
+
+void kiln_dworker_graphs_deinit(kiln_dworker_t *w) {
+  size_t it = 0;
+  void *v;
+  while (kiln_map_next(&w->graphs, &it, NULL, &v)) graph_free(w, v);
+  kiln_map_deinit(&w->graphs);
+}
+
+/* One launch: slots as kilnd converted them, block offsets made addresses, geometry checked
+ * against this device. */
+static kiln_status_t prepare(kiln_dworker_t *w, graph_t *g, const kiln_graph_job_launch_t *l, glaunch_t *gl) {
+  gl->node = l->node;
+  const kiln_artifact_t *art;
+  KILN_RETURN_IF_ERROR(kiln_dworker_module_get(w, l->module, &gl->mod, &art));
+  if (l->kernel >= art->num_kernels)
+    return KILN_STATUS(KILN_E_INTERNAL, "graph job names kernel %u of %u", l->kernel, art->num_kernels);
+  const kiln_kernel_t *k = &art->kernels[l->kernel];
+  if (l->nargs != k->num_args)
+    return KILN_STATUS(KILN_E_INTERNAL, "graph job passes %u arguments; kernel '%s' takes %u", l->nargs, k->name,
+                       k->num_args);
+  kiln_launch_values_t *v = &gl->values;
+  v->slots = calloc(l->nargs ? l->nargs : 1, sizeof(*v->slots));
+  v->ptrs = calloc(l->nargs ? l->nargs : 1, sizeof(*v->ptrs));
+  if (!v->slots || !v->ptrs) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  v->count = l->nargs;
+  for (uint32_t i = 0; i < l->nargs; i++) {
+    v->slots[i] = l->args[i].value;
+    if (l->args[i].tag) {
+      uint32_t r = l->args[i].tag - 1;
+      if (l->args[i].value && l->args[i].value >= g->bytes[r])
+        return KILN_STATUS(KILN_E_INTERNAL, "graph job: argument %u lies outside the graph's memory", i);
+      v->slots[i] = w->backend->mem_address(w->dev, g->mem[r]) + l->args[i].value;
+    }
+    v->ptrs[i] = &v->slots[i];
+  }
+  kiln_status_t st = kiln_launch_prepare(k, w->backend->info(w->dev), l->grid, l->block, l->shared, v->ptrs,
+                                         &gl->launch);
+  if (st) {
+    kiln_status_t e = KILN_STATUS(kiln_status_code(st), "node %s: %s", g->nodes[gl->node], kiln_status_message(st));
+    kiln_status_free(st);
+    return e;
+  }
+  return KILN_OK;
+}
+
+static kiln_status_t load(kiln_dworker_t *w, const kiln_graph_load_job_t *j, int fd) {
+  if (j->handle == 0 || kiln_map_get(&w->graphs, j->handle))
+    return KILN_STATUS(KILN_E_INTERNAL, "graph %llu exists", (unsigned long long)j->handle);
+  graph_t *g = calloc(1, sizeof(*g));
+  if (!g) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  kiln_status_t st = KILN_OK;
+  for (int r = 0; !st && r < REGIONS; r++) {
+    g->bytes[r] = j->bytes[r];
+    st = w->backend->mem_alloc(w->dev, g->bytes[r] ? g->bytes[r] : 1, &g->mem[r]);
+  }
+  uint64_t size = g->bytes[REGION_CONSTANTS];
+  if (!st && size) {
+    void *map;
+    st = kiln_shm_map(fd, size, false, &map);
+    if (!st) {
+      st = w->backend->copy_in(w->dev, g->mem[REGION_CONSTANTS], 0, map, size);
+      kiln_shm_unmap(map, size);
+    }
+  }
+  if (!st) {
+    g->nodes = calloc(j->num_nodes ? j->num_nodes : 1, sizeof(*g->nodes));
+    g->launches = calloc(j->num_launches ? j->num_launches : 1, sizeof(*g->launches));
+    if (!g->nodes || !g->launches) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (uint32_t i = 0; !st && i < j->num_nodes; i++) {
+    if (!(g->nodes[i] = strdup(j->nodes[i]))) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+    else g->num_nodes = i + 1;
+  }
+  for (uint32_t i = 0; !st && i < j->num_launches; i++) {
+    g->num_launches = i + 1;
+    st = prepare(w, g, &j->launches[i], &g->launches[i]);
+  }
+  if (!st) st = kiln_map_put(&w->graphs, j->handle, g);
+  if (st) graph_free(w, g);
+  return st;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Every launch once, in order. A failure names its node; before each launch its index + 1
+ * goes to `progress` (the run's shared memory), so that kilnd names the node of a fault that
+ * ends this process before it can answer. */
+static kiln_status_t run_once(kiln_dworker_t *w, graph_t *g, uint64_t deadline_at, volatile uint32_t *progress) {
+  for (uint32_t i = 0; i < g->num_launches; i++) {
+    glaunch_t *gl = &g->launches[i];
+    *progress = i + 1;
+    uint64_t left = 0;
+    if (deadline_at) {
+      uint64_t t = now_ns();
+      if (t >= deadline_at)
+        return KILN_STATUS(KILN_E_TIMEOUT, "node %s: the graph run passed its deadline", g->nodes[gl->node]);
+      left = deadline_at - t;
+    }
+    kiln_status_t st = w->backend->launch(w->dev, gl->mod, &gl->launch, 1, left, NULL);
+    if (st) {
+      kiln_status_t e = KILN_STATUS(kiln_status_code(st), "node %s: %s", g->nodes[gl->node], kiln_status_message(st));
+      kiln_status_free(st);
+      return e;
+    }
+  }
+  return KILN_OK;
+}
+
+/* graph_run and graph_time: the input block after the header of the fd, outputs copied
+ * into it. */
+static kiln_status_t run(kiln_dworker_t *w, const kiln_graph_job_t *j, int fd, msgpack_packer *reply) {
+  bool timed = j->kind == KILN_JOB_GRAPH_TIME;
+  graph_t *g = kiln_map_get(&w->graphs, j->handle);
+  if (!g) return KILN_STATUS(KILN_E_NOT_FOUND, "the device worker has no graph %llu", (unsigned long long)j->handle);
+  uint64_t size = j->size, deadline_ms = j->deadline_ms;
+  if (size < KILN_GRAPH_RUN_HEADER) return KILN_STATUS(KILN_E_INTERNAL, "graph run: shared memory too small");
+  uint8_t *map;
+  KILN_RETURN_IF_ERROR(kiln_shm_map(fd, size, true, (void **)&map));
+  kiln_status_t st = KILN_OK;
+  uint64_t in = g->bytes[REGION_INPUTS];
+  volatile uint32_t *progress = (volatile uint32_t *)map;
+  if (in > size - KILN_GRAPH_RUN_HEADER) st = KILN_STATUS(KILN_E_INTERNAL, "graph run: shared memory too small");
+  if (!st && in) st = w->backend->copy_in(w->dev, g->mem[REGION_INPUTS], 0, map + KILN_GRAPH_RUN_HEADER, in);
+  uint64_t deadline_ns = deadline_ms * 1000000ull;
+  if (!st && !timed) {
+    uint64_t t0 = now_ns();
+    st = run_once(w, g, deadline_ns ? t0 + deadline_ns : 0, progress);
+    double elapsed = (double)(now_ns() - t0) / 1e9;
+    for (uint32_t i = 0; !st && i < j->num_outputs; i++) {
+      const kiln_graph_output_t *o = &j->outputs[i];
+      if (o->offset + o->bytes > g->bytes[o->block] || o->at + o->bytes > size)
+        st = KILN_STATUS(KILN_E_INTERNAL, "graph run: output %u out of bounds", i);
+      if (!st && o->bytes) st = w->backend->copy_out(w->dev, g->mem[o->block], o->offset, map + o->at, o->bytes);
+    }
+    if (!st) kiln_launch_reply_encode(reply, &(kiln_launch_reply_t){.elapsed = elapsed});
+  } else if (!st) {
+    /* time_evaluator (device/timing.h's rules) over whole runs, timed on this worker's clock
+     * from the first launch's start to the last one's end. */
+    kiln_time_config_t cfg;
+    kiln_time_config_default(&cfg);
+    cfg.number = j->number;
+    cfg.repeat = j->repeat;
+    cfg.min_repeat_ms = j->min_repeat_ms;
+    cfg.warmup = j->warmup;
+    cfg.flush = j->flush;
+    if (cfg.number == 0 || cfg.repeat == 0)
+      st = KILN_STATUS(KILN_E_INTERNAL, "graph job: number and repeat must be at least 1");
+    double *results = st ? NULL : calloc(cfg.repeat, sizeof(double));
+    if (!st && !results) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+    for (uint32_t i = 0; !st && i < cfg.warmup; i++)
+      st = run_once(w, g, deadline_ns ? now_ns() + deadline_ns : 0, progress);
+    uint32_t number = cfg.number;
+    for (uint32_t r = 0; !st && r < cfg.repeat; r++) {
+      for (;;) {
+        if (cfg.flush) st = w->backend->flush_caches(w->dev);
+        uint64_t t0 = now_ns();
+        for (uint32_t i = 0; !st && i < number; i++) st = run_once(w, g, deadline_ns ? now_ns() + deadline_ns : 0, progress);
+        if (st) break;
+        double ms = (double)(now_ns() - t0) / 1e6;
+        results[r] = ms / 1e3 / number;
+        uint32_t next = cfg.min_repeat_ms ? kiln_time_grow_number(number, ms > 0 ? ms : 1e-6, cfg.min_repeat_ms) : number;
+        if (next <= number || ms >= cfg.min_repeat_ms) break;
+        number = next;
+      }
+    }
+    if (!st) {
+      kiln_time_stats_t stats;
+      kiln_time_stats_compute(results, cfg.repeat, &stats);
+      kiln_time_reply_t tr = {.repeat = cfg.repeat, .results = results, .min = stats.min, .median = stats.median,
+                              .mean = stats.mean, .std = stats.std, .cv = stats.cv, .number = number};
+      kiln_time_reply_encode(reply, &tr);
+    }
+    free(results);
+  }
+  kiln_shm_unmap(map, size);
+  return st;
+}
+
+kiln_status_t kiln_dworker_graph_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found) {
+  *out_found = true;
+  int fd = call->nfds ? call->fds[0] : -1;
+  switch (call->kind) {
+    case KILN_JOB_GRAPH_LOAD: {
+      kiln_graph_load_job_t j;
+      KILN_RETURN_IF_ERROR(kiln_graph_load_job_decode(call->job, &j));
+      kiln_status_t st = load(w, &j, fd);
+      kiln_graph_load_job_deinit(&j);
+      if (!st) msgpack_pack_nil(call->reply);
+      return st;
+    }
+    case KILN_JOB_GRAPH_RUN:
+    case KILN_JOB_GRAPH_TIME:
+    case KILN_JOB_GRAPH_FREE: {
+      kiln_graph_job_t j;
+      KILN_RETURN_IF_ERROR(kiln_graph_job_decode(call->kind, call->job, &j));
+      kiln_status_t st = KILN_OK;
+      if (j.kind == KILN_JOB_GRAPH_FREE) {
+        graph_t *g = kiln_map_remove(&w->graphs, j.handle);
+        if (g) graph_free(w, g);
+        msgpack_pack_nil(call->reply);
+      } else {
+        st = run(w, &j, fd, call->reply);
+      }
+      kiln_graph_job_deinit(&j);
+      return st;
+    }
+    default:
+      *out_found = false;
+      return KILN_OK;
+  }
+}

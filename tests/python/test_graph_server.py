@@ -1,0 +1,403 @@
+"""kilnd's graph methods (docs/graph.md): graph_create, graph_run, graph_time, graph_free on the
+real daemon, with hand-made payloads (llvm kernels, te programs from kiln.onnx) and hostile
+ones: bad shapes, unknown names and tensor ids, another tenant's ids, cycles, huge counts,
+truncated payloads, a graph freed while it runs, a fault in a node."""
+
+import os
+import threading
+
+import msgpack
+import numpy as np
+import pytest
+
+import kiln
+from conftest import ROOT
+
+ADD = """
+define void @addc(ptr noalias %x, ptr noalias %y, float %c, i32 %n) section "kiln.kernel" {
+entry:
+  %bx = call i32 @__kiln_group_id(i32 0)
+  %bs = call i32 @__kiln_group_size(i32 0)
+  %tx = call i32 @__kiln_local_id(i32 0)
+  %base = mul i32 %bx, %bs
+  %i = add i32 %base, %tx
+  %inside = icmp slt i32 %i, %n
+  br i1 %inside, label %body, label %done
+body:
+  %j = sext i32 %i to i64
+  %px = getelementptr inbounds float, ptr %x, i64 %j
+  %py = getelementptr inbounds float, ptr %y, i64 %j
+  %a = load float, ptr %px, align 4
+  %b = fadd float %a, %c
+  store float %b, ptr %py, align 4
+  br label %done
+done:
+  ret void
+}
+
+define void @fault(ptr %p, i64 %bad) section "kiln.kernel" {
+  %q = inttoptr i64 %bad to ptr
+  store volatile float 1.0, ptr %q, align 4
+  ret void
+}
+
+define void @spin(ptr %out, i64 %n) section "kiln.kernel" {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%j, %loop]
+  store volatile i64 %i, ptr %out
+  %j = add i64 %i, 1
+  %c = icmp ult i64 %j, %n
+  br i1 %c, label %loop, label %done
+done:
+  ret void
+}
+
+declare i32 @__kiln_group_id(i32)
+declare i32 @__kiln_group_size(i32)
+declare i32 @__kiln_local_id(i32)
+"""
+
+N = 64
+
+
+def _t(a):
+    a = np.ascontiguousarray(a)
+    return {"dtype": a.dtype.name, "shape": list(a.shape), "data": a.tobytes()}
+
+
+def chain(k, n=N, c=1.0, weights=False):
+    """x -> +c -> +c ... (k nodes) -> y; with weights, the last node reads a constant too."""
+    vals = ["v%d" % i for i in range(k - 1)]
+    nodes = []
+    prev = "x"
+    for i in range(k):
+        out = vals[i] if i < k - 1 else "y"
+        nodes.append({"name": "add%d" % i, "program": 0,
+                      "launches": [{"kernel": "addc", "args": [{"value": prev}, {"value": out}, c, n],
+                                    "grid": [(n + 63) // 64], "block": [64]}],
+                      "label": "Add add%d" % i})
+        prev = out
+    return {"graph": 1, "name": "chain%d" % k,
+            "inputs": [{"name": "x", "dtype": "float32", "shape": [n]}],
+            "outputs": ["y"],
+            "constants": [{"name": "w", "tensor": _t(np.arange(n, dtype=np.float32))}] if weights else [],
+            "values": [{"name": v, "dtype": "float32", "shape": [n]} for v in vals] +
+                      [{"name": "y", "dtype": "float32", "shape": [n]}],
+            "views": [],
+            "programs": [{"format": "llvm", "ir": ADD}],
+            "nodes": nodes}
+
+
+def pack(g):
+    return msgpack.packb(g, use_bin_type=True)
+
+
+def create(s, g, **kw):
+    return s.call("graph_create", device="cpu:0", graph=pack(g) if isinstance(g, dict) else g, **kw)
+
+
+def run(s, gid, x, **kw):
+    r = s.call("graph_run", graph=gid, inputs={"x": _t(x)}, **kw)
+    return [np.frombuffer(t["data"], t["dtype"]).reshape(t["shape"]) for t in r["outputs"]], r
+
+
+@pytest.fixture(scope="module")
+def sess(unix_url):
+    with kiln.connect(unix_url) as s:
+        yield s
+
+
+def _graphs(s):
+    return s.stats()["graphs"]
+
+
+def test_chain_runs_and_is_cached(sess):
+    x = np.random.default_rng(1).standard_normal(N).astype(np.float32)
+    r = create(sess, chain(5))
+    assert len(r["graph"]) == 64 and r["nodes"] == 5 and r["launches"] == 5 and r["programs"] == 1
+    # five values of 256 bytes planned: liveness leaves two slots (the output takes a freed one)
+    assert r["arena_bytes"] == 2 * 256 and r["constant_bytes"] == 0
+    (y,), rep = run(sess, r["graph"], x)
+    np.testing.assert_allclose(y, x + 5, rtol=1e-6)
+    assert rep["elapsed"] > 0
+    again = create(sess, chain(5))
+    assert again["graph"] == r["graph"] and again["cached"] and again["compiled"] == 0
+    other = create(sess, chain(5, c=2.0))
+    assert other["graph"] != r["graph"]
+    (y2,), _ = run(sess, other["graph"], x)
+    np.testing.assert_allclose(y2, x + 10, rtol=1e-6)
+    st = sess.stats()
+    assert st["graphs"] >= 2 and st["graph_bytes"] > 0
+    t = sess.call("graph_time", graph=r["graph"], inputs={"x": _t(x)}, number=5, repeat=3)
+    assert len(t["results"]) == 3 and t["number"] == 5 and 0 < t["min"] <= t["median"]
+    for gid in (r["graph"], other["graph"]):
+        assert sess.call("graph_free", graph=gid) is None
+        with pytest.raises(kiln.NotFound):
+            sess.call("graph_free", graph=gid)
+        with pytest.raises(kiln.NotFound):
+            run(sess, gid, x)
+
+
+def test_outputs_pick_and_views_and_constants(sess):
+    g = chain(2, weights=True)
+    g["views"] = [{"name": "y8", "of": "y", "shape": [8, 8]}, {"name": "w2", "of": "w", "shape": [2, 32]}]
+    g["outputs"] = ["y8", "x", "w2", "v0"]
+    r = create(sess, g)
+    assert r["constant_bytes"] == 256
+    x = np.arange(N, dtype=np.float32)
+    outs, _ = run(sess, r["graph"], x)
+    np.testing.assert_allclose(outs[0], (x + 2).reshape(8, 8))
+    np.testing.assert_allclose(outs[1], x)
+    np.testing.assert_allclose(outs[2], np.arange(N, dtype=np.float32).reshape(2, 32))
+    np.testing.assert_allclose(outs[3], x + 1)
+    picked, _ = run(sess, r["graph"], x, outputs=["v0", "y8"])
+    assert [p.shape for p in picked] == [(N,), (8, 8)]
+    with pytest.raises(kiln.InvalidArgument, match="outputs\\[0\\]"):
+        run(sess, r["graph"], x, outputs=["nope"])
+    sess.call("graph_free", graph=r["graph"])
+
+
+def test_bad_run_inputs(sess):
+    r = create(sess, chain(2))
+    gid = r["graph"]
+    with pytest.raises(kiln.InvalidArgument, match="input 'x'"):
+        run(sess, gid, np.zeros(N + 1, np.float32))
+    with pytest.raises(kiln.InvalidArgument, match="input 'x'"):
+        run(sess, gid, np.zeros(N, np.float64))
+    with pytest.raises(kiln.InvalidArgument, match="missing"):
+        sess.call("graph_run", graph=gid, inputs={"z": _t(np.zeros(N, np.float32))})
+    with pytest.raises(kiln.InvalidArgument, match="takes 1 inputs"):
+        sess.call("graph_run", graph=gid, inputs={})
+    with pytest.raises(kiln.InvalidArgument, match="data"):
+        sess.call("graph_run", graph=gid, inputs={"x": {"dtype": "float32", "shape": [N], "data": b"\0" * 7}})
+    with pytest.raises(kiln.InvalidArgument, match="not served yet"):
+        sess.call("graph_run", graph=gid, inputs={"x": {"tensor": 1}})
+    with pytest.raises(kiln.InvalidArgument):
+        sess.call("graph_run", graph=gid, inputs={"x": _t(np.zeros(N, np.float32))}, bogus=1)
+    for bad in ("0" * 63, "G" * 64, 5, "0" * 64):
+        with pytest.raises((kiln.InvalidArgument, kiln.NotFound)):
+            sess.call("graph_run", graph=bad, inputs={})
+    with pytest.raises(kiln.InvalidArgument, match="number"):
+        sess.call("graph_time", graph=gid, inputs={"x": _t(np.zeros(N, np.float32))}, number=0)
+    sess.call("graph_free", graph=gid)
+
+
+def _refused(sess, g, exc, match):
+    before = sess.stats()
+    with pytest.raises(exc, match=match):
+        create(sess, g)
+    after = sess.stats()
+    assert after["graphs"] == before["graphs"] and after["graph_bytes"] == before["graph_bytes"]
+    assert after["tensors"] == before["tensors"]
+
+
+def test_hostile_payloads(sess):
+    I, R = kiln.InvalidArgument, kiln.ResourceExhausted
+    g = chain(3)
+    _refused(sess, b"\x92\x01\x02", I, "map")              # not a map
+    _refused(sess, pack(g)[:-10], I, "truncated")           # truncated
+    _refused(sess, pack(g) + b"\xc0", I, "follow")          # trailing bytes
+    _refused(sess, b"\xdd\xff\xff\xff\xff", I, "")          # a 2^32-element array header, no body
+    _refused(sess, b"\x91" * 40 + b"\xc0", I, "")           # nesting
+    _refused(sess, dict(g, graph=2), I, "version")
+    _refused(sess, dict(g, extra=1), I, "extra")
+    _refused(sess, dict(g, inputs=[{"name": "x", "dtype": "float32", "shape": [N], "x": 1}]), I, "'x'")
+    _refused(sess, dict(g, inputs=[{"name": "x", "dtype": "bfloat16", "shape": [N]}]), I, "bfloat16")
+    _refused(sess, dict(g, inputs=[{"name": "x", "dtype": "float32", "shape": [1] * 33}]), I, "")
+    _refused(sess, dict(g, inputs=[{"name": "x", "dtype": "float32", "shape": [-1]}]), I, "")
+    _refused(sess, dict(g, inputs=[{"name": "x", "dtype": "float32", "shape": [1 << 40, 1 << 30]}]), (I, R), "")
+    _refused(sess, dict(g, inputs=[{"name": "", "dtype": "float32", "shape": [N]}]), I, "255")
+    _refused(sess, dict(g, values=g["values"] + [{"name": "x", "dtype": "float32", "shape": [N]}]), I, "twice")
+    _refused(sess, dict(g, views=[{"name": "q", "of": "x", "shape": [N + 1]}]), I, "element count")
+    _refused(sess, dict(g, views=[{"name": "q", "of": "nothing", "shape": [N]}]), I, "not declared")
+    _refused(sess, dict(g, outputs=[]), I, "outputs")
+    _refused(sess, dict(g, outputs=["ghost"]), I, "ghost")
+    _refused(sess, dict(g, constants=[{"name": "w", "id": 12345, "dtype": "float32", "shape": [N]}]), I, "tensor id")
+    _refused(sess, dict(g, constants=[{"name": "w", "tensor": {"dtype": "float32", "shape": [4], "data": b"12"}}]),
+             I, "")
+    bad = chain(3)
+    bad["nodes"][0]["launches"][0]["args"][0] = {"value": "undeclared"}
+    _refused(sess, bad, I, "undeclared")
+    bad = chain(3)
+    bad["nodes"][1]["program"] = 7
+    _refused(sess, bad, I, "program 7")
+    bad = chain(3)
+    bad["nodes"][1]["launches"][0]["kernel"] = "nokernel"
+    _refused(sess, bad, I, "nokernel")
+    bad = chain(3)
+    del bad["nodes"][1]["launches"][0]["grid"]
+    _refused(sess, bad, I, "grid and block")
+    bad = chain(3)
+    bad["nodes"][1]["launches"][0]["args"] = bad["nodes"][1]["launches"][0]["args"][:3]
+    _refused(sess, bad, I, "takes 4 arguments")
+    bad = chain(3)
+    bad["nodes"][1]["launches"][0]["args"][2] = {"value": "x"}
+    _refused(sess, bad, I, "pass a number")
+    bad = chain(3)
+    bad["nodes"][1]["launches"][0]["args"][0] = 5
+    _refused(sess, bad, I, "pointer")
+    # A cycle cannot be expressed: the first node that passes a value writes it, nodes run in
+    # list order. Node 0 "reading" v1 (which node 1 meant to write) makes node 0 its writer:
+    # the graph is accepted, runs once through in order and ends.
+    cyc = chain(3)
+    cyc["nodes"][0]["launches"][0]["args"][0] = {"value": "v1"}
+    r = create(sess, cyc)
+    outs, _ = run(sess, r["graph"], np.zeros(N, np.float32))
+    assert outs[0].shape == (N,)
+    sess.call("graph_free", graph=r["graph"])
+    # the same bytes twice in one launch that writes them
+    alias = chain(3)
+    alias["views"] = [{"name": "v0b", "of": "v0", "shape": [8, 8]}]
+    alias["nodes"][0]["launches"][0]["args"][:2] = [{"value": "v0b"}, {"value": "v0"}]
+    _refused(sess, alias, I, "twice")
+    # a program that does not compile names its nodes
+    broken = chain(2)
+    broken["programs"] = [{"format": "llvm", "ir": "define void @k( {"}]
+    with pytest.raises(kiln.CompileError, match="add0, add1"):
+        create(sess, broken)
+    _refused(sess, dict(chain(2), programs=[{"format": "hsaco", "ir": b"x"}]), I, "format")
+    _refused(sess, dict(chain(2), programs=[{"module": "ab" * 32}]), kiln.NotFound, "")
+
+
+def test_huge_counts(sess):
+    g = chain(1)
+    g["nodes"] = g["nodes"] * 65537
+    _refused(sess, g, kiln.ResourceExhausted, "65536 nodes")
+    g = chain(1)
+    g["values"] = [{"name": "n%d" % i, "dtype": "float32", "shape": [1]} for i in range(65537)]
+    _refused(sess, g, kiln.ResourceExhausted, "names")
+    g = chain(1)
+    g["programs"] = g["programs"] * 4097
+    _refused(sess, g, kiln.ResourceExhausted, "programs")
+
+
+def test_quota_charged(fresh_daemon, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("small-tenant-token-0001 small memory=64K\n")
+    d = fresh_daemon("--tokens", str(tokens), listen=["unix:" + str(tmp_path / "k.sock")])
+    with kiln.connect(d.urls[0], token="small-tenant-token-0001") as s:
+        g = chain(2, n=8192)          # 32 KiB input, two 32 KiB values
+        with pytest.raises(kiln.ResourceExhausted, match="memory"):
+            create(s, g)
+        assert s.stats()["graphs"] == 0
+        r = create(s, chain(2, n=4096))
+        x = np.ones(4096, np.float32)
+        np.testing.assert_allclose(run(s, r["graph"], x)[0][0], x + 2)
+        s.call("graph_free", graph=r["graph"])
+        r = create(s, chain(2, n=4096))  # the bytes came back
+        s.call("graph_free", graph=r["graph"])
+
+
+def test_tenants_do_not_share_graphs(fresh_daemon, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice-token-0123456789 alice\nbob-token-0123456789ab bob\n")
+    d = fresh_daemon("--tokens", str(tokens), listen=["unix:" + str(tmp_path / "k.sock")])
+    with kiln.connect(d.urls[0], token="alice-token-0123456789") as a, \
+            kiln.connect(d.urls[0], token="bob-token-0123456789ab") as b:
+        r = create(a, chain(2))
+        x = np.zeros(N, np.float32)
+        with pytest.raises(kiln.NotFound):
+            run(b, r["graph"], x)
+        with pytest.raises(kiln.NotFound):
+            b.call("graph_free", graph=r["graph"])
+        with pytest.raises(kiln.NotFound):
+            b.call("graph_time", graph=r["graph"], inputs={"x": _t(x)})
+        # bob's own copy of the same graph is his, with the same id, and independent
+        rb = create(b, chain(2))
+        assert rb["graph"] == r["graph"] and not rb["cached"]
+        # another tenant's tensor id is neither an input nor a constant of his
+        t = kiln.nd.array(np.ones(N, np.float32), a.cpu(0))
+        with pytest.raises(kiln.InvalidArgument):
+            b.call("graph_run", graph=rb["graph"], inputs={"x": {"tensor": t.id}})
+        g = chain(2)
+        g["constants"] = [{"name": "w", "id": t.id, "dtype": "float32", "shape": [N]}]
+        with pytest.raises((kiln.NotFound, kiln.InvalidArgument)):
+            create(b, g)
+        b.call("graph_free", graph=rb["graph"])
+        np.testing.assert_allclose(run(a, r["graph"], x)[0][0], x + 2)
+
+
+def test_fault_names_the_node_and_loses_the_graph(sess):
+    g = chain(2)
+    g["nodes"].append({"name": "boom", "program": 0, "label": "Bad boom",
+                       "launches": [{"kernel": "fault", "args": [{"value": "y"}, 16], "grid": [1], "block": [1]}]})
+    r = create(sess, g)
+    ok = create(sess, chain(3))
+    with pytest.raises(kiln.DeviceFault, match="node boom \\(Bad boom\\)"):
+        run(sess, r["graph"], np.zeros(N, np.float32))
+    for gid in (r["graph"], ok["graph"]):      # the worker's graphs went with it
+        with pytest.raises(kiln.NotFound, match="lost|no graph"):
+            run(sess, gid, np.zeros(N, np.float32))
+    again = create(sess, chain(3))              # and the tenant starts again
+    np.testing.assert_allclose(run(sess, again["graph"], np.zeros(N, np.float32))[0][0], 3)
+    sess.call("graph_free", graph=again["graph"])
+
+
+def test_freed_while_running(unix_url):
+    g = chain(1)
+    g["nodes"].insert(0, {"name": "spin", "program": 0, "launches": [
+        {"kernel": "spin", "args": [{"value": "s"}, 30_000_000], "grid": [1], "block": [1]}]})
+    g["values"].append({"name": "s", "dtype": "int64", "shape": [1]})
+    with kiln.connect(unix_url) as a, kiln.connect(unix_url) as b:
+        r = create(a, g)
+        x = np.ones(N, np.float32)
+        out = {}
+
+        def go():
+            try:
+                out["y"] = run(a, r["graph"], x)[0][0]
+            except kiln.KilnError as e:
+                out["e"] = e
+        th = threading.Thread(target=go)
+        th.start()
+        import time
+        time.sleep(0.05)
+        b.call("graph_free", graph=r["graph"])   # same tenant, another connection
+        th.join(30)
+        # the run that was queued first completes; the graph is gone afterwards
+        assert "y" in out or isinstance(out.get("e"), kiln.NotFound), out
+        with pytest.raises(kiln.NotFound):
+            run(a, r["graph"], x)
+
+
+def test_graph_from_onnx_te_programs(sess):
+    onnx = pytest.importorskip("onnx")
+    import kiln.onnx
+    from onnx import helper, numpy_helper, TensorProto
+    w = np.random.default_rng(3).standard_normal((8, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv0"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu0"),
+             helper.make_node("Flatten", ["r"], ["y"], name="flat")]
+    gr = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512])],
+                           [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 13)])
+    x = np.random.default_rng(4).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    client = kiln.onnx.import_model(m, sess.cpu(0), executor="client")
+    server = kiln.onnx.import_model(m, sess.cpu(0), executor="server")
+    assert server.executor == "server"
+    np.testing.assert_allclose(server.run(x)[0], client.run(x)[0], rtol=1e-5, atol=1e-5)
+    t = server.time_evaluator(number=3, repeat=2)(x)
+    assert t.mean > 0
+    auto = kiln.onnx.import_model(m, sess.cpu(0))
+    assert auto.executor == "server"
+    for gg in (client, server, auto):
+        gg.free()
+
+
+def test_run_past_its_deadline_names_the_node(unix_url):
+    """A kernel that does not return: the run's deadline (timeout_ms) and kilnd's watchdog end
+    the worker; the answer names the node."""
+    g = chain(1)
+    g["nodes"].insert(0, {"name": "forever", "program": 0, "launches": [
+        {"kernel": "spin", "args": [{"value": "s"}, 1 << 62], "grid": [1], "block": [1]}]})
+    g["values"].append({"name": "s", "dtype": "int64", "shape": [1]})
+    with kiln.connect(unix_url) as s:
+        r = create(s, g)
+        with pytest.raises(kiln.KilnError, match="node forever") as e:
+            run(s, r["graph"], np.ones(N, np.float32), timeout_ms=300)
+        assert e.value.code in (kiln.Timeout.code, kiln.DeviceFault.code), e.value
+        with pytest.raises(kiln.NotFound):
+            run(s, r["graph"], np.ones(N, np.float32))
