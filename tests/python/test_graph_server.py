@@ -1,7 +1,8 @@
 """kilnd's graph methods (docs/graph.md): graph_create, graph_run, graph_time, graph_free on the
 real daemon, with hand-made payloads (llvm kernels, te programs from kiln.onnx) and hostile
 ones: bad shapes, unknown names and tensor ids, another tenant's ids, cycles, huge counts,
-truncated payloads, a graph freed while it runs, a fault in a node."""
+truncated payloads, a graph freed while it runs, a fault in a node. KILN_TEST_DEVICE (default
+cpu:0) picks the device of the hand-made graphs: bench/gpu's machines run them on cuda:0."""
 
 import os
 import threading
@@ -60,6 +61,7 @@ declare i32 @__kiln_local_id(i32)
 """
 
 N = 64
+DEV = os.environ.get("KILN_TEST_DEVICE", "cpu:0")
 
 
 def _t(a):
@@ -95,7 +97,7 @@ def pack(g):
 
 
 def create(s, g, **kw):
-    return s.call("graph_create", device="cpu:0", graph=pack(g) if isinstance(g, dict) else g, **kw)
+    return s.call("graph_create", device=DEV, graph=pack(g) if isinstance(g, dict) else g, **kw)
 
 
 def run(s, gid, x, **kw):
@@ -308,7 +310,7 @@ def test_tenants_do_not_share_graphs(fresh_daemon, tmp_path):
         rb = create(b, chain(2))
         assert rb["graph"] == r["graph"] and not rb["cached"]
         # another tenant's tensor id is neither an input nor a constant of his
-        t = kiln.nd.array(np.ones(N, np.float32), a.cpu(0))
+        t = kiln.nd.array(np.ones(N, np.float32), a.device(DEV))
         with pytest.raises(kiln.InvalidArgument):
             b.call("graph_run", graph=rb["graph"], inputs={"x": {"tensor": t.id}})
         g = chain(2)
