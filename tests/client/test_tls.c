@@ -43,7 +43,9 @@ static void down(void) {
   pki_remove(pki);
 }
 
-TestSuite(client_tls, .init = up_plain, .fini = down, .timeout = 240);
+/* No suite .init: Criterion runs a suite's .init and then a test's own, so a suite-wide
+ * daemon would be started and then orphaned by the tests that start their own. */
+TestSuite(client_tls, .fini = down, .timeout = 240);
 
 static kiln_client_t *connect_tls(const kiln_client_options_t *o) {
   kiln_client_t *c = NULL;
@@ -52,7 +54,7 @@ static kiln_client_t *connect_tls(const kiln_client_options_t *o) {
   return c;
 }
 
-Test(client_tls, hello_pipeline_and_sixty_four_mib_both_ways) {
+Test(client_tls, hello_pipeline_and_sixty_four_mib_both_ways, .init = up_plain) {
   kiln_client_options_t o = {.tls_ca = pem("ca.pem")};
   kiln_client_t *c = connect_tls(&o);
   kiln_hello_t h;
@@ -78,7 +80,7 @@ Test(client_tls, hello_pipeline_and_sixty_four_mib_both_ways) {
   kiln_client_destroy(c);
 }
 
-Test(client_tls, the_ca_option_and_the_environment) {
+Test(client_tls, the_ca_option_and_the_environment, .init = up_plain) {
   /* The system's store does not know the test CA: verification is on by default. */
   kiln_client_t *c = NULL;
   kiln_status_t s = kiln_client_create(g_kilnd.tls_url, &c);
@@ -97,7 +99,7 @@ Test(client_tls, the_ca_option_and_the_environment) {
   ASSERT_CODE(kiln_client_create_with(g_kilnd.tls_url, &missing, &c), KILN_E_INVALID_ARGUMENT);
 }
 
-Test(client_tls, the_cli) {
+Test(client_tls, the_cli, .init = up_plain) {
   char cmd[1024];
   snprintf(cmd, sizeof(cmd), "'%s' --url %s --tls-ca '%s' ping >/dev/null 2>&1",
            getenv("KILN_CLI"), g_kilnd.tls_url, pem("ca.pem"));
