@@ -278,6 +278,7 @@ static kiln_status_t bind_parallel(te_program_t *p, te_kernel_t *k, bool *used) 
     k->grid[d] = te_int(p, 1, p->index_dtype);
     k->block[d] = 1;
   }
+  k->parallel = 0;
   for (int l = 0; l < root->nleaves; l++)
     if (p->vars[root->leaves[l]].bind >= 0) used[p->vars[root->leaves[l]].bind] = true;
   for (int l = 0; l < root->nleaves; l++) {
@@ -299,7 +300,8 @@ static kiln_status_t check_binding(te_program_t *p, te_kernel_t *k, te_tensor_t 
   if (v->bind < 3) {
     if (i) return KC_COMPILE_ERROR("te: %s binds %s to %s: only the kernel's output stage binds blockIdx", t->name,
                                    v->name, te_thread_names[v->bind]);
-    k->grid[v->bind] = v->extent;
+    k->grid[v->bind] = v->ann == TE_ANN_PARALLEL && v->chunk ? ceildiv(p, v->extent, v->chunk) : v->extent;
+    if (v->ann == TE_ANN_PARALLEL && !v->chunk) k->parallel |= (uint8_t)(1u << v->bind);
     return KILN_OK;
   }
   if (v->cext <= 0)

@@ -37,15 +37,30 @@ LLVMValueRef te_em_id(te_em_t *m, int which) {
   return m->ids[which] = v;
 }
 
+LLVMValueRef te_em_num_groups(te_em_t *m, int d) {
+  if (m->groups[d]) return m->groups[d];
+  LLVMTypeRef ft = LLVMFunctionType(m->i32, &m->i32, 1, 0);
+  LLVMValueRef f = kc_get_function(m->mod, "__kiln_num_groups", ft);
+  LLVMValueRef dim = LLVMConstInt(m->i32, (unsigned)d, 0);
+  LLVMValueRef v = LLVMBuildCall2(m->eb, ft, f, &dim, 1, "groups");
+  if (m->ity != m->i32) v = LLVMBuildZExt(m->eb, v, m->ity, "");
+  return m->groups[d] = v;
+}
+
 /* ---- memory ------------------------------------------------------------------------- */
 
-/* The flat element offset of idx[] in tensor t: row-major over the shape for arguments,
- * over the region (from its min) for stages stored in the kernel; NULL without storage. */
-static te_expr_t *flat_index(te_em_t *m, int tid, te_expr_t **idx) {
+te_expr_t *te_em_flat(te_em_t *m, int tid, te_expr_t **idx) {
   te_program_t *p = m->p;
   te_tensor_t *t = &p->tensors[tid];
   int dt = p->index_dtype;
   te_expr_t *flat = NULL;
+  for (int d = 0; d < t->ndim; d++)
+    if (idx[d]->dtype != dt) {
+      te_expr_t *c = te_node(p, TE_CAST, 0, dt, 1);
+      if (!c) return NULL;
+      c->args[0] = idx[d];
+      idx[d] = c;
+    }
   for (int d = 0; d < t->ndim; d++) {
     if (t->kernel_arg >= 0) {
       flat = flat ? te_bin(p, TE_ADD, te_bin(p, TE_MUL, flat, t->shape[d]), idx[d]) : idx[d];
@@ -57,27 +72,24 @@ static te_expr_t *flat_index(te_em_t *m, int tid, te_expr_t **idx) {
   return flat;
 }
 
+LLVMValueRef te_em_base(te_em_t *m, int tid) {
+  te_tensor_t *t = &m->p->tensors[tid];
+  LLVMValueRef base = t->kernel_arg >= 0 ? LLVMGetParam(m->fn, (unsigned)t->kernel_arg) : m->buf[tid];
+  if (!base) te_em_fail(m, KC_COMPILE_ERROR("te: kernel %s reads %s, which has no storage here", m->k->name, t->name));
+  return base;
+}
+
+LLVMValueRef te_em_gep(te_em_t *m, int tid, LLVMValueRef base, LLVMValueRef off) {
+  if (LLVMTypeOf(off) != m->i64) off = LLVMBuildSExt(m->b, off, m->i64, "");
+  return LLVMBuildInBoundsGEP2(m->b, te_em_type(m, m->p->tensors[tid].dtype, true), base, &off, 1, "");
+}
+
 /* Address of element idx[] (index expressions over leaf vars) of tensor t. */
 static LLVMValueRef address(te_em_t *m, int tid, te_expr_t **idx) {
-  te_program_t *p = m->p;
-  te_tensor_t *t = &p->tensors[tid];
-  int dt = p->index_dtype;
-  for (int d = 0; d < t->ndim; d++)
-    if (idx[d]->dtype != dt) {
-      te_expr_t *c = te_node(p, TE_CAST, 0, dt, 1);
-      if (!c) return NULL;
-      c->args[0] = idx[d];
-      idx[d] = c;
-    }
-  LLVMValueRef base = t->kernel_arg >= 0 ? LLVMGetParam(m->fn, (unsigned)t->kernel_arg) : m->buf[tid];
-  if (!base) {
-    te_em_fail(m, KC_COMPILE_ERROR("te: kernel %s reads %s, which has no storage here", m->k->name, t->name));
-    return NULL;
-  }
-  LLVMValueRef off = te_em_expr(m, te_simplify(p, flat_index(m, tid, idx)));
-  if (!off) return NULL;
-  if (LLVMTypeOf(off) != m->i64) off = LLVMBuildSExt(m->b, off, m->i64, "");
-  return LLVMBuildInBoundsGEP2(m->b, te_em_type(m, t->dtype, true), base, &off, 1, "");
+  LLVMValueRef base = te_em_base(m, tid);
+  te_expr_t *flat = base ? te_em_flat(m, tid, idx) : NULL;
+  LLVMValueRef off = flat ? te_em_expr(m, te_simplify(m->p, flat)) : NULL;
+  return off ? te_em_gep(m, tid, base, off) : NULL;
 }
 
 LLVMValueRef te_em_load(te_em_t *m, int tid, te_expr_t **idx) {
@@ -98,13 +110,18 @@ void te_em_store(te_em_t *m, int tid, te_expr_t **idx, LLVMValueRef v) {
 
 /* ---- operators ---------------------------------------------------------------------- */
 
-static LLVMValueRef cast(te_em_t *m, LLVMValueRef v, int from, int to) {
+LLVMTypeRef te_em_like(LLVMValueRef v, LLVMTypeRef scalar) {
+  LLVMTypeRef t = LLVMTypeOf(v);
+  return LLVMGetTypeKind(t) == LLVMVectorTypeKind ? LLVMVectorType(scalar, LLVMGetVectorSize(t)) : scalar;
+}
+
+LLVMValueRef te_em_cast(te_em_t *m, LLVMValueRef v, int from, int to) {
   if (from == to) return v;
-  LLVMTypeRef t = te_em_type(m, to, false);
+  LLVMTypeRef t = te_em_like(v, te_em_type(m, to, false));
   bool ffp = te_em_is_fp(from), tfp = te_em_is_fp(to);
   if (to == TE_BOOL)
-    return ffp ? LLVMBuildFCmp(m->b, LLVMRealUNE, v, LLVMConstReal(LLVMTypeOf(v), 0), "")
-               : LLVMBuildICmp(m->b, LLVMIntNE, v, LLVMConstInt(LLVMTypeOf(v), 0, 0), "");
+    return ffp ? LLVMBuildFCmp(m->b, LLVMRealUNE, v, LLVMConstNull(LLVMTypeOf(v)), "")
+               : LLVMBuildICmp(m->b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
   if (ffp && tfp) return LLVMBuildFPCast(m->b, v, t, "");
   if (ffp) return te_is_unsigned(to) ? LLVMBuildFPToUI(m->b, v, t, "") : LLVMBuildFPToSI(m->b, v, t, "");
   bool src_unsigned = te_is_unsigned(from) || from == TE_BOOL;
@@ -137,7 +154,7 @@ static LLVMValueRef floor_divmod(te_em_t *m, te_expr_t *e, LLVMValueRef a, LLVMV
       lo >= 0)
     return is_div ? LLVMBuildUDiv(B, a, b, "") : LLVMBuildURem(B, a, b, "");
   LLVMValueRef q = LLVMBuildSDiv(B, a, b, ""), r = LLVMBuildSRem(B, a, b, "");
-  LLVMValueRef zero = LLVMConstInt(LLVMTypeOf(a), 0, 0);
+  LLVMValueRef zero = LLVMConstNull(LLVMTypeOf(a));
   LLVMValueRef nz = LLVMBuildICmp(B, LLVMIntNE, r, zero, "");
   LLVMValueRef sd = LLVMBuildICmp(B, LLVMIntSLT, LLVMBuildXor(B, r, b, ""), zero, "");
   LLVMValueRef adj = LLVMBuildAnd(B, nz, sd, "");
@@ -169,17 +186,15 @@ static LLVMValueRef arith(te_em_t *m, int op, LLVMValueRef a, LLVMValueRef b, bo
   }
 }
 
-static LLVMValueRef emit_bin(te_em_t *m, te_expr_t *e) {
+LLVMValueRef te_em_binop(te_em_t *m, const te_expr_t *e, LLVMValueRef a, LLVMValueRef b) {
   int dt = e->args[0]->dtype;
-  LLVMValueRef a = te_em_expr(m, e->args[0]), b = te_em_expr(m, e->args[1]);
-  if (!a || !b) return NULL;
   bool fp = te_em_is_fp(dt), un = te_is_unsigned(dt) || dt == TE_BOOL;
   LLVMBuilderRef B = m->b;
   switch (e->op) {
   case TE_ADD: case TE_SUB: case TE_MUL: return arith(m, e->op, a, b, fp, dt == m->p->index_dtype);
   case TE_DIV: return fp ? LLVMBuildFDiv(B, a, b, "") : un ? LLVMBuildUDiv(B, a, b, "") : LLVMBuildSDiv(B, a, b, "");
   case TE_MOD: return fp ? LLVMBuildFRem(B, a, b, "") : un ? LLVMBuildURem(B, a, b, "") : LLVMBuildSRem(B, a, b, "");
-  case TE_FLOORDIV: case TE_FLOORMOD: return floor_divmod(m, e, a, b, un);
+  case TE_FLOORDIV: case TE_FLOORMOD: return floor_divmod(m, (te_expr_t *)e, a, b, un);
   case TE_MIN: case TE_MAX: return min_max(m, e->op == TE_MIN, a, b, fp, un);
   case TE_EQ: case TE_NE: case TE_LT: case TE_LE: case TE_GT: case TE_GE: return compare(m, e->op, a, b, fp, un);
   case TE_AND: case TE_BITAND: return LLVMBuildAnd(B, a, b, "");
@@ -191,6 +206,11 @@ static LLVMValueRef emit_bin(te_em_t *m, te_expr_t *e) {
   }
   te_em_fail(m, KILN_STATUS(KILN_E_INTERNAL, "te: unhandled binary op %d", e->op));
   return NULL;
+}
+
+static LLVMValueRef emit_bin(te_em_t *m, te_expr_t *e) {
+  LLVMValueRef a = te_em_expr(m, e->args[0]), b = te_em_expr(m, e->args[1]);
+  return a && b ? te_em_binop(m, e, a, b) : NULL;
 }
 
 /* if_then_else: branches, evaluating only the chosen side; LLVM if-converts (masked loads)
@@ -234,7 +254,7 @@ static LLVMValueRef emit_call(te_em_t *m, te_expr_t *e) {
   if (strcmp(name, "abs") == 0) {
     if (te_em_is_fp(dt)) return call_math(m, "fabs", a, 1, dt);
     if (te_is_unsigned(dt)) return a[0];
-    LLVMValueRef neg = LLVMBuildICmp(m->b, LLVMIntSLT, a[0], LLVMConstInt(LLVMTypeOf(a[0]), 0, 0), "");
+    LLVMValueRef neg = LLVMBuildICmp(m->b, LLVMIntSLT, a[0], LLVMConstNull(LLVMTypeOf(a[0])), "");
     return LLVMBuildSelect(m->b, neg, LLVMBuildNeg(m->b, a[0], ""), a[0], "");
   }
   if (strcmp(name, "sigmoid") == 0) {
@@ -275,7 +295,7 @@ LLVMValueRef te_em_expr(te_em_t *m, te_expr_t *e) {
     return te_em_is_fp(e->dtype) ? LLVMBuildFNeg(m->b, a, "") : LLVMBuildNeg(m->b, a, "");
   case TE_CAST:
     a = te_em_expr(m, e->args[0]);
-    return a ? cast(m, a, e->args[0]->dtype, e->dtype) : NULL;
+    return a ? te_em_cast(m, a, e->args[0]->dtype, e->dtype) : NULL;
   case TE_SELECT: return emit_select(m, e);
   case TE_CALL: return emit_call(m, e);
   default: break;

@@ -3,7 +3,6 @@
  * emitted inside its loop, guards as loop bounds, branches or whole-tile versions, loop
  * metadata for unroll and vectorize. */
 #include <llvm-c/DebugInfo.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +10,6 @@
 #include "compiler/te/te_bounds.h"
 #include "compiler/te/te_emit.h"
 #include "compiler/te/te_expr.h"
-
-enum { MODE_PLAIN, MODE_INIT, MODE_MAIN };
 
 static void barrier(te_em_t *m) {
   LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(m->ctx), NULL, 0, 0);
@@ -32,14 +29,13 @@ static void barrier(te_em_t *m) {
 typedef struct loop {
   LLVMBasicBlockRef header, exit;
   LLVMValueRef phi;
-  int var;
+  int var;      /* the te var it defines, or -1 */
+  int ann;      /* TE_ANN_UNROLL or TE_ANN_VECTORIZE: metadata asking for it; else none */
+  int64_t cext; /* constant trip count of an unrolled loop, or -1 */
 } loop_t;
 
-static void loop_begin(te_em_t *m, int var, te_expr_t *extent, loop_t *l) {
-  LLVMValueRef ext = te_em_expr(m, extent);
-  if (!ext) return;
-  const char *name = m->p->vars[var].name;
-  l->var = var;
+/* A loop of the index type over [start, end) (start NULL: 0), positioned in its body. */
+static void loop_open(te_em_t *m, const char *name, LLVMValueRef start, LLVMValueRef end, loop_t *l) {
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(m->b);
   l->header = LLVMAppendBasicBlockInContext(m->ctx, m->fn, name);
   LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "body");
@@ -47,18 +43,11 @@ static void loop_begin(te_em_t *m, int var, te_expr_t *extent, loop_t *l) {
   LLVMBuildBr(m->b, l->header);
   LLVMPositionBuilderAtEnd(m->b, l->header);
   l->phi = LLVMBuildPhi(m->b, m->ity, name);
-  LLVMValueRef zero = LLVMConstInt(m->ity, 0, 0);
-  LLVMAddIncoming(l->phi, &zero, &pre, 1);
-  LLVMValueRef c = LLVMBuildICmp(m->b, LLVMIntSLT, l->phi, ext, "");
+  if (!start) start = LLVMConstInt(m->ity, 0, 0);
+  LLVMAddIncoming(l->phi, &start, &pre, 1);
+  LLVMValueRef c = LLVMBuildICmp(m->b, LLVMIntSLT, l->phi, end, "");
   LLVMBuildCondBr(m->b, c, body, l->exit);
   LLVMPositionBuilderAtEnd(m->b, body);
-  m->val[var] = l->phi;
-}
-
-/* GPUs have no vector loop: a vectorised loop is unrolled there, and LLVM's load/store
- * vectoriser merges the adjacent accesses where it can. */
-static int effective_ann(const te_em_t *m, const te_var_t *v) {
-  return v->ann == TE_ANN_VECTORIZE && m->job->target.kind != KILN_TARGET_CPU ? TE_ANN_UNROLL : v->ann;
 }
 
 static LLVMMetadataRef md_flag(te_em_t *m, const char *name, LLVMValueRef val) {
@@ -67,18 +56,15 @@ static LLVMMetadataRef md_flag(te_em_t *m, const char *name, LLVMValueRef val) {
   return LLVMMDNodeInContext2(m->ctx, ops, val ? 2 : 1);
 }
 
-/* llvm.loop metadata of an unrolled or vectorised loop on its latch branch. */
-static void loop_metadata(te_em_t *m, const te_var_t *v, LLVMValueRef br) {
+/* llvm.loop metadata on a latch branch: unroll as asked; LLVM's loop vectoriser only where
+ * the schedule asked for vectorize and kiln could not emit the vectors itself, never behind
+ * the schedule's back (it would pick any loop, with gathers and scatters). */
+static void loop_metadata(te_em_t *m, const loop_t *l, LLVMValueRef br) {
   LLVMMetadataRef ops[4];
   unsigned n = 1;
-  int ann = effective_ann(m, v);
-  if (ann == TE_ANN_UNROLL) {
-    if (v->cext > 0 && v->cext <= 64) ops[n++] = md_flag(m, "llvm.loop.unroll.full", NULL);
-    else ops[n++] = md_flag(m, "llvm.loop.unroll.enable", NULL); /* a symbolic extent: LLVM's cost model decides */
-  } else if (ann == TE_ANN_VECTORIZE) {
-    ops[n++] = md_flag(m, "llvm.loop.vectorize.enable", LLVMConstInt(m->i1, 1, 0));
-  }
-  if (n == 1) return;
+  if (l->ann == TE_ANN_UNROLL && l->cext > 0 && l->cext <= 64) ops[n++] = md_flag(m, "llvm.loop.unroll.full", NULL);
+  else if (l->ann == TE_ANN_UNROLL) ops[n++] = md_flag(m, "llvm.loop.unroll.enable", NULL); /* LLVM's cost model decides */
+  ops[n++] = md_flag(m, "llvm.loop.vectorize.enable", LLVMConstInt(m->i1, l->ann == TE_ANN_VECTORIZE, 0));
   LLVMMetadataRef tmp = LLVMTemporaryMDNode(m->ctx, NULL, 0);
   ops[0] = tmp;
   LLVMMetadataRef id = LLVMMDNodeInContext2(m->ctx, ops, n);
@@ -86,121 +72,33 @@ static void loop_metadata(te_em_t *m, const te_var_t *v, LLVMValueRef br) {
   LLVMSetMetadata(br, LLVMGetMDKindIDInContext(m->ctx, "llvm.loop", 9), LLVMMetadataAsValue(m->ctx, id));
 }
 
-static void loop_end(te_em_t *m, loop_t *l) {
+static void loop_close(te_em_t *m, loop_t *l) {
   if (m->err || !l->header) return;
   LLVMValueRef next = LLVMBuildNSWAdd(m->b, l->phi, LLVMConstInt(m->ity, 1, 0), "");
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(m->b);
   LLVMValueRef br = LLVMBuildBr(m->b, l->header);
   LLVMAddIncoming(l->phi, &next, &latch, 1);
-  loop_metadata(m, &m->p->vars[l->var], br);
+  loop_metadata(m, l, br);
   LLVMPositionBuilderAtEnd(m->b, l->exit);
-  m->val[l->var] = NULL;
+  if (l->var >= 0) m->val[l->var] = NULL;
 }
 
-/* ---- statements --------------------------------------------------------------------- */
-
-static te_expr_t *in_leaves(te_em_t *m, int st, te_expr_t *e) {
-  memset(m->sub, 0, (size_t)m->p->nvars * sizeof(*m->sub));
-  te_stage_subst(m->p, st, m->sub);
-  return te_simplify(m->p, te_subst(m->p, e, m->sub));
+/* GPUs have no vector loop: a vectorised loop kiln cannot emit as vectors is unrolled there,
+ * and LLVM's load/store vectoriser merges the adjacent accesses where it can. */
+static int effective_ann(const te_em_t *m, const te_var_t *v) {
+  return v->ann == TE_ANN_VECTORIZE && m->job->target.kind != KILN_TARGET_CPU ? TE_ANN_UNROLL : v->ann;
 }
 
-static LLVMValueRef identity(te_em_t *m, int op, int dt) {
-  LLVMTypeRef t = te_em_type(m, dt, false);
-  bool fp = te_em_is_fp(dt), un = te_is_unsigned(dt);
-  unsigned w = fp ? 0 : LLVMGetIntTypeWidth(t);
-  switch (op) {
-  case TE_RSUM: return fp ? LLVMConstReal(t, 0) : LLVMConstInt(t, 0, 0);
-  case TE_RPROD: return fp ? LLVMConstReal(t, 1) : LLVMConstInt(t, 1, 0);
-  case TE_RMAX:
-    if (fp) return LLVMConstReal(t, -INFINITY);
-    return un ? LLVMConstInt(t, 0, 0) : LLVMConstInt(t, (unsigned long long)1 << (w - 1), 0);
-  default:
-    if (fp) return LLVMConstReal(t, INFINITY);
-    return un ? LLVMConstAllOnes(t) : LLVMConstInt(t, ((unsigned long long)1 << (w - 1)) - 1, 0);
-  }
-}
-
-/* Branches on guard `g` into a new block and sets *merge to the block after it (the caller
- * closes it); false when the guard could not be emitted (the error is recorded). */
-static bool open_guard(te_em_t *m, te_expr_t *g, LLVMBasicBlockRef *merge) {
-  LLVMValueRef c = te_em_expr(m, te_simplify(m->p, g));
-  if (!c) return false;
-  LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard");
-  *merge = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard.end");
-  LLVMBuildCondBr(m->b, c, then, *merge);
-  LLVMPositionBuilderAtEnd(m->b, then);
-  return true;
-}
-
-static void close_guard(te_em_t *m, LLVMBasicBlockRef merge) {
-  if (!merge) return;
-  LLVMBuildBr(m->b, merge);
-  LLVMPositionBuilderAtEnd(m->b, merge);
-}
-
-/* A guard applies in this mode unless a loop bound or an outer branch consumed it; the
- * initialisation of a reduction skips those on reduce vars. */
-static bool guard_open(const te_tensor_t *t, int i, int mode, uint32_t consumed) {
-  return !(consumed >> i & 1) && !(mode == MODE_INIT && t->guard_red[i]);
-}
-
-/* acc (+) src by the reduce op; a sum of a float product contracts to llvm.fmuladd, as C
- * compilers do by default (FP_CONTRACT on): an FMA where the target has one. */
-static LLVMValueRef combine(te_em_t *m, int op, int dt, LLVMValueRef acc, LLVMValueRef src, LLVMValueRef fb) {
-  bool fp = te_em_is_fp(dt), un = te_is_unsigned(dt);
-  if (op == TE_RSUM && fb) {
-    LLVMTypeRef et = LLVMTypeOf(acc);
-    unsigned id = LLVMLookupIntrinsicID("llvm.fmuladd", 12);
-    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(m->mod, id, &et, 1);
-    LLVMValueRef ops[3] = {src, fb, acc};
-    return LLVMBuildCall2(m->b, LLVMIntrinsicGetType(m->ctx, id, &et, 1), fn, ops, 3, "");
-  }
-  if (op == TE_RSUM) return fp ? LLVMBuildFAdd(m->b, acc, src, "") : LLVMBuildAdd(m->b, acc, src, "");
-  if (op == TE_RPROD) return fp ? LLVMBuildFMul(m->b, acc, src, "") : LLVMBuildMul(m->b, acc, src, "");
-  bool mx = op == TE_RMAX;
-  LLVMValueRef c = fp ? LLVMBuildFCmp(m->b, mx ? LLVMRealOGT : LLVMRealOLT, src, acc, "")
-                      : LLVMBuildICmp(m->b, mx ? (un ? LLVMIntUGT : LLVMIntSGT) : (un ? LLVMIntULT : LLVMIntSLT), src,
-                                      acc, "");
-  return LLVMBuildSelect(m->b, c, src, acc, "");
-}
-
-/* One step of a reduction: out[idx] = out[idx] (+) source where cond. */
-static void accumulate(te_em_t *m, int st, te_expr_t **idx) {
-  te_tensor_t *t = &m->p->tensors[st];
-  te_expr_t *body = t->body, *source = in_leaves(m, st, body->args[0]);
-  bool contract = te_em_is_fp(t->dtype) && body->op == TE_RSUM && source && source->kind == TE_BIN &&
-                  source->op == TE_MUL;
-  LLVMValueRef src, fb = NULL;
-  if (contract) {
-    src = te_em_expr(m, source->args[0]);
-    fb = te_em_expr(m, source->args[1]);
-    if (!fb) src = NULL;
-  } else {
-    src = te_em_expr(m, source);
-  }
-  LLVMValueRef cond = body->args[1] ? te_em_expr(m, in_leaves(m, st, body->args[1])) : NULL;
-  LLVMValueRef acc = te_em_load(m, st, idx);
-  if (!src || !acc) return;
-  LLVMValueRef r = combine(m, body->op, t->dtype, acc, src, fb);
-  if (cond) r = LLVMBuildSelect(m->b, cond, r, acc, "");
-  te_em_store(m, st, idx, r);
-}
-
-static void statement(te_em_t *m, int st, int mode, uint32_t consumed) {
-  te_program_t *p = m->p;
-  te_tensor_t *t = &p->tensors[st];
-  te_expr_t *g = NULL;
-  for (int i = 0; i < t->nguards; i++)
-    if (guard_open(t, i, mode, consumed)) g = g ? te_bin(p, TE_AND, g, t->guards[i]) : t->guards[i];
-  LLVMBasicBlockRef merge = NULL;
-  if (g && !open_guard(m, g, &merge)) return;
-  te_expr_t *idx[TE_MAX_DIMS];
-  for (int d = 0; d < t->ndim; d++) idx[d] = t->val[d];
-  if (t->body->kind != TE_REDUCE) te_em_store(m, st, idx, te_em_expr(m, in_leaves(m, st, t->body)));
-  else if (mode == MODE_INIT) te_em_store(m, st, idx, identity(m, t->body->op, t->dtype));
-  else accumulate(m, st, idx);
-  close_guard(m, merge);
+/* The loop of leaf `var` over [start, extent). */
+static void loop_begin(te_em_t *m, int var, LLVMValueRef start, te_expr_t *extent, loop_t *l) {
+  LLVMValueRef ext = te_em_expr(m, extent);
+  const te_var_t *v = &m->p->vars[var];
+  if (!ext) return;
+  l->var = var;
+  l->ann = effective_ann(m, v);
+  l->cext = v->cext;
+  loop_open(m, v->name, start, ext, l);
+  m->val[var] = l->phi;
 }
 
 /* ---- nests -------------------------------------------------------------------------- */
@@ -288,7 +186,7 @@ static te_expr_t *full_tile(te_em_t *m, const te_tensor_t *t, int pos, int mode,
   te_expr_t *cond = NULL;
   for (int i = 0; i < t->nguards; i++) {
     te_expr_t *g = t->guards[i], *d, *lo, *hi;
-    if (!guard_open(t, i, mode, consumed) || !te_uses_var(g, relax) || te_uses_var(g, bound)) continue;
+    if (!te_em_guard_open(t, i, mode, consumed) || !te_uses_var(g, relax) || te_uses_var(g, bound)) continue;
     if (g->kind != TE_BIN || g->op < TE_LT || g->op > TE_GE || g->args[0]->dtype != p->index_dtype) continue;
     d = te_simplify(p, te_bin(p, TE_SUB, g->args[0], g->args[1]));
     if (!d || !te_sym_bounds(p, d, relax, &lo, &hi)) continue;
@@ -333,7 +231,7 @@ static te_expr_t *loop_extent(te_em_t *m, const te_tensor_t *t, int pos, int st,
   te_expr_t *ext = v->extent;
   if (effective_ann(m, v) == TE_ANN_UNROLL || attached_inside(m, st, pos)) return ext;
   for (int i = 0; i < t->nguards; i++) {
-    if (!guard_open(t, i, mode, *consumed)) continue;
+    if (!te_em_guard_open(t, i, mode, *consumed)) continue;
     te_expr_t *b = tighten(m, t, pos, t->guards[i]);
     if (!b) continue;
     ext = te_simplify(p, te_bin(p, TE_MIN, ext, b));
@@ -350,42 +248,133 @@ static bool hoist_guards(te_em_t *m, const te_tensor_t *t, int st, int pos, int 
   te_expr_t *g = NULL;
   if (attached_inside(m, st, pos + 1)) return true;
   for (int i = 0; i < t->nguards; i++) {
-    if (!guard_open(t, i, mode, *consumed) || uses_leaves_from(m, t, pos + 1, t->guards[i])) continue;
+    if (!te_em_guard_open(t, i, mode, *consumed) || uses_leaves_from(m, t, pos + 1, t->guards[i])) continue;
     g = g ? te_bin(p, TE_AND, g, t->guards[i]) : t->guards[i];
     *consumed |= 1u << i;
   }
-  return !g || open_guard(m, g, merge);
+  return !g || te_em_open_guard(m, g, merge);
+}
+
+/* A parallel leaf bound to work-group dimension d: each group runs its share of the
+ * iterations, ceil(extent / groups) of them, so any grid from 1 to the extent covers the loop
+ * (one group per pool thread on the CPU; docs/te.md §5). `extent` may be tightened by guards;
+ * the shares come from the var's own extent. */
+static void parallel_begin(te_em_t *m, int var, te_expr_t *extent, loop_t *l) {
+  const te_var_t *v = &m->p->vars[var];
+  LLVMValueRef full = te_em_expr(m, v->extent), end = te_em_expr(m, extent);
+  if (!full || !end) return;
+  LLVMBuilderRef B = m->b;
+  LLVMValueRef g = te_em_id(m, v->bind), n = te_em_num_groups(m, v->bind);
+  LLVMValueRef chunk = LLVMBuildUDiv(B, LLVMBuildAdd(B, full, LLVMBuildSub(B, n, LLVMConstInt(m->ity, 1, 0), ""), ""), n, "");
+  LLVMValueRef lo = LLVMBuildMul(B, g, chunk, ""), hi = LLVMBuildAdd(B, lo, chunk, "");
+  hi = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, hi, end, ""), hi, end, "");
+  l->var = var;
+  l->ann = TE_ANN_NONE;
+  loop_open(m, v->name, lo, hi, l);
+  m->val[var] = l->phi;
+}
+
+/* Vector lanes for a statement of elements of `dt`: the loop's whole constant extent when it
+ * is small (as TVM emits it), else chunks of the target's vector width. */
+static int vector_width(te_em_t *m, int dt, int64_t cext, bool *whole) {
+  unsigned bits = dt == TE_BOOL ? 8 : (unsigned)LLVMSizeOfTypeInBits(LLVMGetModuleDataLayout(m->mod), te_em_type(m, dt, true));
+  unsigned native = m->job->target.kind != KILN_TARGET_CPU ? 128 : strstr(m->job->target.features, "+avx512f") ? 512
+                  : strstr(m->job->target.features, "+avx") ? 256 : 128;
+  *whole = cext > 0 && cext <= TE_VEC_MAX_LANES && (uint64_t)cext * bits <= 2048;
+  if (*whole) return (int)cext;
+  int w = (int)(native / bits);
+  return w < 1 ? 1 : w > TE_VEC_MAX_LANES ? TE_VEC_MAX_LANES : w;
+}
+
+/* The innermost leaf `var`, marked vectorize, as explicit vectors: one statement over all
+ * lanes, or a loop of vector chunks and a scalar loop over the remainder. */
+static void vector_nest(te_em_t *m, int st, int var, te_expr_t *extent, int mode, uint32_t consumed) {
+  te_program_t *p = m->p;
+  int64_t c = -1;
+  bool whole;
+  te_const(extent, &c);
+  int w = vector_width(m, p->tensors[st].dtype, c, &whole);
+  te_vec_t v = {.var = var, .width = w, .base_pow2 = 12};
+  if (whole) {
+    v.base = m->val[var] = LLVMConstInt(m->ity, 0, 0);
+    if (w == 1) te_em_statement(m, st, mode, consumed);
+    else te_em_vec_statement(m, st, mode, consumed, &v);
+    m->val[var] = NULL;
+    return;
+  }
+  LLVMValueRef end = te_em_expr(m, te_simplify(p, te_bin(p, TE_MAX, extent, te_int(p, 0, p->index_dtype))));
+  if (!end) return;
+  LLVMValueRef wv = LLVMConstInt(m->ity, (unsigned)w, 0), chunks = LLVMBuildUDiv(m->b, end, wv, "");
+  loop_t cl = {.var = -1}, rl = {.var = var};
+  loop_open(m, "vec.chunk", NULL, chunks, &cl);
+  v.base = m->val[var] = LLVMBuildNSWMul(m->b, cl.phi, wv, "");
+  v.base_pow2 = __builtin_ctz((unsigned)w);
+  te_em_vec_statement(m, st, mode, consumed, &v);
+  loop_close(m, &cl);
+  if (c >= 0 && c % w == 0) {
+    m->val[var] = NULL;
+    return;
+  }
+  loop_open(m, "vec.rest", LLVMBuildNSWMul(m->b, chunks, wv, ""), end, &rl);
+  m->val[var] = rl.phi;
+  te_em_statement(m, st, mode, consumed);
+  loop_close(m, &rl);
+}
+
+/* Is leaf `pos` a loop kiln emits as vectors (the innermost leaf, marked vectorize, nothing
+ * attached at it, a statement that allows lanes)? *consumed gets the guards its bound takes. */
+static bool vector_leaf(te_em_t *m, int st, int pos, int mode, uint32_t *consumed, te_expr_t **out_ext) {
+  const te_tensor_t *t = &m->p->tensors[st];
+  int var = t->leaves[pos];
+  const te_var_t *v = &m->p->vars[var];
+  if (v->ann != TE_ANN_VECTORIZE || v->bind >= 0 || pos != t->nleaves - 1 || attached_inside(m, st, pos)) return false;
+  uint32_t c = *consumed;
+  te_expr_t *ext = v->extent;
+  for (int i = 0; i < t->nguards; i++) {
+    te_expr_t *b = te_em_guard_open(t, i, mode, c) ? tighten(m, t, pos, t->guards[i]) : NULL;
+    if (b) ext = te_simplify(m->p, te_bin(m->p, TE_MIN, ext, b)), c |= 1u << i;
+  }
+  if (!te_em_vec_ok(m, st, mode, c, var)) return false;
+  *consumed = c;
+  *out_ext = ext;
+  return true;
 }
 
 static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool versioned) {
   te_program_t *p = m->p;
   te_tensor_t *t = &p->tensors[st];
   if (m->err) return;
-  if (mode == MODE_PLAIN && pos == first_reduce_leaf(p, t)) {
-    nest(m, st, pos, MODE_INIT, consumed, versioned);
-    nest(m, st, pos, MODE_MAIN, consumed, versioned);
+  if (mode == TE_MODE_PLAIN && pos == first_reduce_leaf(p, t)) {
+    nest(m, st, pos, TE_MODE_INIT, consumed, versioned);
+    nest(m, st, pos, TE_MODE_MAIN, consumed, versioned);
     return;
   }
   if (pos == t->nleaves) {
-    statement(m, st, mode, consumed);
+    te_em_statement(m, st, mode, consumed);
     return;
   }
   if (!versioned && !attached_inside(m, st, pos) && versioned_nest(m, st, pos, mode, consumed)) return;
   int var = t->leaves[pos];
   te_var_t *v = &p->vars[var];
-  if (mode == MODE_INIT && v->reduce) {
+  if (mode == TE_MODE_INIT && v->reduce) {
     nest(m, st, pos + 1, mode, consumed, versioned);
     return;
   }
+  te_expr_t *vext;
+  if (vector_leaf(m, st, pos, mode, &consumed, &vext)) {
+    vector_nest(m, st, var, vext, mode, consumed);
+    return;
+  }
   loop_t l = {0};
-  if (v->bind >= 0) m->val[var] = te_em_id(m, v->bind);
-  else loop_begin(m, var, loop_extent(m, t, pos, st, mode, &consumed), &l);
-  if (mode != MODE_INIT) attached_at(m, st, var);
+  if (v->bind >= 0 && v->ann == TE_ANN_PARALLEL) parallel_begin(m, var, loop_extent(m, t, pos, st, mode, &consumed), &l);
+  else if (v->bind >= 0) m->val[var] = te_em_id(m, v->bind);
+  else loop_begin(m, var, NULL, loop_extent(m, t, pos, st, mode, &consumed), &l);
+  if (mode != TE_MODE_INIT) attached_at(m, st, var);
   LLVMBasicBlockRef merge = NULL;
   if (!hoist_guards(m, t, st, pos, mode, &consumed, &merge)) return;
   nest(m, st, pos + 1, mode, consumed, versioned);
-  close_guard(m, merge);
-  if (v->bind < 0) loop_end(m, &l);
+  te_em_close_guard(m, merge);
+  if (v->bind < 0 || v->ann == TE_ANN_PARALLEL) loop_close(m, &l);
 }
 
 /* ---- stages ------------------------------------------------------------------------- */
@@ -429,5 +418,5 @@ static void stage_storage(te_em_t *m, int st) {
 void te_em_stage(te_em_t *m, int st) {
   if (m->p->tensors[st].kernel_arg < 0 && !m->buf[st]) stage_storage(m, st);
   if (m->err) return;
-  nest(m, st, 0, MODE_PLAIN, 0, false);
+  nest(m, st, 0, TE_MODE_PLAIN, 0, false);
 }

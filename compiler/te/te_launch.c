@@ -64,7 +64,7 @@ kiln_status_t te_launch_encode(te_program_t *p, te_kernel_t *k) {
   bool ok = true;
   msgpack_sbuffer_init(&sb);
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 3);
+  msgpack_pack_map(&pk, k->parallel ? 4 : 3);
   pack_str(&pk, "grid");
   msgpack_pack_array(&pk, 3);
   for (int d = 0; d < 3; d++) ok &= pack_launch_expr(p, &pk, te_simplify(p, k->grid[d]));
@@ -74,6 +74,12 @@ kiln_status_t te_launch_encode(te_program_t *p, te_kernel_t *k) {
   pack_str(&pk, "vars");
   msgpack_pack_array(&pk, (uint32_t)p->nshape);
   for (int i = 0; i < p->nshape; i++) pack_var(p, k, &pk, p->shape_vars[i]);
+  if (k->parallel) { /* dimensions a client may launch with fewer groups (one per pool thread) */
+    pack_str(&pk, "parallel");
+    msgpack_pack_array(&pk, (uint32_t)__builtin_popcount(k->parallel));
+    for (int d = 0; d < 3; d++)
+      if (k->parallel >> d & 1) msgpack_pack_uint32(&pk, (uint32_t)d);
+  }
   if (!ok || sb.size > 65536) {
     msgpack_sbuffer_destroy(&sb);
     return KC_COMPILE_ERROR("te: kernel %s: its grid is not expressible over the shape vars (use splits by constants "

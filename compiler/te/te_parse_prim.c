@@ -84,6 +84,14 @@ static kiln_status_t read_bind(const msgpack_object *o, te_prim_t *m) {
   return KILN_OK;
 }
 
+static kiln_status_t read_parallel(const msgpack_object *o, te_prim_t *m) {
+  const msgpack_object *c = te_mp_get(o, "chunk");
+  KILN_RETURN_IF_ERROR(read_one_var(o, m));
+  if (c && (!te_mp_int(c, &m->factor[0]) || m->factor[0] < 1 || m->factor[0] > (1 << 30)))
+    return KC_COMPILE_ERROR("te: parallel of %s.%s: chunk must be an integer from 1 to 2^30", m->stage, m->vars[0]);
+  return KILN_OK;
+}
+
 static kiln_status_t read_compute_at(const msgpack_object *o, te_prim_t *m) {
   KILN_RETURN_IF_ERROR(req_name(o, "parent", m, m->parent));
   return read_one_var(o, m);
@@ -137,7 +145,7 @@ static const struct {
     {"bind", TE_P_BIND, "stage", KEYS("stage", "var", "thread"), read_bind},
     {"unroll", TE_P_UNROLL, "stage", KEYS("stage", "var"), read_one_var},
     {"vectorize", TE_P_VECTORIZE, "stage", KEYS("stage", "var"), read_one_var},
-    {"parallel", TE_P_PARALLEL, "stage", KEYS("stage", "var"), read_one_var},
+    {"parallel", TE_P_PARALLEL, "stage", KEYS("stage", "var", "chunk"), read_parallel},
     {"compute_at", TE_P_COMPUTE_AT, "stage", KEYS("stage", "parent", "var"), read_compute_at},
     {"compute_inline", TE_P_COMPUTE_INLINE, "stage", KEYS("stage"), read_no_fields},
     {"cache_read", TE_P_CACHE_READ, "tensor", KEYS("tensor", "scope", "readers", "name"), read_cache_read},

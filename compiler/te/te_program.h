@@ -68,6 +68,7 @@ typedef struct te_var {
   uint8_t kind;
   bool leaf, reduce;
   int bind, ann;
+  int64_t chunk;           /* parallel: iterations per work-group the schedule set, 0: the pool's share */
   te_expr_t *min, *extent; /* root vars: declared (reduce) or inferred; others: derived */
   int64_t cext;            /* bound inference: constant extent, or -1 */
 } te_var_t;
@@ -121,6 +122,7 @@ typedef struct te_kernel {
   int args[KC_MAX_PARAMS]; /* >= 0 tensor id; < 0: -(var id) - 1 */
   te_expr_t *grid[3];
   int64_t block[3];
+  uint8_t parallel; /* grid dimensions (bit d) of parallel loops that run in shares of any grid */
   uint8_t *launch; /* the encoded launch recipe (docs/te.md §7) */
   size_t launch_size;
 } te_kernel_t;

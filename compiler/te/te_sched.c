@@ -182,6 +182,7 @@ static kiln_status_t annotate(te_program_t *p, const te_prim_t *m, int st) {
   if (m->op == TE_P_PARALLEL && p->vars[v].reduce)
     return KC_COMPILE_ERROR("te: parallel on %s.%s, a reduce axis", p->tensors[st].name, p->vars[v].name);
   p->vars[v].ann = m->op == TE_P_UNROLL ? TE_ANN_UNROLL : m->op == TE_P_VECTORIZE ? TE_ANN_VECTORIZE : TE_ANN_PARALLEL;
+  if (m->op == TE_P_PARALLEL) p->vars[v].chunk = m->factor[0];
   return KILN_OK;
 }
 

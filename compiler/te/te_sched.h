@@ -22,7 +22,8 @@ typedef enum te_prim_op {
  *   fuse:       stage, vars[0..nvars-1], names[0] fused
  *   reorder:    stage, vars[0..nvars-1]
  *   bind:       stage, vars[0], thread (0..5: blockIdx.x..threadIdx.z)
- *   unroll, vectorize, parallel: stage, vars[0]
+ *   unroll, vectorize: stage, vars[0]
+ *   parallel:   stage, vars[0], factor[0] (iterations per work-group; 0: unset)
  *   compute_at: stage, parent, vars[0] (a var of parent)
  *   compute_inline: stage
  *   cache_read: stage (the tensor read), scope, vars[] (the readers), names[0] (the new stage)

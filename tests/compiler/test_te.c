@@ -20,7 +20,8 @@
 
 /* ---- compile ---------------------------------------------------------------------------- */
 
-static uint32_t opt_level = 3; /* of te_compile and te_compile_status */
+static uint32_t opt_level = 3;       /* of te_compile and te_compile_status */
+static uint32_t parallel_groups = 0; /* launch_of: groups of a parallel dimension, 0: the recipe's grid */
 
 static kiln_status_t te_compile_status(const char *json, const char *target, kiln_artifact_t *out) {
   msgpack_sbuffer sb = te_json_to_msgpack(json);
@@ -68,6 +69,7 @@ typedef struct launch {
   char names[8][16];
   int64_t values[8];
   int arg[8];
+  int nparallel; /* dimensions the recipe marks parallel */
 } launch_t;
 
 static int64_t eval(const msgpack_object *o, const launch_t *l) {
@@ -126,6 +128,17 @@ static launch_t launch_of(const kiln_artifact_t *a, const char *name, const shap
   for (int d = 0; d < 3; d++) {
     l.grid[d] = (uint32_t)eval(&grid->via.array.ptr[d], &l);
     l.block[d] = (uint32_t)eval(&block->via.array.ptr[d], &l);
+  }
+  /* Dimensions of parallel loops: a client may launch fewer groups (one per pool thread). */
+  for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+    const msgpack_object_kv *kv = &u.data.via.map.ptr[i];
+    if (kv->key.via.str.size != 8 || memcmp(kv->key.via.str.ptr, "parallel", 8) != 0) continue;
+    for (uint32_t j = 0; j < kv->val.via.array.size; j++) {
+      uint64_t d = kv->val.via.array.ptr[j].via.u64;
+      cr_assert(d < 3);
+      l.nparallel++;
+      if (parallel_groups && l.grid[d] > parallel_groups) l.grid[d] = parallel_groups;
+    }
   }
   msgpack_unpacked_destroy(&u);
   return l;
@@ -466,6 +479,72 @@ Test(te, gemm_cpu_schedule) {
   gemm_check(GEMM(""), 9, 11, 5);
   gemm_check(GEMM(GEMM_CPU_BLOCKED), 96, 64, 40);
   gemm_check(GEMM(GEMM_CPU_BLOCKED), 50, 70, 13);
+}
+
+/* vectorize is a promise: the marked loop becomes vector operations of its extent (here 32
+ * floats), there are no gathers or scatters anywhere, and every loop the schedule did not
+ * vectorize is closed to LLVM's loop vectoriser. */
+Test(te, vectorize_emits_vectors_of_the_loop_extent) {
+  kiln_artifact_t a;
+  opt_level = 0;
+  te_compile(GEMM(GEMM_CPU_BLOCKED), "cpu", &a);
+  opt_level = 3;
+  cr_assert(strstr(a.llvm_ir, "load <32 x float>") && strstr(a.llvm_ir, "@llvm.fmuladd.v32f32("),
+            "the k step is one 32-wide vector statement:\n%s", a.llvm_ir);
+  cr_assert(strstr(a.llvm_ir, "!\"llvm.loop.vectorize.enable\", i1 false"), "loops not marked are closed");
+  cr_assert(!strstr(a.llvm_ir, "!\"llvm.loop.vectorize.enable\", i1 true"), "no loop is left to the vectoriser");
+  kiln_artifact_deinit(&a);
+  te_compile(GEMM(GEMM_CPU_BLOCKED), "cpu", &a);
+  cr_assert(strstr(a.llvm_ir, "<32 x float>"));
+  cr_assert(!strstr(a.llvm_ir, "masked.gather") && !strstr(a.llvm_ir, "masked.scatter"), "gathers:\n%s", a.llvm_ir);
+  kiln_artifact_deinit(&a);
+}
+
+/* An extent that is not constant: vector chunks of the target's width and a scalar remainder
+ * (n = 1003 leaves 3 elements after the chunks), the results exact. */
+#define VADD_VEC_ALL "{'op': 'vectorize', 'stage': 'C', 'var': 'i'}"
+Test(te, vectorize_symbolic_extent_has_a_remainder) {
+  kiln_artifact_t a;
+  te_compile(VADD(VADD_VEC_ALL), "cpu", &a);
+  cr_assert(strstr(a.llvm_ir, "x float>"), "chunks are vectors:\n%s", a.llvm_ir);
+  kiln_artifact_deinit(&a);
+  vadd_check(VADD(VADD_VEC_ALL), 1003, 1);
+  vadd_check(VADD(VADD_VEC_ALL), 3, 1);
+  vadd_check(VADD(VADD_VEC_ALL), 64, 1);
+}
+
+static void gpu_build(const char *json, const char *target, const char *kernel);
+
+/* On GPUs a contiguous vectorised access is one vector load or store, aligned as the index
+ * proves (4 floats from a multiple of 4: 16 bytes, a 128-bit access). */
+#define VADD_VEC4                                                                                            \
+  "{'op': 'split', 'stage': 'C', 'var': 'i', 'factor': 4, 'outer': 'io', 'inner': 'ii'},"                   \
+  "{'op': 'bind', 'stage': 'C', 'var': 'io', 'thread': 'blockIdx.x'},"                                    \
+  "{'op': 'vectorize', 'stage': 'C', 'var': 'ii'}"
+Test(te, vectorize_on_gpus_is_vector_memory) {
+  kiln_artifact_t a;
+  te_compile(VADD(VADD_VEC4), "sm_90", &a);
+  cr_assert(strstr((const char *)a.code, "ld.global.nc.v4.b32") && strstr((const char *)a.code, "st.global.v4.b32"),
+            "128-bit accesses:\n%s", (const char *)a.code);
+  kiln_artifact_deinit(&a);
+  gpu_build(VADD(VADD_VEC4), "gfx942", "vadd");
+  vadd_check(VADD(VADD_VEC4), 1001, 1);
+}
+
+/* parallel runs in shares: the recipe names the dimension (launch_of honours it only when
+ * parallel_groups is set), and one, two or three groups compute all 18 blocks of 4 rows; a
+ * kernel that ignored its share would leave rows unwritten. */
+Test(te, parallel_runs_in_shares_of_any_grid) {
+  kiln_artifact_t a;
+  te_compile(GEMM(GEMM_CPU), "cpu", &a);
+  shape_arg_t shapes[3] = {{2, {70, 33}}, {2, {33, 130}}, {2, {70, 130}}};
+  launch_t l = launch_of(&a, "gemm", shapes);
+  cr_assert_eq(l.nparallel, 1);
+  cr_assert_eq(l.grid[0], 18, "the recipe's grid is still one group per iteration");
+  kiln_artifact_deinit(&a);
+  for (parallel_groups = 1; parallel_groups <= 3; parallel_groups++) gemm_check(GEMM(GEMM_CPU), 70, 130, 33);
+  parallel_groups = 0;
+  gemm_check(GEMM(GEMM_CPU), 70, 130, 33);
 }
 
 /* ---- GPU targets ------------------------------------------------------------------------------ */

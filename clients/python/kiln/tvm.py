@@ -24,6 +24,31 @@ from .session import default_session as _default_session
 te = _te
 
 
+class tir:  # noqa: N801 (TVM's module name)
+    """``tvm.tir``: the index arithmetic TVM's tutorials spell through it."""
+    indexmod = staticmethod(indexmod)
+    indexdiv = staticmethod(indexdiv)
+    floordiv = staticmethod(floordiv)
+    floormod = staticmethod(floormod)
+    truncdiv = staticmethod(truncdiv)
+    truncmod = staticmethod(truncmod)
+    const = staticmethod(const)
+    if_then_else = staticmethod(if_then_else)
+    all = staticmethod(all)
+    any = staticmethod(any)
+    exp = staticmethod(exp)
+    sqrt = staticmethod(sqrt)
+    max_value = staticmethod(max_value)
+    min_value = staticmethod(min_value)
+
+
+class testing:  # noqa: N801 (TVM's module name)
+    @staticmethod
+    def assert_allclose(actual, desired, rtol=1e-7, atol=0):
+        import numpy as np
+        np.testing.assert_allclose(actual, desired, rtol=rtol, atol=atol, verbose=True)
+
+
 def cpu(dev_id=0):
     return _default_session().cpu(dev_id)
 
@@ -77,4 +102,5 @@ __all__ = ["var", "size_var", "placeholder", "compute", "reduce_axis", "thread_a
            "max", "min", "prod", "comm_reducer", "if_then_else", "all", "any", "exp", "exp2", "log", "log2", "sqrt",
            "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil", "round", "power", "sin", "cos", "const",
            "max_value", "min_value", "floordiv", "floormod", "truncdiv", "truncmod", "indexdiv", "indexmod",
-           "lower", "build", "cpu", "rocm", "cuda", "gpu", "context", "device", "target", "nd", "te"]
+           "lower", "build", "cpu", "rocm", "cuda", "gpu", "context", "device", "target", "nd", "te", "tir",
+           "testing"]

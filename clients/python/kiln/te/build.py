@@ -232,10 +232,19 @@ class TeModule:
                 params[vr["arg"]] = wenv[vr["name"]]
             grid = [eval_wire(g, wenv) for g in recipe["grid"]]
             block = [eval_wire(b, wenv) for b in recipe["block"]]
+            for d in recipe.get("parallel") or []:
+                # a parallel loop runs in shares of any grid: one group per pool thread
+                grid[d] = min(grid[d], self._pool_threads(dev))
             if any(x is None for x in params) or len(params) != nparams:
                 raise InternalError("kernel %s: the launch recipe leaves parameters unset" % name)
             launches.append((name, params, grid, block))
         return launches, dev
+
+    def _pool_threads(self, dev):
+        info = self.session._device_info().get(dev.id) or {}
+        if not dev.id.startswith("cpu:"):
+            return 1 << 30
+        return max(1, int(info.get("compute_units") or 1))
 
     def __call__(self, *args):
         """Runs the kernels on the arguments' device and waits until they finished."""

@@ -349,6 +349,8 @@ def _encode_schedule(s, tensor_names, top):
             m = {"op": "bind", "stage": sname, "var": nm(entry[2]), "thread": tag}
         elif kind in ("unroll", "vectorize", "parallel"):
             m = {"op": kind, "stage": sname, "var": nm(entry[2])}
+            if kind == "parallel" and entry[3] is not None:
+                m["chunk"] = entry[3]
         elif kind == "compute_at":
             parent, iv = entry[2], entry[3]
             pl = s._axis_names[id(parent.op)]

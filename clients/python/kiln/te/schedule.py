@@ -161,10 +161,14 @@ class Stage:
     def vectorize(self, iv):
         self._annotate(iv, "vectorize", ("vectorize",))
 
-    def parallel(self, iv):
+    def parallel(self, iv, chunk=None):
+        """Runs loop ``iv`` over the CPU pool: by default in one share per pool thread;
+        ``chunk=n`` (kiln's knob) gives each work-group n iterations."""
         if iv.iter_type == IterVar.REDUCE:
             raise InvalidArgument("parallel: %s is a reduction loop" % iv.var.name)
-        self._annotate(iv, "parallel", ("parallel",))
+        if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or not 1 <= chunk <= 1 << 30):
+            raise InvalidArgument("parallel: chunk is an int from 1 to 2**30, not %r" % (chunk,))
+        self._annotate(iv, "parallel", ("parallel", chunk))
 
     def pragma(self, iv, name, value=None):
         if name in ("unroll", "vectorize", "parallel"):
@@ -272,9 +276,11 @@ class Schedule:
 
     def cache_write(self, tensor, scope):
         """Computes ``tensor`` into a ``scope`` buffer and copies it out: returns the
-        buffer's tensor (which takes over the body); ``tensor`` becomes the copy."""
-        if scope not in ("shared", "local"):
-            raise InvalidArgument("cache_write: scope is 'shared' or 'local', not %r" % (scope,))
+        buffer's tensor (which takes over the body); ``tensor`` becomes the copy. "global"
+        (TVM's CPU spelling) is storage the stage's compute_at decides: work-group memory
+        when it binds threads, else per-work-item (docs/te.md §5)."""
+        if scope not in ("shared", "local", "global"):
+            raise InvalidArgument("cache_write: scope is 'shared', 'local' or 'global', not %r" % (scope,))
         op = tensor.op
         if not isinstance(op, ComputeOp):
             raise InvalidArgument("cache_write: %s is an input" % tensor.name)

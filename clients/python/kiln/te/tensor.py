@@ -127,11 +127,18 @@ class Tensor:
         return "Tensor(%s, shape=%r, %s)" % (self.name, self.shape, self.dtype)
 
 
+def _dim(d):
+    # TVM's tutorials write shapes as N / bn with Python ints: an integral float is that int
+    if isinstance(d, float) and d.is_integer():
+        return int(d)
+    return d
+
+
 def _shape(shape, what):
-    if isinstance(shape, (int, PrimExpr, IterVar)):
+    if isinstance(shape, (int, float, PrimExpr, IterVar)):
         shape = (shape,)
     try:
-        out = tuple(as_expr(d) for d in shape)
+        out = tuple(as_expr(_dim(d)) for d in shape)
     except TypeError:
         raise InvalidArgument("%s: a shape is a tuple of ints or te.var, not %r" % (what, shape)) from None
     for d in out:

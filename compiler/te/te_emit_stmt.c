@@ -1,0 +1,142 @@
+/* Statements of te stages (te_emit.h): the store of a value, the initialisation and the step
+ * of a reduction, each under the guards the nest left to it; the same over vector lanes. */
+#include <math.h>
+#include <string.h>
+
+#include "compiler/te/te_bounds.h"
+#include "compiler/te/te_emit.h"
+#include "compiler/te/te_expr.h"
+
+static te_expr_t *in_leaves(te_em_t *m, int st, te_expr_t *e) {
+  memset(m->sub, 0, (size_t)m->p->nvars * sizeof(*m->sub));
+  te_stage_subst(m->p, st, m->sub);
+  return te_simplify(m->p, te_subst(m->p, e, m->sub));
+}
+
+static LLVMValueRef identity(te_em_t *m, int op, int dt) {
+  LLVMTypeRef t = te_em_type(m, dt, false);
+  bool fp = te_em_is_fp(dt), un = te_is_unsigned(dt);
+  unsigned w = fp ? 0 : LLVMGetIntTypeWidth(t);
+  switch (op) {
+  case TE_RSUM: return fp ? LLVMConstReal(t, 0) : LLVMConstInt(t, 0, 0);
+  case TE_RPROD: return fp ? LLVMConstReal(t, 1) : LLVMConstInt(t, 1, 0);
+  case TE_RMAX:
+    if (fp) return LLVMConstReal(t, -INFINITY);
+    return un ? LLVMConstInt(t, 0, 0) : LLVMConstInt(t, (unsigned long long)1 << (w - 1), 0);
+  default:
+    if (fp) return LLVMConstReal(t, INFINITY);
+    return un ? LLVMConstAllOnes(t) : LLVMConstInt(t, ((unsigned long long)1 << (w - 1)) - 1, 0);
+  }
+}
+
+/* Branches on guard `g` into a new block and sets *merge to the block after it (the caller
+ * closes it); false when the guard could not be emitted (the error is recorded). */
+bool te_em_open_guard(te_em_t *m, te_expr_t *g, LLVMBasicBlockRef *merge) {
+  LLVMValueRef c = te_em_expr(m, te_simplify(m->p, g));
+  if (!c) return false;
+  LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard");
+  *merge = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "guard.end");
+  LLVMBuildCondBr(m->b, c, then, *merge);
+  LLVMPositionBuilderAtEnd(m->b, then);
+  return true;
+}
+
+void te_em_close_guard(te_em_t *m, LLVMBasicBlockRef merge) {
+  if (!merge) return;
+  LLVMBuildBr(m->b, merge);
+  LLVMPositionBuilderAtEnd(m->b, merge);
+}
+
+/* A guard applies in this mode unless a loop bound or an outer branch consumed it; the
+ * initialisation of a reduction skips those on reduce vars. */
+bool te_em_guard_open(const te_tensor_t *t, int i, int mode, uint32_t consumed) {
+  return !(consumed >> i & 1) && !(mode == TE_MODE_INIT && t->guard_red[i]);
+}
+
+/* acc (+) src by the reduce op; a sum of a float product contracts to llvm.fmuladd, as C
+ * compilers do by default (FP_CONTRACT on): an FMA where the target has one. */
+static LLVMValueRef combine(te_em_t *m, int op, int dt, LLVMValueRef acc, LLVMValueRef src, LLVMValueRef fb) {
+  bool fp = te_em_is_fp(dt), un = te_is_unsigned(dt);
+  if (op == TE_RSUM && fb) {
+    LLVMTypeRef et = LLVMTypeOf(acc);
+    unsigned id = LLVMLookupIntrinsicID("llvm.fmuladd", 12);
+    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(m->mod, id, &et, 1);
+    LLVMValueRef ops[3] = {src, fb, acc};
+    return LLVMBuildCall2(m->b, LLVMIntrinsicGetType(m->ctx, id, &et, 1), fn, ops, 3, "");
+  }
+  if (op == TE_RSUM) return fp ? LLVMBuildFAdd(m->b, acc, src, "") : LLVMBuildAdd(m->b, acc, src, "");
+  if (op == TE_RPROD) return fp ? LLVMBuildFMul(m->b, acc, src, "") : LLVMBuildMul(m->b, acc, src, "");
+  bool mx = op == TE_RMAX;
+  LLVMValueRef c = fp ? LLVMBuildFCmp(m->b, mx ? LLVMRealOGT : LLVMRealOLT, src, acc, "")
+                      : LLVMBuildICmp(m->b, mx ? (un ? LLVMIntUGT : LLVMIntSGT) : (un ? LLVMIntULT : LLVMIntSLT), src,
+                                      acc, "");
+  return LLVMBuildSelect(m->b, c, src, acc, "");
+}
+
+static LLVMValueRef value(te_em_t *m, te_expr_t *e, const te_vec_t *v) {
+  return v ? te_em_splat(m, te_em_vexpr(m, e, v), v->width) : te_em_expr(m, e);
+}
+
+static LLVMValueRef load(te_em_t *m, int st, te_expr_t **idx, const te_vec_t *v) {
+  return v ? te_em_vload(m, st, idx, v) : te_em_load(m, st, idx);
+}
+
+static void store(te_em_t *m, int st, te_expr_t **idx, LLVMValueRef x, const te_vec_t *v) {
+  if (v) te_em_vstore(m, st, idx, x, v);
+  else te_em_store(m, st, idx, x);
+}
+
+/* One step of a reduction: out[idx] = out[idx] (+) source where cond. */
+static void accumulate(te_em_t *m, int st, te_expr_t **idx, const te_vec_t *v) {
+  te_tensor_t *t = &m->p->tensors[st];
+  te_expr_t *body = t->body, *source = in_leaves(m, st, body->args[0]);
+  bool contract = te_em_is_fp(t->dtype) && body->op == TE_RSUM && source && source->kind == TE_BIN &&
+                  source->op == TE_MUL;
+  LLVMValueRef src, fb = NULL;
+  if (contract) {
+    src = value(m, source->args[0], v);
+    fb = value(m, source->args[1], v);
+    if (!fb) src = NULL;
+  } else {
+    src = value(m, source, v);
+  }
+  te_expr_t *c = body->args[1] ? in_leaves(m, st, body->args[1]) : NULL;
+  LLVMValueRef cond = !c ? NULL : v ? te_em_vexpr(m, c, v) : te_em_expr(m, c);
+  LLVMValueRef acc = load(m, st, idx, v);
+  if (!src || !acc) return;
+  LLVMValueRef r = combine(m, body->op, t->dtype, acc, src, fb);
+  if (cond) r = LLVMBuildSelect(m->b, cond, r, acc, "");
+  store(m, st, idx, r, v);
+}
+
+static void statement(te_em_t *m, int st, int mode, uint32_t consumed, const te_vec_t *v) {
+  te_program_t *p = m->p;
+  te_tensor_t *t = &p->tensors[st];
+  te_expr_t *g = NULL;
+  for (int i = 0; i < t->nguards; i++)
+    if (te_em_guard_open(t, i, mode, consumed)) g = g ? te_bin(p, TE_AND, g, t->guards[i]) : t->guards[i];
+  LLVMBasicBlockRef merge = NULL;
+  if (g && !te_em_open_guard(m, g, &merge)) return;
+  te_expr_t *idx[TE_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++) idx[d] = t->val[d];
+  if (t->body->kind != TE_REDUCE) store(m, st, idx, value(m, in_leaves(m, st, t->body), v), v);
+  else if (mode == TE_MODE_INIT) store(m, st, idx, identity(m, t->body->op, t->dtype), v);
+  else accumulate(m, st, idx, v);
+  te_em_close_guard(m, merge);
+}
+
+void te_em_statement(te_em_t *m, int st, int mode, uint32_t consumed) { statement(m, st, mode, consumed, NULL); }
+
+void te_em_vec_statement(te_em_t *m, int st, int mode, uint32_t consumed, const te_vec_t *v) {
+  statement(m, st, mode, consumed, v);
+}
+
+bool te_em_vec_ok(te_em_t *m, int st, int mode, uint32_t consumed, int var) {
+  const te_tensor_t *t = &m->p->tensors[st];
+  bool out = false;
+  for (int d = 0; d < t->ndim; d++) out |= te_em_uses(t->val[d], var);
+  if (!out) return false; /* every lane would update one element: a reduction across lanes */
+  for (int i = 0; i < t->nguards; i++)
+    if (te_em_guard_open(t, i, mode, consumed) && te_em_uses(t->guards[i], var)) return false;
+  return true;
+}
