@@ -40,25 +40,35 @@ static bool reads_argument(const te_program_t *p, const te_expr_t *e) {
 
 /* ---- leaves of one stage ------------------------------------------------------------ */
 
-/* Extents of the vars that splits and fuses make, outermost relation first. */
-static void derive_extents(te_program_t *p, te_tensor_t *t) {
+void te_rel_extent(te_program_t *p, const te_rel_t *rel) {
   int dt = p->index_dtype;
-  for (int r = 0; r < t->nrels; r++) {
-    te_rel_t *rel = &t->rels[r];
-    te_var_t *a = &p->vars[rel->a], *b = &p->vars[rel->b], *c = &p->vars[rel->c];
-    if (rel->kind == TE_REL_SPLIT && rel->nparts) {
-      b->extent = te_int(p, rel->factor, dt);
-      c->extent = ceildiv(p, a->extent, rel->factor);
-    } else if (rel->kind == TE_REL_SPLIT) {
-      c->extent = te_int(p, rel->factor, dt);
-      b->extent = ceildiv(p, a->extent, rel->factor);
-    } else {
-      c->extent = simp(p, te_bin(p, TE_MUL, a->extent, b->extent));
-    }
-    set_cext(b);
-    set_cext(c);
-    if (rel->kind == TE_REL_FUSE) set_cext(a);
+  te_var_t *a = &p->vars[rel->a], *b = &p->vars[rel->b], *c = &p->vars[rel->c];
+  if (rel->kind == TE_REL_SPLIT && rel->nparts) {
+    b->extent = te_int(p, rel->factor, dt);
+    c->extent = ceildiv(p, a->extent, rel->factor);
+  } else if (rel->kind == TE_REL_SPLIT) {
+    c->extent = te_int(p, rel->factor, dt);
+    b->extent = ceildiv(p, a->extent, rel->factor);
+  } else {
+    c->extent = simp(p, te_bin(p, TE_MUL, a->extent, b->extent));
   }
+  set_cext(b);
+  set_cext(c);
+  if (rel->kind == TE_REL_FUSE) set_cext(a);
+}
+
+te_expr_t *te_rel_value(te_program_t *p, const te_rel_t *rel, te_expr_t **val) {
+  te_var_t *a = &p->vars[rel->a], *b = &p->vars[rel->b], *c = &p->vars[rel->c];
+  if (rel->kind == TE_REL_FUSE) {
+    val[rel->a] = simp(p, te_bin(p, TE_FLOORDIV, val[rel->c], b->extent));
+    val[rel->b] = simp(p, te_bin(p, TE_FLOORMOD, val[rel->c], b->extent));
+    return NULL;
+  }
+  val[rel->a] = simp(p, te_bin(p, TE_ADD, te_bin(p, TE_MUL, val[rel->b], c->extent), val[rel->c]));
+  /* The split covers outer*inner >= extent: guard unless that is exact. */
+  te_expr_t *cover = simp(p, te_bin(p, TE_SUB, te_bin(p, TE_MUL, b->extent, c->extent), a->extent));
+  int64_t z;
+  return te_const(cover, &z) && z == 0 ? NULL : te_bin(p, TE_LT, val[rel->a], a->extent);
 }
 
 /* val[v] for every var of the stage in terms of its leaves, innermost relation first; a split
@@ -66,19 +76,8 @@ static void derive_extents(te_program_t *p, te_tensor_t *t) {
 static kiln_status_t derive_values(te_program_t *p, te_tensor_t *t, te_expr_t **val) {
   for (int i = 0; i < t->nleaves; i++) val[t->leaves[i]] = te_varref(p, t->leaves[i]);
   for (int r = t->nrels - 1; r >= 0; r--) {
-    te_rel_t *rel = &t->rels[r];
-    te_var_t *a = &p->vars[rel->a], *b = &p->vars[rel->b], *c = &p->vars[rel->c];
-    if (rel->kind == TE_REL_FUSE) {
-      val[rel->a] = simp(p, te_bin(p, TE_FLOORDIV, val[rel->c], b->extent));
-      val[rel->b] = simp(p, te_bin(p, TE_FLOORMOD, val[rel->c], b->extent));
-      continue;
-    }
-    val[rel->a] = simp(p, te_bin(p, TE_ADD, te_bin(p, TE_MUL, val[rel->b], c->extent), val[rel->c]));
-    /* The split covers outer*inner >= extent: guard unless that is exact. */
-    te_expr_t *cover = simp(p, te_bin(p, TE_SUB, te_bin(p, TE_MUL, b->extent, c->extent), a->extent));
-    int64_t z;
-    if (!(te_const(cover, &z) && z == 0))
-      KILN_RETURN_IF_ERROR(add_guard(p, t, te_bin(p, TE_LT, val[rel->a], a->extent), a->reduce));
+    te_expr_t *g = te_rel_value(p, &t->rels[r], val);
+    if (g) KILN_RETURN_IF_ERROR(add_guard(p, t, g, p->vars[t->rels[r].a].reduce));
   }
   return KILN_OK;
 }
@@ -108,7 +107,7 @@ static kiln_status_t stage_values(te_program_t *p, te_tensor_t *t, te_expr_t **v
 /* Leaf extents from root extents; values of every var; guards. */
 static kiln_status_t derive(te_program_t *p, int st) {
   te_tensor_t *t = &p->tensors[st];
-  derive_extents(p, t);
+  for (int r = 0; r < t->nrels; r++) te_rel_extent(p, &t->rels[r]);
   te_expr_t **val = calloc((size_t)p->nvars, sizeof(*val));
   if (!val) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   t->nguards = 0;

@@ -170,14 +170,13 @@ static kiln_status_t parse_schedule(te_program_t *p, const msgpack_object *o) {
   return KILN_OK;
 }
 
-/* A kernel argument: a tensor (not a cache stage) or a shape var, named once. */
+/* A kernel argument: a tensor (a stage the schedule made too: computed by its own kernel into
+ * a buffer the client allocates) or a shape var, named once. */
 static kiln_status_t parse_kernel_arg(te_program_t *p, te_kernel_t *k, const msgpack_object *o, uint32_t i) {
   char name[TE_NAME];
   if (!te_mp_str(o, name, sizeof(name))) return KC_COMPILE_ERROR("te: kernel %s: argument %u is not a name", k->name, i);
   int t = te_find_tensor(p, name), v = t < 0 ? te_find_var(p, -1, name) : -1;
   if (t < 0 && v < 0) return KC_COMPILE_ERROR("te: kernel %s: unknown argument '%s'", k->name, name);
-  if (t >= 0 && t >= p->nuser_tensors)
-    return KC_COMPILE_ERROR("te: kernel %s: %s is a cache stage, not an argument", k->name, name);
   int arg = t >= 0 ? t : -v - 1;
   for (int j = 0; j < k->nargs; j++)
     if (k->args[j] == arg) return KC_COMPILE_ERROR("te: kernel %s names '%s' twice", k->name, name);

@@ -128,6 +128,16 @@ static kiln_status_t read_cache_read(const msgpack_object *o, te_prim_t *m) {
   return read_cache_stage(o, m);
 }
 
+static kiln_status_t read_rfactor(const msgpack_object *o, te_prim_t *m) {
+  const msgpack_object *fa = te_mp_get(o, "factor_axis");
+  KILN_RETURN_IF_ERROR(read_one_var(o, m));
+  if (!te_mp_str(te_mp_get(o, "name"), m->names[0], TE_NAME))
+    return KC_COMPILE_ERROR("te: rfactor of %s needs the new stage's 'name'", m->stage);
+  if (fa && (!te_mp_int(fa, &m->factor[0]) || m->factor[0] < 0 || m->factor[0] > TE_MAX_DIMS))
+    return KC_COMPILE_ERROR("te: rfactor of %s: factor_axis must be an integer from 0 to the rank", m->stage);
+  return KILN_OK;
+}
+
 #define KEYS(...) ((const char *const[]){"op", __VA_ARGS__, NULL})
 
 static const struct {
@@ -150,6 +160,7 @@ static const struct {
     {"compute_inline", TE_P_COMPUTE_INLINE, "stage", KEYS("stage"), read_no_fields},
     {"cache_read", TE_P_CACHE_READ, "tensor", KEYS("tensor", "scope", "readers", "name"), read_cache_read},
     {"cache_write", TE_P_CACHE_WRITE, "tensor", KEYS("tensor", "scope", "name"), read_cache_stage},
+    {"rfactor", TE_P_RFACTOR, "stage", KEYS("stage", "var", "name", "factor_axis"), read_rfactor},
 };
 
 kiln_status_t te_parse_prim(const msgpack_object *o, te_prim_t *m) {

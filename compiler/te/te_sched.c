@@ -4,8 +4,10 @@
 #include "compiler/te/te_sched.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "compiler/te/te_bounds.h"
 #include "compiler/te/te_expr.h"
 
 /* ---- names to ids ------------------------------------------------------------------- */
@@ -297,6 +299,147 @@ static kiln_status_t cache_write(te_program_t *p, const te_prim_t *m) {
   return KILN_OK;
 }
 
+/* ---- rfactor ------------------------------------------------------------------------ */
+
+/* An rfactor in progress: the stage t, the reduce leaf `var` factored out, the new stage rf. */
+typedef struct rf_ctx {
+  te_program_t *p;
+  te_tensor_t *t, *rf;
+  int st, id, var, fa;
+  te_expr_t **sub; /* t's root vars and reduce leaves -> expressions over rf's vars */
+  te_expr_t *cond; /* rf's reduce condition: t's, and the guards of inexact splits */
+} rf_ctx_t;
+
+static kiln_status_t rf_var(rf_ctx_t *c, const char *name, int kind, te_expr_t *extent, int *out) {
+  KILN_RETURN_IF_ERROR(te_new_var(c->p, c->id, name, kind, out));
+  c->p->vars[*out].min = te_int(c->p, 0, c->p->index_dtype);
+  c->p->vars[*out].extent = extent;
+  c->p->vars[*out].reduce = kind == TE_V_REDUCE;
+  return KILN_OK;
+}
+
+/* rf's axes: t's axes with the factored var's range inserted at factor_axis; its reduce axes:
+ * t's other reduce leaves. sub[] maps the leaves to them. */
+static kiln_status_t rf_axes(rf_ctx_t *c) {
+  te_program_t *p = c->p;
+  te_tensor_t *t = c->t, *rf = c->rf;
+  for (int d = 0, s = 0; d < rf->ndim; d++) {
+    bool f = d == c->fa;
+    int src = f ? c->var : t->axes[s++];
+    KILN_RETURN_IF_ERROR(rf_var(c, p->vars[src].name, TE_V_AXIS, f ? p->vars[c->var].extent : t->shape[d - (d > c->fa)], &rf->axes[d]));
+    rf->shape[d] = p->vars[rf->axes[d]].extent;
+    rf->leaves[rf->nleaves++] = rf->axes[d];
+    c->sub[src] = te_varref(p, rf->axes[d]);
+  }
+  for (int i = 0; i < t->nleaves; i++) {
+    int l = t->leaves[i];
+    if (!p->vars[l].reduce || l == c->var) continue;
+    if (rf->nred == TE_MAX_DIMS) return KC_COMPILE_ERROR("te: rfactor of %s: too many reduce loops", t->name);
+    KILN_RETURN_IF_ERROR(rf_var(c, p->vars[l].name, TE_V_REDUCE, p->vars[l].extent, &rf->red[rf->nred]));
+    rf->leaves[rf->nleaves++] = rf->red[rf->nred];
+    c->sub[l] = te_varref(p, rf->red[rf->nred++]);
+  }
+  return KILN_OK;
+}
+
+/* sub[] of t's root reduce vars: min + their value over the reduce leaves (through the splits
+ * and fuses of reduce vars), with a condition for each split that does not divide. */
+static kiln_status_t rf_reduce_values(rf_ctx_t *c) {
+  te_program_t *p = c->p;
+  te_tensor_t *t = c->t;
+  te_expr_t **val = calloc((size_t)p->nvars, sizeof(*val));
+  if (!val) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < t->nleaves; i++) val[t->leaves[i]] = te_varref(p, t->leaves[i]);
+  for (int r = t->nrels - 1; r >= 0; r--) {
+    if (!p->vars[t->rels[r].a].reduce) continue;
+    te_expr_t *g = te_rel_value(p, &t->rels[r], val);
+    if (g) c->cond = c->cond ? te_bin(p, TE_AND, c->cond, g) : g;
+  }
+  if (c->cond) c->cond = te_subst(p, c->cond, c->sub);
+  for (int r = 0; r < t->nred; r++) {
+    int v = t->red[r];
+    val[v] = te_subst(p, val[v], c->sub);
+    c->sub[v] = te_simplify(p, te_bin(p, TE_ADD, p->vars[v].min, val[v]));
+  }
+  free(val);
+  return KILN_OK;
+}
+
+/* t becomes a reduction over one new var, `var.v`, of loads of rf; its other reduce loops and
+ * their splits and fuses go. */
+static kiln_status_t rf_rewrite(rf_ctx_t *c) {
+  te_program_t *p = c->p;
+  te_tensor_t *t = c->t, *rf = c->rf;
+  char name[TE_NAME];
+  int r, n = 0;
+  snprintf(name, sizeof(name), "%.60s.v", p->vars[c->var].name);
+  KILN_RETURN_IF_ERROR(te_new_var(p, c->st, name, TE_V_REDUCE, &r));
+  p->vars[r].reduce = true;
+  p->vars[r].min = te_int(p, 0, p->index_dtype);
+  p->vars[r].extent = p->vars[c->var].extent;
+  te_expr_t *ld = te_node(p, TE_LOAD, 0, t->dtype, rf->ndim), *red = te_node(p, TE_REDUCE, t->body->op, t->dtype, 2);
+  if (!ld || !red) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  ld->ref = c->id;
+  for (int d = 0, s = 0; d < rf->ndim; d++) ld->args[d] = te_varref(p, d == c->fa ? r : t->axes[s++]);
+  red->args[0] = ld;
+  t->body = red;
+  t->nred = 1;
+  t->red[0] = r;
+  for (int i = 0; i < t->nleaves; i++)
+    if (!p->vars[t->leaves[i]].reduce) t->leaves[n++] = t->leaves[i];
+  t->leaves[n++] = r;
+  t->nleaves = n;
+  n = 0;
+  for (int i = 0; i < t->nrels; i++)
+    if (!p->vars[t->rels[i].a].reduce) t->rels[n++] = t->rels[i];
+  t->nrels = n;
+  return KILN_OK;
+}
+
+static kiln_status_t rfactor_build(rf_ctx_t *c, const te_prim_t *m) {
+  te_program_t *p = c->p;
+  te_tensor_t *t = c->t, *rf;
+  te_expr_t *body = t->body;
+  if (te_find_tensor(p, m->names[0]) >= 0 || te_find_var(p, -1, m->names[0]) >= 0)
+    return KC_COMPILE_ERROR("te: the name '%s' is already used", m->names[0]);
+  KILN_RETURN_IF_ERROR(te_new_tensor(p, m->names[0], &rf));
+  c->rf = rf;
+  c->id = p->ntensors++;
+  rf->dtype = t->dtype;
+  rf->ndim = t->ndim + 1;
+  for (int r = 0; r < t->nrels; r++) /* the extents of the reduce loops */
+    if (p->vars[t->rels[r].a].reduce) te_rel_extent(p, &t->rels[r]);
+  KILN_RETURN_IF_ERROR(rf_axes(c));
+  KILN_RETURN_IF_ERROR(rf_reduce_values(c));
+  te_expr_t *red = te_node(p, TE_REDUCE, body->op, t->dtype, 2);
+  if (!red) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  red->args[0] = te_subst(p, body->args[0], c->sub);
+  red->args[1] = body->args[1] ? te_subst(p, body->args[1], c->sub) : NULL;
+  if (c->cond) red->args[1] = red->args[1] ? te_bin(p, TE_AND, red->args[1], c->cond) : c->cond;
+  rf->body = red;
+  return rf_rewrite(c);
+}
+
+/* TVM's rfactor: the reduce leaf `var` of t becomes a data axis of a new stage that reduces
+ * over t's other reduce loops; t then reduces that stage over `var`'s range. */
+static kiln_status_t rfactor(te_program_t *p, const te_prim_t *m, int st) {
+  te_tensor_t *t = &p->tensors[st];
+  int v;
+  KILN_RETURN_IF_ERROR(find_leaf(p, st, m->vars[0], &v));
+  if (!p->vars[v].reduce || t->body->kind != TE_REDUCE)
+    return KC_COMPILE_ERROR("te: rfactor of %s.%s, which is not a reduce loop", t->name, p->vars[v].name);
+  if (t->ndim + 1 > TE_MAX_DIMS || m->factor[0] > t->ndim)
+    return KC_COMPILE_ERROR("te: rfactor of %s: factor_axis %lld is past its rank %d", t->name,
+                            (long long)m->factor[0], t->ndim);
+  if (t->attach_stage >= 0 || t->inlined) return KC_COMPILE_ERROR("te: rfactor of %s after it was placed", t->name);
+  rf_ctx_t c = {.p = p, .t = t, .st = st, .var = v, .fa = (int)m->factor[0]};
+  c.sub = calloc((size_t)TE_MAX_VARS, sizeof(*c.sub));
+  if (!c.sub) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  kiln_status_t s = rfactor_build(&c, m);
+  free(c.sub);
+  return s;
+}
+
 /* ---- the table ---------------------------------------------------------------------- */
 
 typedef kiln_status_t (*stage_prim_fn)(te_program_t *p, const te_prim_t *m, int stage);
@@ -305,7 +448,7 @@ static const stage_prim_fn stage_prims[TE_P_COUNT] = {
     [TE_P_SPLIT] = split,           [TE_P_TILE] = tile,         [TE_P_FUSE] = fuse,
     [TE_P_REORDER] = reorder,       [TE_P_BIND] = bind_var,         [TE_P_UNROLL] = annotate,
     [TE_P_VECTORIZE] = annotate,    [TE_P_PARALLEL] = annotate, [TE_P_COMPUTE_AT] = compute_at,
-    [TE_P_COMPUTE_INLINE] = compute_inline,
+    [TE_P_COMPUTE_INLINE] = compute_inline, [TE_P_RFACTOR] = rfactor,
 };
 
 kiln_status_t te_sched_apply(te_program_t *p, const te_prim_t *m) {

@@ -9,7 +9,7 @@
 
 typedef enum te_prim_op {
   TE_P_SPLIT = 1, TE_P_TILE, TE_P_FUSE, TE_P_REORDER, TE_P_BIND, TE_P_UNROLL, TE_P_VECTORIZE, TE_P_PARALLEL,
-  TE_P_COMPUTE_AT, TE_P_COMPUTE_INLINE, TE_P_CACHE_READ, TE_P_CACHE_WRITE,
+  TE_P_COMPUTE_AT, TE_P_COMPUTE_INLINE, TE_P_CACHE_READ, TE_P_CACHE_WRITE, TE_P_RFACTOR,
   TE_P_COUNT
 } te_prim_op_t;
 
@@ -27,7 +27,8 @@ typedef enum te_prim_op {
  *   compute_at: stage, parent, vars[0] (a var of parent)
  *   compute_inline: stage
  *   cache_read: stage (the tensor read), scope, vars[] (the readers), names[0] (the new stage)
- *   cache_write: stage (the tensor), scope, names[0] (the new stage) */
+ *   cache_write: stage (the tensor), scope, names[0] (the new stage)
+ *   rfactor:    stage, vars[0] (a reduce leaf), names[0] (the new stage), factor[0] (factor_axis) */
 typedef struct te_prim {
   int op;
   char stage[TE_NAME];

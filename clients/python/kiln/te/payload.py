@@ -284,6 +284,9 @@ def lower(s, args, name="default_function", simple_mode=False, binds=None):
 
 def _encode_schedule(s, tensor_names, top):
     out = []
+    for entry in s.log:
+        if entry[0] == "rfactor":   # the stage's op after rfactor names its loops as before
+            s._axis_names[id(entry[1].op)] = s._axis_names[id(entry[1].orig_op)]
     # stage wire names: program tensors by tensor name; cache stages get fresh names
     for entry in s.log:
         kind = entry[0]
@@ -319,6 +322,9 @@ def _encode_schedule(s, tensor_names, top):
                 m = {"op": "cache_write", "tensor": tensor_names[id(tensor)], "scope": scope, "name": sname}
             s._axis_names[id(st.op)] = local
             out.append(m)
+            continue
+        if kind == "rfactor":
+            out.append(_encode_rfactor(s, entry, tensor_names, top))
             continue
         sname = _stage_name(s, st, tensor_names)
         local = s._axis_names[id(st.op)]
@@ -362,6 +368,27 @@ def _encode_schedule(s, tensor_names, top):
             raise InvalidArgument("schedule primitive %s is not supported by kiln" % kind)
         out.append(m)
     return out
+
+
+def _encode_rfactor(s, entry, tensor_names, top):
+    """The rfactor primitive; the new stage's vars and the tensor's new reduce var get the wire
+    names the lowering gives them (the tensor's axes, the factored and other reduce loops,
+    ``<factored>.v``)."""
+    _, st, axis, factor_axis, nst, rv, old_leaves, reds = entry
+    sname = _stage_name(s, st, tensor_names)
+    local = s._axis_names[id(st.op)]
+    rfname = top.get(nst, nst.op.name)
+    tensor_names[id(nst)] = tensor_names[id(nst.op.output(0))] = rfname
+    rl = _Names(top.used)
+    src = [local.of[id(iv)] for iv in st.op.axis]
+    src.insert(factor_axis, local.of[id(axis)])
+    for iv, n in zip(list(nst.op.axis) + list(nst.op.reduce_axis), src + [local.of[id(l)] for l in reds]):
+        rl.used.add(n)
+        rl.of[id(iv)] = n
+    s._axis_names[id(nst.op)] = rl
+    local.used.add(local.of[id(axis)] + ".v")
+    local.of[id(rv)] = local.of[id(axis)] + ".v"
+    return {"op": "rfactor", "stage": sname, "var": local.of[id(axis)], "name": rfname, "factor_axis": factor_axis}
 
 
 def _stage_name(s, st, tensor_names):

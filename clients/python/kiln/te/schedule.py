@@ -46,11 +46,27 @@ class Stage:
         self.attach = "root"       # "root", "inline", or ("at", Stage, IterVar)
         self.scope = "global"
         self.cache_of = None       # for cache_read stages: (Tensor read, [reader ops])
+        self.rfactor_of = None     # for rfactor stages: the Tensor factored
         self.aligns = {}
 
     @property
     def origin_op(self):
         return self.op
+
+    def _extent(self, iv):
+        """The extent of loop iv (an expression), through the splits and fuses made it."""
+        from .expr import simplify
+        for r in self.relations:
+            if isinstance(r, Split) and iv in (r.outer, r.inner):
+                pe = self._extent(r.parent)
+                k = r.factor if r.factor is not None else r.nparts
+                ceil = simplify((pe + (k - 1)) // k)
+                return k if (iv is r.inner) == (r.factor is not None) else ceil
+            if isinstance(r, Fuse) and iv is r.fused:
+                return simplify(self._extent(r.outer) * self._extent(r.inner))
+        if iv.dom is None:
+            raise InvalidArgument("loop %s has no known range" % iv.var.name)
+        return iv.dom.extent
 
     def _check_leaf(self, iv, what):
         if not isinstance(iv, IterVar):
@@ -309,6 +325,49 @@ class Schedule:
         st.cache_write_of = tensor
         self.log.append(("cache_write", st, tensor, scope, None))
         return cache
+
+    def rfactor(self, tensor, axis, factor_axis=0):
+        """TVM's rfactor: the reduce loop ``axis`` of ``tensor`` (a leaf, usually the inner
+        part of a split) becomes a data axis of a new stage that reduces over the other
+        reduce loops; ``tensor`` then reduces that stage over ``axis``'s range (its only
+        reduce axis, named ``<axis>.v``). Returns the new stage's tensor."""
+        st = self[tensor]
+        op = st.op
+        if not isinstance(op, ComputeOp) or not isinstance(op.orig_body, Reduce) or st.cache_write_of:
+            raise InvalidArgument("rfactor: %s is not a reduction" % tensor.name)
+        st._check_leaf(axis, "rfactor")
+        if axis.iter_type != IterVar.REDUCE:
+            raise InvalidArgument("rfactor: %s is not a reduce loop of %s" % (axis.var.name, tensor.name))
+        if not isinstance(factor_axis, int) or not 0 <= factor_axis <= len(op.axis):
+            raise InvalidArgument("rfactor: factor_axis is 0..%d, not %r" % (len(op.axis), factor_axis))
+        if st.attach != "root":
+            raise InvalidArgument("rfactor: call it before placing %s" % tensor.name)
+        ext = st._extent(axis)
+        axes = [IterVar(Range.from_min_extent(0, d), Var(a.var.name), IterVar.DATA_PAR) for a, d in zip(op.axis, op.shape)]
+        fa = IterVar(Range.from_min_extent(0, ext), Var(axis.var.name), IterVar.DATA_PAR)
+        axes.insert(factor_axis, fa)
+        reds = [l for l in st.leaf_iter_vars if l.iter_type == IterVar.REDUCE and l is not axis]
+        rf_red = [IterVar(Range.from_min_extent(0, st._extent(l)), Var(l.var.name), IterVar.REDUCE) for l in reds]
+        shape = list(op.shape)
+        shape.insert(factor_axis, ext)
+        cop = ComputeOp(op.name + ".rf", "rfactor", {}, axes, None, tuple(shape), op.dtype)
+        cop.reduce_axis = rf_red
+        rf = Tensor(cop, tuple(shape), op.dtype)
+        cop._outputs.append(rf)
+        nst = self._add(cop, self.stages.index(st))
+        nst.rfactor_of = tensor
+        # the stage of ``tensor`` now reduces rf over the factored range
+        rv = IterVar(Range.from_min_extent(0, ext), Var(axis.var.name + ".v"), IterVar.REDUCE)
+        nop = ComputeOp(op.name, op.tag, dict(op.attrs), list(op.axis), None, op.shape, op.dtype)
+        nop.reduce_axis = [rv]
+        nop._outputs.append(tensor)
+        old = list(st.leaf_iter_vars)
+        st.op = nop
+        st.leaf_iter_vars = [l for l in st.leaf_iter_vars if l.iter_type != IterVar.REDUCE] + [rv]
+        st.all_iter_vars.append(rv)
+        self._by_op[nop] = st
+        self.log.append(("rfactor", st, axis, factor_axis, nst, rv, old, reds))
+        return rf
 
     def normalize(self):
         return self

@@ -279,11 +279,34 @@ min = _max_or_reduce("min", "min")
 
 
 def comm_reducer(fcombine, fidentity, name="reduce"):
-    """Only the reducers kiln lowers: sum, prod, max, min (recognised by name)."""
-    known = {"sum": sum, "prod": prod, "max": max, "min": min}
-    if name in known:
-        return known[name]
-    raise InvalidArgument("te.comm_reducer: kiln lowers sum, prod, max and min reductions only (got %r)" % name)
+    """TVM's commutative reducer from a combiner and an identity. kiln recognises the
+    reducers it lowers by tracing them: ``x + y`` with identity 0 is sum, ``x * y`` with 1
+    prod, ``te.max(x, y)`` with the lowest value max, ``te.min`` with the highest min (any
+    name); other combiners are refused."""
+    known = {"add": (sum, 0), "mul": (prod, 1), "max": (max, "lowest"), "min": (min, "highest")}
+    x, y = Var("x", "float32"), Var("y", "float32")
+    try:
+        e = _unwrap(fcombine(x, y))
+    except Exception as err:  # noqa: BLE001 (the user's lambda may raise anything)
+        raise InvalidArgument("te.comm_reducer %s: its combiner fails on two expressions: %s" % (name, err)) from None
+    op = e.op if isinstance(e, BinaryOp) and {id(e.a), id(e.b)} == {id(x), id(y)} else None
+    if op not in known:
+        raise InvalidArgument("te.comm_reducer %s: kiln lowers combiners x + y, x * y, max(x, y) and min(x, y) "
+                              "only" % name)
+    red, ident = known[op]
+
+    def f(expr, axis, where=None, init=None):
+        expr = as_expr(expr)
+        want = {"lowest": min_value, "highest": max_value}[ident](expr.dtype).value if isinstance(ident, str) \
+            else ident
+        got = _unwrap(fidentity(expr.dtype))
+        got = got.value if isinstance(got, (IntImm, FloatImm)) else got
+        if got != want:
+            raise InvalidArgument("te.comm_reducer %s: identity %r for %s; kiln's %s reduction starts at %r"
+                                  % (name, got, expr.dtype, red.__name__, want))
+        return red(expr, axis=axis, where=where, init=init)
+    f.__name__ = name
+    return f
 
 
 def if_then_else(cond, t, f):
