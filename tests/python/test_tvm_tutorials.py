@@ -174,3 +174,62 @@ def test_comm_reducer(session, dev):
     bad_identity = te.comm_reducer(lambda x, y: x + y, lambda t: tvm.tir.const(5, dtype=t), name="plus5")
     with pytest.raises(kiln.InvalidArgument):
         te.compute((4,), lambda i: bad_identity(A[i, k], axis=k))
+
+
+def test_export_library_loads_elsewhere_without_compiling(session, dev, fresh_daemon, tmp_path):
+    """TVM's export_library / load_module: the file holds the code object and the launch
+    recipes; another daemon (its own empty cache) runs it from the file, and what it was
+    given is the code object, not the program (it has no IR of it)."""
+    s, args = T.opt_gemm("parallel", 64, 64, 64, bn=16)
+    f = tvm.build(s, args, "llvm", name="mmult")
+    path = str(tmp_path / "mmult.so")
+    f.export_library(path)
+    other = kiln.connect(fresh_daemon().urls[0])
+    try:
+        g = kiln.load_module(path, session=other)
+        with pytest.raises(kiln.KilnError):
+            g.get_source("llvm")           # a prebuilt code object carries no IR
+        a, b = _gemm_data(64, seed=3)
+        odev = other.cpu(0)
+        c = kiln.nd.empty((64, 64), "float32", odev)
+        g(kiln.nd.array(a, odev), kiln.nd.array(b, odev), c)
+        tvm.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+        remote = tvm.rpc.RPCSession(other)   # TVM's RPC spelling over the same session
+        remote.upload(path)
+        h = remote.load_module("mmult.so")
+        h(kiln.nd.array(a, odev), kiln.nd.array(b, odev), c)
+        tvm.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    finally:
+        other.close()
+    blob = bytearray(open(path, "rb").read())
+    blob[len(blob) // 2] ^= 0x40
+    with pytest.raises(kiln.InvalidArgument, match="sha256|not a module"):
+        kiln.load_module(bytes(blob))
+    with pytest.raises(kiln.InvalidArgument, match="not a module"):
+        kiln.load_module(b"\x93garbage")
+
+
+@pytest.mark.parametrize("target", ["llvm", "gfx942"])
+def test_conv2d_bias_relu_is_one_kernel(session, dev, target):
+    """topi's conv2d schedule takes an element-wise consumer of the convolution (bias and relu,
+    as an ONNX Conv+Relu) and makes one kernel of them, on the CPU and for GPUs."""
+    X = te.placeholder((1, 8, 12, 12), name="X")
+    W = te.placeholder((16, 8, 3, 3), name="W")
+    bias = te.placeholder((1, 16, 1, 1), name="bias")
+    Y = topi.relu(topi.add(topi.conv2d_nchw(X, W, 1, 1, 1), bias))
+    s = topi.schedule_conv2d_nchw(Y, target)
+    f = tvm.build(s, [X, W, bias, Y], target)
+    assert len(f.prog.kernels) == 1
+    if target != "llvm":
+        return
+    rng = np.random.default_rng(2)
+    x, w = rng.uniform(-1, 1, (1, 8, 12, 12)).astype("float32"), rng.uniform(-1, 1, (16, 8, 3, 3)).astype("float32")
+    b = rng.uniform(-1, 1, (1, 16, 1, 1)).astype("float32")
+    y = tvm.nd.empty((1, 16, 12, 12), "float32", dev)
+    f(tvm.nd.array(x, dev), tvm.nd.array(w, dev), tvm.nd.array(b, dev), y)
+    xp = np.pad(x[0], ((0, 0), (1, 1), (1, 1)))
+    ref = sum(np.einsum("chw,oc->ohw", xp[:, dy:dy + 12, dx:dx + 12], w[:, :, dy, dx])
+              for dy in range(3) for dx in range(3))
+    tvm.testing.assert_allclose(y.numpy()[0], np.maximum(ref + b[0], 0), rtol=1e-4, atol=1e-4)
+    with pytest.raises(kiln.InvalidArgument):
+        topi.schedule_conv2d_nchw(topi.relu(X), "llvm")

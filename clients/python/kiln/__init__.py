@@ -20,6 +20,7 @@ from . import nd
 from . import dtypes
 from . import te
 from .te.build import build
+from .te.export import load_module
 
 __version__ = "0.1.0"
 

@@ -42,6 +42,46 @@ class tir:  # noqa: N801 (TVM's module name)
     min_value = staticmethod(min_value)
 
 
+class runtime:  # noqa: N801 (TVM's module name)
+    """``tvm.runtime.load_module(path)``: a module export_library wrote."""
+    @staticmethod
+    def load_module(path, session=None):
+        from .te.export import load_module as load
+        return load(path, session)
+
+
+class rpc:  # noqa: N801 (TVM's module name)
+    """``tvm.rpc.connect(host, port)``: a kiln session with TVM's RPC surface: ``remote.cpu(0)``,
+    ``remote.upload(path)`` (kept by the client: kilnd takes the code object when the module
+    is loaded) and ``remote.load_module(name)``."""
+
+    class RPCSession:
+        def __init__(self, session):
+            self._session = session
+            self._files = {}
+
+        def __getattr__(self, name):
+            return getattr(self._session, name)
+
+        def upload(self, path, target=None):
+            import os
+            with open(path, "rb") as f:
+                self._files[target or os.path.basename(path)] = f.read()
+
+        def load_module(self, name):
+            from .te.export import load_module as load
+            if name not in self._files:
+                raise KeyError("load_module: %s was not uploaded to this session" % name)
+            return load(self._files[name], self._session)
+
+    @staticmethod
+    def connect(url, port=None, key=None, session_timeout=0):
+        from .session import connect as kconnect
+        if port is not None:
+            url = "tcp:%s:%d" % (url, port)
+        return rpc.RPCSession(kconnect(url, token=key) if key else kconnect(url))
+
+
 class testing:  # noqa: N801 (TVM's module name)
     @staticmethod
     def assert_allclose(actual, desired, rtol=1e-7, atol=0):
@@ -103,4 +143,4 @@ __all__ = ["var", "size_var", "placeholder", "compute", "reduce_axis", "thread_a
            "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil", "round", "power", "sin", "cos", "const",
            "max_value", "min_value", "floordiv", "floormod", "truncdiv", "truncmod", "indexdiv", "indexmod",
            "lower", "build", "cpu", "rocm", "cuda", "gpu", "context", "device", "target", "nd", "te", "tir",
-           "testing"]
+           "testing", "runtime", "rpc"]

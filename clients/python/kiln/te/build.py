@@ -122,7 +122,7 @@ class TeModule:
     ``imported_modules``, ``time_evaluator``. ``module`` is the kiln Module, ``program``
     the payload map, ``entry_name`` the kernel name."""
 
-    def __init__(self, session, prog, module, target):
+    def __init__(self, session, prog, module, target, recipes=None):
         self.session = session
         self.prog = prog
         self.program = prog.program
@@ -133,9 +133,10 @@ class TeModule:
         self._recipes = []
         for k in prog.kernels:
             info = module.kernel(k["name"])
-            if info is None or "launch" not in info.info:
+            recipe = (recipes or {}).get(k["name"]) or (info.info.get("launch") if info is not None else None)
+            if info is None or recipe is None:
                 raise InternalError("kilnd's compile answer has no launch recipe for kernel %s" % k["name"])
-            self._recipes.append((k["name"], info, info.info["launch"]))
+            self._recipes.append((k["name"], info, recipe))
 
     # -- TVM's Module surface ---------------------------------------------------------------
 
@@ -150,6 +151,12 @@ class TeModule:
 
     def get_source(self, fmt="llvm"):
         return self.module.get_source(fmt)
+
+    def export_library(self, path):
+        """Writes the module (its code object, launch recipes and program) to ``path``;
+        ``kiln.load_module(path)`` loads it elsewhere without compiling (kiln.te.export)."""
+        from .export import export_library
+        export_library(self, path)
 
     def get_function(self, name):
         if name != self.entry_name and name not in [k for k, _, _ in self._recipes]:

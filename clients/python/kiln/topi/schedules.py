@@ -257,7 +257,11 @@ def schedule_conv2d_nchw(C, target="cpu", **kw):
     accumulated in registers (vectors of ``vec`` columns, unrolled), (n, channel block, row)
     over the pool, the padded input made first by its own kernel (``inline_pad=False``) or
     inlined. GPU: output channels in
-    blocks of oc_block per work-item, num_thread work-items per group."""
+    blocks of oc_block per work-item, num_thread work-items per group. ``C`` may be an
+    element-wise consumer of the convolution (bias, relu, ...): then it is one kernel with them
+    (topi.schedule_fused, the same knobs)."""
+    if C.op.tag != "conv2d_nchw":
+        return _fused(C, target, kw)
     gpu = is_gpu(target)
     k = _knobs("conv2d_nchw", target, kw)
     s = te.create_schedule(C.op)
@@ -313,6 +317,13 @@ def schedule_conv2d_nchw(C, target="cpu", **kw):
     return s
 
 
+def _fused(out, target, kw):
+    from .fused import anchor_of, schedule_fused
+    if anchor_of(out) is None:
+        raise InvalidArgument("%s is neither the operator nor an element-wise consumer of it" % out.name)
+    return schedule_fused(out, target, **kw)
+
+
 def _window_op(C, target, kw, template):
     gpu = is_gpu(target)
     k = _knobs(template, target, kw)
@@ -333,7 +344,9 @@ def _window_op(C, target, kw, template):
 
 def schedule_depthwise_conv2d_nchw(C, target="cpu", **kw):
     """One output element per GPU work-item; on the CPU (n, c, row) over the pool and the
-    columns vectorized."""
+    columns vectorized. An element-wise consumer of it is scheduled as one kernel with it."""
+    if C.op.tag != "depthwise_conv2d_nchw":
+        return _fused(C, target, kw)
     return _window_op(C, target, kw, "depthwise_conv2d_nchw")
 
 
