@@ -74,6 +74,25 @@ inline = prog([ph("A", V("n"), V("m")), comp("D", [V("n"), V("m")], ["i", "j"], 
                comp("F", [V("n"), V("m")], ["i", "j"], ["max", L("D", V("i"), V("j")), 0.0])],
               [{"op": "compute_inline", "stage": "D"}, {"op": "reorder", "stage": "F", "vars": ["j", "i"]}],
               [{"name": "f", "args": ["A", "F", "n"]}])
+# rfactor of a split reduce loop, its stage attached at the row; the blocked GEMM of TVM's
+# opt_gemm (cache_write "global", vectorize, unroll, parallel with a chunk)
+rfactor = prog([ph("A", V("n"), V("m")), comp("S", [V("n")], ["i"], ["reduce", "sum", L("A", V("i"), V("k")), ["k"]],
+                                               red=[{"name": "k", "extent": V("m")}])],
+               [{"op": "split", "stage": "S", "var": "k", "factor": 16},
+                {"op": "rfactor", "stage": "S", "var": "k.inner", "name": "SF", "factor_axis": 1},
+                {"op": "compute_at", "stage": "SF", "parent": "S", "var": "i"}],
+               [{"name": "s", "args": ["A", "S"]}])
+blocked = prog(gemm_t,
+               [{"op": "cache_write", "tensor": "C", "scope": "global", "name": "CC"},
+                {"op": "tile", "stage": "C", "x": "i", "y": "j", "x_factor": 32, "y_factor": 32,
+                 "x_outer": "mo", "y_outer": "no", "x_inner": "mi", "y_inner": "ni"},
+                {"op": "compute_at", "stage": "CC", "parent": "C", "var": "no"},
+                {"op": "split", "stage": "CC", "var": "k", "factor": 4, "outer": "ko", "inner": "ki"},
+                {"op": "reorder", "stage": "CC", "vars": ["ko", "i", "ki", "j"]},
+                {"op": "vectorize", "stage": "CC", "var": "j"},
+                {"op": "unroll", "stage": "CC", "var": "ki"},
+                {"op": "parallel", "stage": "C", "var": "mo", "chunk": 2}],
+               [{"name": "gemm", "args": ["A", "B", "C"]}])
 bad = [
     prog([ph("A", V("n"))], [{"op": "bind", "stage": "A", "var": "i", "thread": "threadIdx.x"}], [{"name": "k", "args": ["A"]}]),
     prog(gemm_t, [{"op": "bind", "stage": "C", "var": "k", "thread": "threadIdx.x"}], [{"name": "g", "args": ["A", "B", "C"]}]),
@@ -82,7 +101,8 @@ bad = [
 ]
 out = os.path.join(HERE, "corpus", "te")
 os.makedirs(out, exist_ok=True)
-for name, p in [("vadd", vadd), ("rows", rows), ("shared", shared), ("inline", inline)] + \
+for name, p in [("vadd", vadd), ("rows", rows), ("shared", shared), ("inline", inline), ("rfactor", rfactor),
+                ("blocked", blocked)] + \
         [("bad%d" % i, b) for i, b in enumerate(bad)]:
     with open(os.path.join(out, name + ".mp"), "wb") as f:
         f.write(msgpack.packb(p))
