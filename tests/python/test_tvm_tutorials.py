@@ -179,12 +179,19 @@ def test_comm_reducer(session, dev):
 def test_export_library_loads_elsewhere_without_compiling(session, dev, fresh_daemon, tmp_path):
     """TVM's export_library / load_module: the file holds the code object and the launch
     recipes; another daemon (its own empty cache) runs it from the file, and what it was
-    given is the code object, not the program (it has no IR of it)."""
+    given is the code object, not the program (it has no IR of it). A CPU code object cannot
+    be checked, so a daemon takes it only when its operator allows prebuilt CPU code."""
     s, args = T.opt_gemm("parallel", 64, 64, 64, bn=16)
     f = tvm.build(s, args, "llvm", name="mmult")
     path = str(tmp_path / "mmult.so")
     f.export_library(path)
-    other = kiln.connect(fresh_daemon().urls[0])
+    strict = kiln.connect(fresh_daemon().urls[0])
+    try:
+        with pytest.raises(kiln.PermissionDenied):
+            kiln.load_module(path, session=strict)
+    finally:
+        strict.close()
+    other = kiln.connect(fresh_daemon("--allow-prebuilt-cpu").urls[0])
     try:
         g = kiln.load_module(path, session=other)
         with pytest.raises(kiln.KilnError):
