@@ -1,5 +1,5 @@
 /* Expressions of the te program: construction (te_expr.c), simplification (te_simplify.c),
- * constant and symbolic intervals (te_interval.c). Nodes live in the program's arena; a
+ * constant intervals (te_interval.c), symbolic ones (te_symbounds.c). Nodes live in the program's arena; a
  * constructor returns NULL when memory is exhausted, and takes NULL operands to NULL. */
 #ifndef KILN_COMPILER_TE_TE_EXPR_H
 #define KILN_COMPILER_TE_TE_EXPR_H

@@ -40,7 +40,7 @@ job) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/payload.c prot
 tokens) srcs="server/tenants.c"; max_len=8192 ;;
 te)
   srcs="protocol/mp.c protocol/artifact.c"
-  for f in program expr simplify interval mp parse parse_expr parse_prim sched inline bounds launch; do
+  for f in program expr simplify interval symbounds mp parse parse_expr parse_prim sched inline bounds launch; do
     srcs="$srcs compiler/te/te_$f.c"
   done
   extra_cflags="-I$(/usr/lib/llvm-22/bin/llvm-config --includedir 2>/dev/null || echo /usr/lib/llvm-22/include)"

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""The shape of compiler/te (issue 12 item 5): no function over MAX_LINES lines, and no circle
+among its files (file A calls a function defined in file B, which calls back into A, directly
+or through others). Reads the sources only; exits 1 naming each offender.
+
+    te_structure.py [compiler/te] [--self-test]
+
+Function definitions are found as the C style of the tree writes them: a line at column 0 that
+starts a declaration and opens its body (possibly after a wrapped parameter list), closed by
+the next `}` at column 0. Calls are identifiers `te_*(` anywhere outside comments and strings.
+"""
+
+import os
+import re
+import sys
+
+MAX_LINES = 60
+DEF_RE = re.compile(r"^(?!static\b)(?:[A-Za-z_][\w \t\*]*?[ \t\*])?(te_\w+)\s*\(")
+ANY_DEF_RE = re.compile(r"^(?:[A-Za-z_][\w \t\*]*?[ \t\*])?(\w+)\s*\(")
+CALL_RE = re.compile(r"\b(te_\w+)\s*\(")
+
+
+def strip(src):
+    """The source without comments and string or char literals (newlines kept)."""
+    src = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), src, flags=re.S)
+    src = re.sub(r"//[^\n]*", "", src)
+    return re.sub(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', '""', src)
+
+
+def functions(src):
+    """(name, first line, length in lines) of every function defined in src (stripped)."""
+    out = []
+    lines = src.split("\n")
+    i = 0
+    while i < len(lines):
+        m = ANY_DEF_RE.match(lines[i])
+        if m and not lines[i].rstrip().endswith(";") and not lines[i].startswith(("typedef", "struct", "enum")):
+            # the signature may wrap; it is a definition if a `{` comes before a `;`
+            j = i
+            while j < len(lines) and "{" not in lines[j] and not lines[j].rstrip().endswith(";"):
+                j += 1
+            if j < len(lines) and "{" in lines[j] and "=" not in lines[i].split("(")[0]:
+                k = j
+                while k < len(lines) and not lines[k].startswith("}"):
+                    k += 1
+                out.append((m.group(1), i + 1, k - i + 1))
+                i = k
+        i += 1
+    return out
+
+
+def check(files):
+    """Problems found in {path: source}: long functions and circles between files."""
+    problems = []
+    defs = {}
+    stripped = {path: strip(src) for path, src in files.items()}
+    for path, src in stripped.items():
+        prev = ""
+        for line in src.split("\n"):
+            m = DEF_RE.match(line)
+            if m and not line.rstrip().endswith(";") and not prev.startswith("static"):
+                defs[m.group(1)] = path
+            prev = line
+        for name, line, n in functions(src):
+            if n > MAX_LINES:
+                problems.append("%s:%d: %s is %d lines (at most %d)" % (path, line, name, n, MAX_LINES))
+    graph = {p: sorted({defs[c] for c in CALL_RE.findall(src) if defs.get(c, p) != p}) for p, src in stripped.items()}
+    for comp in circles(graph):
+        problems.append("a call circle among %s" % ", ".join(sorted(comp)))
+    return problems
+
+
+def circles(graph):
+    """Strongly connected components of more than one file (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def self_test():
+    """The checker finds what it should: a circle, a long function, and nothing in clean code."""
+    a = "int te_a(int x) {\n  return te_b(x);\n}\n"
+    b = "static int\nlocal(int y) {\n  return y;\n}\nint te_b(int x) {\n  return te_a(x) + local(x);\n}\n"
+    probs = check({"a.c": a, "b.c": b})
+    assert any("circle" in p and "a.c" in p and "b.c" in p for p in probs), probs
+    b2 = "int te_b(int x) {\n  /* te_a(x) in a comment is no call */\n  return x + \"te_a(\"[0];\n}\n"
+    assert check({"a.c": a, "b.c": b2}) == [], check({"a.c": a, "b.c": b2})
+    long = "static int\nbig(int x,\n    int y) {\n" + "  x++;\n" * MAX_LINES + "  return x;\n}\n"
+    probs = check({"c.c": long})
+    assert len(probs) == 1 and "big is %d lines" % (MAX_LINES + 4) in probs[0], probs
+    ok = "static int small(int x) {\n" + "  x++;\n" * (MAX_LINES - 3) + "  return x;\n}\n"
+    assert check({"d.c": ok}) == [], check({"d.c": ok})
+
+
+def main():
+    args = [a for a in sys.argv[1:] if a != "--self-test"]
+    self_test()
+    if "--self-test" in sys.argv[1:] and not args:
+        print("self-test passed")
+        return 0
+    root = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "..", "compiler", "te")
+    files = {}
+    for name in sorted(os.listdir(root)):
+        if name.endswith(".c"):
+            with open(os.path.join(root, name)) as f:
+                files[name] = f.read()
+    if not files:
+        print("no .c files under %s" % root)
+        return 1
+    problems = check(files)
+    for p in problems:
+        print(p)
+    nfun = sum(len(functions(strip(s))) for s in files.values())
+    print("%d files, %d functions: %s" % (len(files), nfun, "ok" if not problems else "%d problems" % len(problems)))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
