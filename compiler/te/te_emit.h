@@ -73,6 +73,11 @@ LLVMValueRef te_em_splat(te_em_t *m, LLVMValueRef v, int width);
 LLVMValueRef te_em_vexpr(te_em_t *m, te_expr_t *e, const te_vec_t *v);
 LLVMValueRef te_em_vload(te_em_t *m, int tensor, te_expr_t **idx, const te_vec_t *v);
 void te_em_vstore(te_em_t *m, int tensor, te_expr_t **idx, LLVMValueRef val, const te_vec_t *v);
+/* The stride in var of the access to tensor at idx[] (not modified), or -1 where it is not
+ * affine in var (or there is no memory for the flat index). */
+int64_t te_em_stride(te_em_t *m, int tensor, te_expr_t *const *idx, int var);
+/* Does every load in e access memory at stride 0 or 1 in var, with no lazy select over var? */
+bool te_em_loads_contiguous(te_em_t *m, const te_expr_t *e, int var);
 
 /* te_emit_stmt.c: the statement of stage st at the innermost point of its nest. mode is
  * TE_MODE_PLAIN, or for reductions TE_MODE_INIT (the identity) / TE_MODE_MAIN (one step);
@@ -88,6 +93,9 @@ void te_em_statement(te_em_t *m, int st, int mode, uint32_t consumed);
  * guard left to test uses it. */
 bool te_em_vec_ok(te_em_t *m, int st, int mode, uint32_t consumed, int var);
 void te_em_vec_statement(te_em_t *m, int st, int mode, uint32_t consumed, const te_vec_t *v);
+/* te_em_vec_ok, and the statement stores at stride 1 in var and loads only at stride 0 or 1
+ * (no lazy select over the var): LLVM's loop vectoriser would make plain vector accesses. */
+bool te_em_contiguous(te_em_t *m, int st, int mode, uint32_t consumed, int var);
 
 /* te_emit_nest.c: stage st (its storage unless it is an argument, its loop nest, the stages
  * attached inside it) at the builder's position. */

@@ -32,6 +32,7 @@ typedef struct loop {
   int var;      /* the te var it defines, or -1 */
   int ann;      /* TE_ANN_UNROLL or TE_ANN_VECTORIZE: metadata asking for it; else none */
   int64_t cext; /* constant trip count of an unrolled loop, or -1 */
+  bool auto_vec; /* an innermost CPU loop of contiguous accesses: LLVM's cost model decides */
 } loop_t;
 
 /* A loop of the index type over [start, end) (start NULL: 0), positioned in its body. */
@@ -56,15 +57,17 @@ static LLVMMetadataRef md_flag(te_em_t *m, const char *name, LLVMValueRef val) {
   return LLVMMDNodeInContext2(m->ctx, ops, val ? 2 : 1);
 }
 
-/* llvm.loop metadata on a latch branch: unroll as asked; LLVM's loop vectoriser only where
- * the schedule asked for vectorize and kiln could not emit the vectors itself, never behind
- * the schedule's back (it would pick any loop, with gathers and scatters). */
+/* llvm.loop metadata on a latch branch: unroll as asked; LLVM's loop vectoriser where the
+ * schedule asked for vectorize and kiln could not emit the vectors itself, and left to LLVM's
+ * cost model on an innermost loop whose accesses are all contiguous in it (auto_vec: vectors
+ * there are plain vector loads and stores, as TVM's LLVM backend gets for any loop); never
+ * elsewhere (it would pick any loop, with gathers and scatters). */
 static void loop_metadata(te_em_t *m, const loop_t *l, LLVMValueRef br) {
   LLVMMetadataRef ops[4];
   unsigned n = 1;
   if (l->ann == TE_ANN_UNROLL && l->cext > 0 && l->cext <= 64) ops[n++] = md_flag(m, "llvm.loop.unroll.full", NULL);
   else if (l->ann == TE_ANN_UNROLL) ops[n++] = md_flag(m, "llvm.loop.unroll.enable", NULL); /* LLVM's cost model decides */
-  ops[n++] = md_flag(m, "llvm.loop.vectorize.enable", LLVMConstInt(m->i1, l->ann == TE_ANN_VECTORIZE, 0));
+  if (!l->auto_vec) ops[n++] = md_flag(m, "llvm.loop.vectorize.enable", LLVMConstInt(m->i1, l->ann == TE_ANN_VECTORIZE, 0));
   LLVMMetadataRef tmp = LLVMTemporaryMDNode(m->ctx, NULL, 0);
   ops[0] = tmp;
   LLVMMetadataRef id = LLVMMDNodeInContext2(m->ctx, ops, n);
@@ -340,6 +343,17 @@ static bool vector_leaf(te_em_t *m, int st, int pos, int mode, uint32_t *consume
   return true;
 }
 
+/* May LLVM's loop vectoriser decide on leaf `pos`'s loop: a CPU loop, unannotated or parallel,
+ * the innermost leaf with nothing attached at it, whose statement stores at stride 1 in it
+ * and loads at stride 0 or 1 (te_em_contiguous): no gather or scatter can come of it. */
+static bool auto_vec_leaf(te_em_t *m, int st, int pos, int mode, uint32_t consumed) {
+  const te_tensor_t *t = &m->p->tensors[st];
+  const te_var_t *v = &m->p->vars[t->leaves[pos]];
+  if (m->job->target.kind != KILN_TARGET_CPU || pos != t->nleaves - 1 || attached_inside(m, st, pos)) return false;
+  if (v->ann != TE_ANN_NONE && v->ann != TE_ANN_PARALLEL) return false;
+  return te_em_contiguous(m, st, mode, consumed, t->leaves[pos]);
+}
+
 static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool versioned) {
   te_program_t *p = m->p;
   te_tensor_t *t = &p->tensors[st];
@@ -372,6 +386,7 @@ static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool 
   if (mode != TE_MODE_INIT) attached_at(m, st, var);
   LLVMBasicBlockRef merge = NULL;
   if (!hoist_guards(m, t, st, pos, mode, &consumed, &merge)) return;
+  l.auto_vec = l.header && auto_vec_leaf(m, st, pos, mode, consumed);
   nest(m, st, pos + 1, mode, consumed, versioned);
   te_em_close_guard(m, merge);
   if (v->bind < 0 || v->ann == TE_ANN_PARALLEL) loop_close(m, &l);

@@ -140,3 +140,13 @@ bool te_em_vec_ok(te_em_t *m, int st, int mode, uint32_t consumed, int var) {
     if (te_em_guard_open(t, i, mode, consumed) && te_em_uses(t->guards[i], var)) return false;
   return true;
 }
+
+bool te_em_contiguous(te_em_t *m, int st, int mode, uint32_t consumed, int var) {
+  const te_tensor_t *t = &m->p->tensors[st];
+  te_expr_t *idx[TE_MAX_DIMS], *body = t->body;
+  for (int d = 0; d < t->ndim; d++) idx[d] = t->val[d];
+  if (!te_em_vec_ok(m, st, mode, consumed, var) || te_em_stride(m, st, idx, var) != 1) return false;
+  if (body->kind == TE_REDUCE && body->args[1] && !te_em_loads_contiguous(m, in_leaves(m, st, body->args[1]), var))
+    return false;
+  return te_em_loads_contiguous(m, in_leaves(m, st, body->kind == TE_REDUCE ? body->args[0] : body), var);
+}

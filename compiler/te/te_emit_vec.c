@@ -132,6 +132,27 @@ void te_em_vstore(te_em_t *m, int tid, te_expr_t **idx, LLVMValueRef val, const 
   m->val[v->var] = v->base;
 }
 
+int64_t te_em_stride(te_em_t *m, int tid, te_expr_t *const *idx, int var) {
+  te_expr_t *copy[TE_MAX_DIMS];
+  int64_t stride;
+  for (int d = 0; d < m->p->tensors[tid].ndim; d++) copy[d] = idx[d];
+  te_expr_t *flat = te_em_flat(m, tid, copy);
+  if (!flat || !(flat = te_simplify(m->p, flat)) || !stride_of(flat, var, &stride)) return -1;
+  return stride;
+}
+
+bool te_em_loads_contiguous(te_em_t *m, const te_expr_t *e, int var) {
+  if (!e || !te_em_uses(e, var)) return true;
+  if (e->kind == TE_SELECT && e->op == 1) return false; /* lazy: lane by lane */
+  if (e->kind == TE_LOAD) {
+    int64_t s = te_em_stride(m, e->ref, e->args, var);
+    if (s != 0 && s != 1) return false;
+  }
+  for (int i = 0; i < e->nargs; i++)
+    if (!te_em_loads_contiguous(m, e->args[i], var)) return false;
+  return true;
+}
+
 static LLVMValueRef lanes(te_em_t *m, const te_vec_t *v) {
   LLVMValueRef steps[64];
   for (int l = 0; l < v->width; l++) steps[l] = LLVMConstInt(m->ity, (unsigned)l, 0);

@@ -500,6 +500,65 @@ Test(te, vectorize_emits_vectors_of_the_loop_extent) {
   kiln_artifact_deinit(&a);
 }
 
+/* A loop the schedule did not vectorize is left to LLVM's cost model only where it is the
+ * innermost loop of a CPU stage and every access in it is contiguous (stride 1 for the store,
+ * 0 or 1 for loads): vectors there are plain loads and stores, as TVM's LLVM backend gets for
+ * a parallel loop. A strided load (a transpose) or a lazy select over the var keeps the loop
+ * closed, so no gather or scatter can come of it. */
+#define TRANSPOSE(BODY)                                                                                      \
+  "{'te': 1, 'vars': [{'name': 'n'}, {'name': 'm'}], 'tensors': ["                                        \
+  " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'm'], ['var', 'n']]},"         \
+  " {'name': 'R', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'n'], ['var', 'm']]},"         \
+  " {'name': 'T', 'op': 'compute', 'dtype': 'float32', 'shape': [['var', 'n'], ['var', 'm']],"             \
+  "  'axes': ['i', 'j'], 'body': " BODY "}],"                                                             \
+  " 'schedule': [{'op': 'parallel', 'stage': 'T', 'var': 'i'}], 'kernels': [{'name': 't', 'args': ['A', 'R', 'T']}]}"
+#define VADD_PAR "{'op': 'parallel', 'stage': 'C', 'var': 'i'}"
+/* Compiled for this CPU at O3: no gathers or scatters anywhere; did LLVM make vectors? */
+static bool vectorised(const char *json) {
+  kiln_artifact_t a;
+  te_compile(json, "cpu", &a);
+  cr_assert(!strstr(a.llvm_ir, "masked.gather") && !strstr(a.llvm_ir, "masked.scatter"), "gathers:\n%s", a.llvm_ir);
+  bool v = strstr(a.llvm_ir, "x float>") != NULL;
+  kiln_artifact_deinit(&a);
+  return v;
+}
+
+Test(te, unmarked_loops_left_to_llvm_only_where_contiguous) {
+  kiln_artifact_t a;
+  cr_assert(vectorised(VADD(VADD_PAR)), "the contiguous parallel loop is left to LLVM, which vectorises it");
+  cr_assert(vectorised(VADD("")));
+  opt_level = 0; /* at O0 the metadata is as emitted: the one loop has no vectorize flag */
+  te_compile(VADD(VADD_PAR), "cpu", &a);
+  opt_level = 3;
+  cr_assert(!strstr(a.llvm_ir, "llvm.loop.vectorize.enable"), "%s", a.llvm_ir);
+  kiln_artifact_deinit(&a);
+  for (parallel_groups = 1; parallel_groups <= 3; parallel_groups++) {
+    vadd_check(VADD(VADD_PAR), 1003, 1);
+    vadd_check(VADD(VADD_PAR), 5, 1);
+  }
+  parallel_groups = 0;
+  /* T[i, j] = A[j, i]: the load's stride in j is n. */
+  const char *tr = TRANSPOSE("['load', 'A', [['var', 'j'], ['var', 'i']]]");
+  cr_assert(!vectorised(tr), "a strided load keeps the loop closed");
+  te_compile(tr, "cpu", &a);
+  enum { N = 37, M = 29 };
+  float x[M * N], r[N * M] = {0}, t[N * M];
+  for (int i = 0; i < M * N; i++) x[i] = (float)i;
+  void *ptrs[3] = {x, r, t};
+  shape_arg_t shapes[3] = {{2, {M, N}}, {2, {N, M}}, {2, {N, M}}};
+  run_cpu(&a, "t", 3, ptrs, shapes);
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < M; j++) cr_assert_eq(t[i * M + j], x[j * N + i], "T[%d][%d]", i, j);
+  kiln_artifact_deinit(&a);
+  /* A lazy select over j (R's row shifted by one, a zero edge): contiguous, but lanes would
+   * need masked loads. */
+  cr_assert(!vectorised(TRANSPOSE("['if_then_else', ['ge', ['var', 'j'], 1],"
+                                        " ['load', 'R', [['var', 'i'], ['sub', ['var', 'j'], 1]]], 0.0]")));
+  /* A row of R (stride 1) times an invariant element of A (stride 0): left to LLVM. */
+  cr_assert(vectorised(TRANSPOSE("['mul', ['load', 'R', [['var', 'i'], ['var', 'j']]],"
+                                         " ['load', 'A', [0, 0]]]")));
+}
+
 /* An extent that is not constant: vector chunks of the target's width and a scalar remainder
  * (n = 1003 leaves 3 elements after the chunks), the results exact. */
 #define VADD_VEC_ALL "{'op': 'vectorize', 'stage': 'C', 'var': 'i'}"

@@ -93,6 +93,15 @@ blocked = prog(gemm_t,
                 {"op": "unroll", "stage": "CC", "var": "ki"},
                 {"op": "parallel", "stage": "C", "var": "mo", "chunk": 2}],
                [{"name": "gemm", "args": ["A", "B", "C"]}])
+# a parallel transpose with a lazy select over the inner var (its loop stays closed to LLVM's
+# vectoriser) beside a contiguous parallel row (left to it)
+transpose = prog([ph("A", V("m"), V("n")), ph("R", V("n"), V("m")),
+                  comp("T", [V("n"), V("m")], ["i", "j"],
+                       ["add", L("A", V("j"), V("i")),
+                        ["if_then_else", ["ge", V("j"), 1], L("R", V("i"), ["sub", V("j"), 1]), 0.0]]),
+                  comp("U", [V("n"), V("m")], ["i", "j"], ["mul", L("R", V("i"), V("j")), L("A", 0, 0)])],
+                 [{"op": "parallel", "stage": "T", "var": "i"}, {"op": "parallel", "stage": "U", "var": "i"}],
+                 [{"name": "t", "args": ["A", "R", "T"]}, {"name": "u", "args": ["A", "R", "U"]}])
 bad = [
     prog([ph("A", V("n"))], [{"op": "bind", "stage": "A", "var": "i", "thread": "threadIdx.x"}], [{"name": "k", "args": ["A"]}]),
     prog(gemm_t, [{"op": "bind", "stage": "C", "var": "k", "thread": "threadIdx.x"}], [{"name": "g", "args": ["A", "B", "C"]}]),
@@ -102,7 +111,7 @@ bad = [
 out = os.path.join(HERE, "corpus", "te")
 os.makedirs(out, exist_ok=True)
 for name, p in [("vadd", vadd), ("rows", rows), ("shared", shared), ("inline", inline), ("rfactor", rfactor),
-                ("blocked", blocked)] + \
+                ("blocked", blocked), ("transpose", transpose)] + \
         [("bad%d" % i, b) for i, b in enumerate(bad)]:
     with open(os.path.join(out, name + ".mp"), "wb") as f:
         f.write(msgpack.packb(p))
