@@ -2,6 +2,7 @@
 """TVM's tutorial schedules in kiln beside apache-tvm 0.27 running the same schedules, in one run.
 
     /usr/bin/python3 bench/te_tutorials_bench.py [--kilnd build/server/kilnd] [--out FILE] [--n 1024]
+        [--parts steps,trials,parallel,batch] [--rounds 3]
 
 kiln runs the schedules of tests/python/tutorials.py (TVM's tutorials in kiln.te); TVM runs the
 same schedules written with tvm.s_tir (TVM 0.27 has no te schedules: create_prim_func, then
@@ -9,9 +10,11 @@ split, reorder, vectorize, unroll, parallel, cache_write + reverse_compute_at wh
 tutorial has compute_at of a cache_write stage), in a venv this script makes
 ($XDG_CACHE_HOME/kiln-te-bench: apache-tvm 0.27, apache-tvm-ffi pinned to 0.1.14.post0 since
 0.1.15.post2 segfaults in save_json, cloudpickle for its RPC). TVM targets llvm with the host's
-CPU name and 2 cores. Measurements alternate kiln and TVM one at a time so that load on the
-machine falls on both; each is the minimum over repeats of device-timed runs (time_evaluator
-on both sides), results checked against numpy first.
+CPU name and 2 cores. Both sides first build every measurement (each result checked against
+numpy); the TVM side is one process kept for the run. Then --rounds rounds time each
+measurement on one side right after the other (which side goes first alternates by round);
+a figure is the minimum over the rounds of time_evaluator's minimum (device-timed on both
+sides), so load on a shared machine that comes and goes falls on both sides alike.
 
 1. opt_gemm ("How to optimize GEMM on CPU"), every step at n x n (bar: kiln within 1.2x of
    TVM or faster), plus the last step without unroll(ki) (unroll must not make it slower).
@@ -20,6 +23,7 @@ on both sides), results checked against numpy first.
    upload, measure): kiln's compile_batch against TVM's hand loop of tvm.compile +
    time_evaluator (bar: kiln faster; goal 3x).
 3. A loop of 262,144 iterations marked parallel (bar: within 2x of TVM).
+The batch end to end (part "batch") runs once per side, after the rounds.
 """
 
 import argparse
@@ -107,42 +111,60 @@ def tvm_parallel(tvm, n):
     return sch
 
 
-def tvm_time(tvm, sch, args, number, repeat):
-    lib = tvm.compile(sch.mod, target=tvm_target(tvm))
-    lib = lib.jit() if hasattr(lib, "jit") else lib
-    dev = tvm.cpu(0)
-    return lib, min(lib.time_evaluator("main", dev, number=number, repeat=repeat)(*args).results)
-
-
-def peer(kind, spec):
-    import numpy as np
-    import tvm
-    dev = tvm.cpu(0)
-    spec = json.loads(spec)
-    if kind == "par":
+def peer_build(tvm, np, dev, spec, data):
+    """Builds one measurement (its schedule compiled, run once, checked): (function, args, correct)."""
+    if spec["kind"] == "par":
         n = spec["n"]
         a = tvm.runtime.tensor(np.random.rand(n).astype("float32"), dev)
         b = tvm.runtime.tensor(np.zeros(n, "float32"), dev)
-        _, t = tvm_time(tvm, tvm_parallel(tvm, n), (a, b), 100, 5)
-        return {"seconds": t, "correct": bool(np.allclose(b.numpy(), a.numpy() * 2 + 1))}
-    n = spec["n"]
+        lib = tvm.compile(tvm_parallel(tvm, n).mod, target=tvm_target(tvm))
+        lib = lib.jit() if hasattr(lib, "jit") else lib
+        lib["main"](a, b)
+        return lib, (a, b), bool(np.allclose(b.numpy(), a.numpy() * 2 + 1))
+    an, bn_, a, b, c = data
+    sch = tvm_opt_gemm(tvm, spec["step"], spec["n"], spec.get("bn", 32), spec.get("kf", 4), spec.get("unroll", True))
+    lib = tvm.compile(sch.mod, target=tvm_target(tvm))
+    lib = lib.jit() if hasattr(lib, "jit") else lib
+    lib["main"](a, b, c)
+    return lib, (a, b, c), bool(np.allclose(c.numpy(), an @ bn_, rtol=1e-3, atol=1e-3))
+
+
+def peer_serve(n):
+    """The TVM side as a process that keeps what it built: one JSON request per stdin line,
+    one JSON reply per stdout line. {"op": "build", "key", "spec"} compiles, runs once and
+    checks; {"op": "time", "key", "number", "repeat"} measures with time_evaluator (minimum of
+    the repeats); {"op": "batch", "trials"} is TVM's hand loop end to end."""
+    import numpy as np
+    import tvm
+    dev = tvm.cpu(0)
     rng = np.random.default_rng(0)
     an, bn_ = rng.uniform(-1, 1, (n, n)).astype("float32"), rng.uniform(-1, 1, (n, n)).astype("float32")
-    a, b = tvm.runtime.tensor(an, dev), tvm.runtime.tensor(bn_, dev)
-    c = tvm.runtime.tensor(np.zeros((n, n), "float32"), dev)
-    if kind == "gemm":
-        repeat = 1 if spec["step"] in ("default", "blocking") else 3
-        sch = tvm_opt_gemm(tvm, spec["step"], n, spec.get("bn", 32), spec.get("kf", 4), spec.get("unroll", True))
-        _, t = tvm_time(tvm, sch, (a, b, c), 1, repeat)
-        ok = bool(np.allclose(c.numpy(), an @ bn_, rtol=1e-3, atol=1e-3))
-        return {"seconds": t, "correct": ok, "version": tvm.__version__}
-    # kind == "batch": TVM's hand loop over the trials, end to end
-    t0 = time.perf_counter()
-    times = []
-    for bn, kf in spec["trials"]:
-        _, t = tvm_time(tvm, tvm_opt_gemm(tvm, "parallel", n, bn, kf), (a, b, c), 1, 3)
-        times.append(t)
-    return {"seconds": time.perf_counter() - t0, "trials": times}
+    data = (an, bn_, tvm.runtime.tensor(an, dev), tvm.runtime.tensor(bn_, dev),
+            tvm.runtime.tensor(np.zeros((n, n), "float32"), dev))
+    built = {}
+    print(json.dumps({"version": [tvm.__version__, __import__("tvm_ffi").__version__]}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            if req["op"] == "build":
+                lib, args, ok = peer_build(tvm, np, dev, req["spec"], data)
+                built[req["key"]] = (lib, args)
+                rep = {"correct": ok}
+            elif req["op"] == "time":
+                lib, args = built[req["key"]]
+                ev = lib.time_evaluator("main", dev, number=req["number"], repeat=req["repeat"])
+                rep = {"seconds": min(ev(*args).results)}
+            else:  # batch: compile and measure each trial, as a hand-written tuning loop does
+                t0 = time.perf_counter()
+                times = []
+                for bn, kf in req["trials"]:
+                    lib, args, _ = peer_build(tvm, np, dev, {"kind": "gemm", "step": "parallel", "n": n,
+                                                             "bn": bn, "kf": kf}, data)
+                    times.append(min(lib.time_evaluator("main", dev, number=1, repeat=3)(*args).results))
+                rep = {"seconds": time.perf_counter() - t0, "trials": times}
+        except Exception as e:  # reported in the table, not fatal to the run
+            rep = {"error": "%s: %s" % (type(e).__name__, e)}
+        print(json.dumps(rep), flush=True)
 
 
 def ensure_venv(path, log):
@@ -154,31 +176,46 @@ def ensure_venv(path, log):
         r = subprocess.run([py, "-m", "pip", "install", "-q"] + PINS, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError("pip install failed: %s" % (r.stderr.strip().splitlines() or ["?"])[-1])
-    v = subprocess.run([py, "-c", "import tvm, tvm_ffi; print(tvm.__version__, tvm_ffi.__version__)"],
-                       capture_output=True, text=True).stdout.split()
-    return py, v
+    return py
 
 
-def run_peer(py, kind, spec, timeout=1800):
-    r = subprocess.run([py, os.path.abspath(__file__), "--peer", kind, json.dumps(spec)], capture_output=True,
-                       text=True, timeout=timeout)
-    if r.returncode != 0:
-        return {"error": (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]}
-    return json.loads(r.stdout.strip().splitlines()[-1])
+class Peer:
+    """The TVM side: `peer_serve` in the venv's python, kept for the whole run."""
+
+    def __init__(self, py, n):
+        self.proc = subprocess.Popen([py, os.path.abspath(__file__), "--serve", str(n)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.versions = json.loads(self.proc.stdout.readline())["version"]
+
+    def ask(self, **req):
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        return json.loads(line) if line else {"error": "the TVM process exited (%s)" % self.proc.wait()}
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 # -- kiln -------------------------------------------------------------------------------------
 
-def kiln_gemm(kiln, T, s, dev, data, step, n, bn=32, kf=4, unroll=True):
+def kiln_build(kiln, T, s, dev, spec, data):
+    """kiln's side of peer_build: (function, args, correct)."""
     import numpy as np
-    sch, args = T.opt_gemm(step, n, n, n, bn, kf, unroll)
+    if spec["kind"] == "par":
+        sch, args = T.parallel_loop(spec["n"])
+        f = kiln.build(sch, args, "llvm", session=s)
+        a = kiln.nd.array(np.random.rand(spec["n"]).astype("float32"), dev)
+        b = kiln.nd.empty((spec["n"],), "float32", dev)
+        f(a, b)
+        return f, (a, b), bool(np.allclose(b.numpy(), a.numpy() * 2 + 1))
+    n = spec["n"]
+    sch, args = T.opt_gemm(spec["step"], n, n, n, spec.get("bn", 32), spec.get("kf", 4), spec.get("unroll", True))
     f = kiln.build(sch, args, "llvm", name="mmult", session=s)
-    a, b, c = data
+    an, bn_, a, b, c = data
     f(a, b, c)
-    ok = bool(np.allclose(c.numpy(), a.numpy() @ b.numpy(), rtol=1e-3, atol=1e-3))
-    repeat = 1 if step in ("default", "blocking") else 3
-    return {"seconds": min(f.time_evaluator(f.entry_name, dev, number=1, repeat=repeat)(a, b, c).results),
-            "correct": ok}
+    return f, (a, b, c), bool(np.allclose(c.numpy(), an @ bn_, rtol=1e-3, atol=1e-3))
 
 
 def kiln_batch(kiln, T, s, dev, n):
@@ -202,19 +239,61 @@ def kiln_batch(kiln, T, s, dev, n):
     return {"seconds": time.perf_counter() - t0, "trials": times}
 
 
-def kiln_parallel(kiln, T, s, dev):
-    import numpy as np
-    sch, args = T.parallel_loop(PAR_N)
-    f = kiln.build(sch, args, "llvm", session=s)
-    a = kiln.nd.array(np.random.rand(PAR_N).astype("float32"), dev)
-    b = kiln.nd.empty((PAR_N,), "float32", dev)
-    f(a, b)
-    ok = bool(np.allclose(b.numpy(), a.numpy() * 2 + 1))
-    return {"seconds": min(f.time_evaluator(f.entry_name, dev, number=100, repeat=5)(a, b).results), "correct": ok}
-
-
 def verdict(ratio, bar):
     return "met" if ratio <= bar else "**not met**"
+
+
+def plan(n, parts):
+    """(key, spec, number, repeat) of every measurement of the parts asked for."""
+    out = []
+    if "steps" in parts:
+        for step, unroll in [(st, True) for st in STEPS] + [("parallel", False)]:
+            rep = 1 if step in ("default", "blocking") else 3
+            out.append((("step", step, unroll), {"kind": "gemm", "step": step, "n": n, "unroll": unroll}, 1, rep))
+    if "trials" in parts:
+        for bn, kf in TRIALS:
+            out.append((("trial", bn, kf), {"kind": "gemm", "step": "parallel", "n": n, "bn": bn, "kf": kf}, 1, 3))
+    if "parallel" in parts:
+        out.append((("par",), {"kind": "par", "n": PAR_N}, 100, 5))
+    return out
+
+
+def measure(kiln, T, s, dev, peer, n, parts, rounds, log):
+    """Builds every measurement on both sides, then `rounds` rounds in which each is timed on one
+    side right after the other (the side that goes first alternates by round); each side's
+    figure is its minimum over the rounds, so load that comes and goes falls on both."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    an, bn_ = rng.uniform(-1, 1, (n, n)).astype("float32"), rng.uniform(-1, 1, (n, n)).astype("float32")
+    data = (an, bn_, kiln.nd.array(an, dev), kiln.nd.array(bn_, dev), kiln.nd.empty((n, n), "float32", dev))
+    res = {}
+    for key, spec, number, repeat in plan(n, parts):
+        f, args, ok = kiln_build(kiln, T, s, dev, spec, data)
+        t = peer.ask(op="build", key=repr(key), spec=spec)
+        res[key] = {"kiln": float("inf"), "tvm": float("inf"), "kiln_ok": ok, "tvm_ok": t.get("correct", False),
+                    "error": t.get("error"), "f": (f, args, number, repeat)}
+    for r in range(rounds):
+        log("round %d of %d" % (r + 1, rounds))
+        for key, m in res.items():
+            f, args, number, repeat = m["f"]
+            for side in (("kiln", "tvm") if r % 2 == 0 else ("tvm", "kiln")):
+                if side == "kiln":
+                    ev = f.time_evaluator(f.entry_name, dev, number=number, repeat=repeat)
+                    m["kiln"] = min(m["kiln"], min(ev(*args).results))
+                elif not m["error"]:
+                    t = peer.ask(op="time", key=repr(key), number=number, repeat=repeat)
+                    m["error"] = t.get("error")
+                    m["tvm"] = min(m["tvm"], t.get("seconds", float("inf")))
+    return res
+
+
+def row(m, bar):
+    """kiln s | TVM s | ratio | verdict, or what went wrong."""
+    if m["error"] or not m["kiln_ok"] or not m["tvm_ok"]:
+        return "%.4f%s | %s | | " % (m["kiln"], "" if m["kiln_ok"] else " (WRONG)",
+                                    m["error"] or ("TVM: wrong result" if not m["tvm_ok"] else ""))
+    r = m["kiln"] / m["tvm"]
+    return "%.4f | %.4f | %.2fx | %s" % (m["kiln"], m["tvm"], r, verdict(r, bar))
 
 
 def main():
@@ -224,15 +303,15 @@ def main():
     ap.add_argument("--venv", default=os.path.join(os.environ.get("XDG_CACHE_HOME") or
                                                    os.path.expanduser("~/.cache"), "kiln-te-bench"))
     ap.add_argument("--n", type=int, default=1024)
-    ap.add_argument("--parts", default="steps,trials,parallel")
-    ap.add_argument("--peer", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--parts", default="steps,trials,parallel,batch")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; each figure is the minimum")
+    ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.peer:
-        print(json.dumps(peer(*a.peer)))
+    if a.serve:
+        peer_serve(a.serve)
         return
     sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
     sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
-    import numpy as np
     import kiln
     import tutorials as T
     lines = []
@@ -244,64 +323,60 @@ def main():
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
-    py, versions = ensure_venv(a.venv, log)
+    py = ensure_venv(a.venv, log)
     d = kiln.start_daemon(a.kilnd)
     s = kiln.connect(d.urls[0])
     dev = s.cpu(0)
+    n = a.n
+    peer = Peer(py, n)
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     cpu = next((x.split(":", 1)[1].strip() for x in open("/proc/cpuinfo") if x.startswith("model name")),
                platform.processor())
-    n = a.n
     parts = set(a.parts.split(","))
-    out("### TVM tutorials, kiln beside TVM %s (apache-tvm-ffi %s), n = %d" % tuple(versions[:2] + [n]))
+    out("### TVM tutorials, kiln beside TVM %s (apache-tvm-ffi %s), n = %d" % tuple(peer.versions[:2] + [n]))
     out()
-    out("- date: %s UTC; kiln %s; `bench/te_tutorials_bench.py --n %d --parts %s`"
-        % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"), commit, n, a.parts))
+    out("- date: %s UTC; kiln %s; `bench/te_tutorials_bench.py --n %d --parts %s --rounds %d`"
+        % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"), commit, n, a.parts, a.rounds))
     out("- machine: %s, %d cores; kiln's pool: %s work-items; load average at start: %.2f %.2f %.2f"
         % ((cpu, os.cpu_count(), s._device_info()[dev.id].get("compute_units")) + os.getloadavg()))
+    res = measure(kiln, T, s, dev, peer, n, parts, a.rounds, log)
+    out("- load average at the end of the rounds: %.2f %.2f %.2f" % os.getloadavg())
     out()
-    rng = np.random.default_rng(0)
-    data = (kiln.nd.array(rng.uniform(-1, 1, (n, n)).astype("float32"), dev),
-            kiln.nd.array(rng.uniform(-1, 1, (n, n)).astype("float32"), dev), kiln.nd.empty((n, n), "float32", dev))
     if "steps" in parts:
         out("| opt_gemm step | kiln s | TVM s | kiln / TVM | bar 1.2x |")
         out("|---|---|---|---|---|")
-        rows = [(st, True) for st in STEPS] + [("parallel", False)]
-        for step, unroll in rows:
-            k = kiln_gemm(kiln, T, s, dev, data, step, n, unroll=unroll)
-            t = run_peer(py, "gemm", {"step": step, "n": n, "unroll": unroll})
-            name = step + ("" if unroll else " without unroll(ki)")
-            if "error" in t or not k["correct"] or not t.get("correct"):
-                out("| %s | %.4f%s | %s | | |" % (name, k["seconds"], "" if k["correct"] else " (WRONG)",
-                                                   t.get("error") or "wrong result"))
-                continue
-            r = k["seconds"] / t["seconds"]
-            out("| %s | %.4f | %.4f | %.2fx | %s |" % (name, k["seconds"], t["seconds"], r, verdict(r, 1.2)))
+        for key, m in res.items():
+            if key[0] == "step":
+                out("| %s | %s |" % (key[1] + ("" if key[2] else " without unroll(ki)"), row(m, 1.2)))
         out()
     if "trials" in parts:
-        kb = kiln_batch(kiln, T, s, dev, n)
-        tb = run_peer(py, "batch", {"n": n, "trials": TRIALS})
-        out("Tuning batch: opt_gemm's last step, 16 configurations (bn, kfactor), each the minimum of 3 runs.")
+        out("Tuning batch: opt_gemm's last step, 16 configurations (bn, kfactor), each the minimum of "
+            "%d rounds of 3 runs." % a.rounds)
         out()
         out("| bn | kfactor | kiln s | TVM s | kiln / TVM | bar 1.5x |")
         out("|---|---|---|---|---|---|")
-        for (bn, kf), kt, tt in zip(TRIALS, kb["trials"], tb.get("trials") or [float("nan")] * 16):
-            out("| %d | %d | %.4f | %.4f | %.2fx | %s |" % (bn, kf, kt, tt, kt / tt, verdict(kt / tt, 1.5)))
-        r = kb["seconds"] / tb["seconds"] if "seconds" in tb else float("nan")
+        met = 0
+        for key, m in res.items():
+            if key[0] == "trial":
+                out("| %d | %d | %s |" % (key[1], key[2], row(m, 1.5)))
+                met += not m["error"] and m["kiln_ok"] and m["tvm_ok"] and m["kiln"] <= 1.5 * m["tvm"]
         out()
-        out("Batch end to end (lower, compile, upload, measure): kiln %.2f s (compile_batch), TVM %.2f s "
-            "(tvm.compile + time_evaluator per trial): kiln / TVM %.2fx (bar: below 1; goal 0.33)"
-            % (kb["seconds"], tb.get("seconds", float("nan")), r))
+        out("%d of 16 configurations within 1.5x." % met)
         out()
     if "parallel" in parts:
-        k = kiln_parallel(kiln, T, s, dev)
-        t = run_peer(py, "par", {"n": PAR_N})
-        r = k["seconds"] / t["seconds"]
-        out("Parallel loop of %d iterations (B = A * 2 + 1): kiln %.1f us, TVM %.1f us: %.2fx (bar 2x: %s)%s"
-            % (PAR_N, k["seconds"] * 1e6, t["seconds"] * 1e6, r, verdict(r, 2.0),
-               "" if k["correct"] and t["correct"] else " (a WRONG result)"))
+        m = res[("par",)]
+        out("Parallel loop of %d iterations (B = A * 2 + 1), seconds: | %s |" % (PAR_N, row(m, 2.0)))
         out()
+    if "batch" in parts:
+        kb = kiln_batch(kiln, T, s, dev, n)
+        tb = peer.ask(op="batch", trials=TRIALS)
+        r = kb["seconds"] / tb["seconds"] if "seconds" in tb else float("nan")
+        out("Batch end to end (lower, compile, upload, measure 16 trials x 3 runs): kiln %.2f s (compile_batch), "
+            "TVM %s (tvm.compile + time_evaluator per trial): kiln / TVM %.2fx (bar: below 1; goal 0.33)"
+            % (kb["seconds"], "%.2f s" % tb["seconds"] if "seconds" in tb else tb.get("error"), r))
+        out()
+    peer.close()
     s.close()
     d.stop()
     if a.out:
