@@ -16,8 +16,8 @@ typedef struct kiln_buf {
 void kiln_buf_init(kiln_buf_t *b);
 void kiln_buf_deinit(kiln_buf_t *b);
 /* Makes room for `extra` more bytes past len. */
-kiln_status_t kiln_buf_reserve(kiln_buf_t *b, size_t extra);
-kiln_status_t kiln_buf_append(kiln_buf_t *b, const void *p, size_t n);
+KILN_MUST_USE kiln_status_t kiln_buf_reserve(kiln_buf_t *b, size_t extra);
+KILN_MUST_USE kiln_status_t kiln_buf_append(kiln_buf_t *b, const void *p, size_t n);
 /* Hands the bytes to the caller (free() them); the buffer is empty afterwards. */
 uint8_t *kiln_buf_release(kiln_buf_t *b, size_t *out_len);
 

@@ -23,7 +23,7 @@ typedef struct kiln_map {
 void kiln_map_init(kiln_map_t *m);
 void kiln_map_deinit(kiln_map_t *m);
 /* Inserts or replaces. key must not be 0 or UINT64_MAX. */
-kiln_status_t kiln_map_put(kiln_map_t *m, uint64_t key, void *value);
+KILN_MUST_USE kiln_status_t kiln_map_put(kiln_map_t *m, uint64_t key, void *value);
 void *kiln_map_get(const kiln_map_t *m, uint64_t key);
 /* Removes and returns the value, or NULL if absent. */
 void *kiln_map_remove(kiln_map_t *m, uint64_t key);

@@ -78,7 +78,7 @@ void kiln_sandbox_close_inherited(int keep);
 
 /* Confines the calling process as described above. On error the process is partly confined
  * and must exit. */
-kiln_status_t kiln_sandbox_enter(const kiln_sandbox_config_t *cfg, kiln_sandbox_report_t *out_report);
+KILN_MUST_USE kiln_status_t kiln_sandbox_enter(const kiln_sandbox_config_t *cfg, kiln_sandbox_report_t *out_report);
 
 /* The notification a confined worker sends before it ends on a forbidden system call:
  *   [2, "sandbox_violation", [{"syscall": NR, "arch": AUDIT_ARCH}]]

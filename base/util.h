@@ -16,7 +16,7 @@
 uint64_t kiln_now_ns(void);
 
 /* Must be called once per process before the functions below (libsodium's init). */
-kiln_status_t kiln_crypto_init(void);
+KILN_MUST_USE kiln_status_t kiln_crypto_init(void);
 
 /* A random 64-bit id that is neither 0 nor UINT64_MAX, and below 2^63 so that every client
  * language holds it as a non-negative integer. Unguessable (libsodium's CSPRNG). */

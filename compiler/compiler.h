@@ -43,7 +43,7 @@ typedef struct kiln_target {
  * processor LLVM knows, with feature suffixes "gfx90a:sramecc+:xnack-"; NVIDIA "sm_80",
  * "sm_90", "sm_90a". Device ids ("hsa:0") are resolved by the caller, who knows the devices.
  * Unknown names: E_INVALID_ARGUMENT listing examples. */
-kiln_status_t kiln_compiler_target_parse(const char *name, kiln_target_t *out_target);
+KILN_MUST_USE kiln_status_t kiln_compiler_target_parse(const char *name, kiln_target_t *out_target);
 
 typedef struct kiln_compile_options {
   uint32_t opt_level; /* 0..3 ("O0".."O3"); kiln_compile_options_default() gives 3 */
@@ -53,7 +53,7 @@ typedef struct kiln_compile_options {
 
 kiln_compile_options_t kiln_compile_options_default(void);
 /* "O0".."O3" (also "0".."3") -> 0..3; E_INVALID_ARGUMENT otherwise. */
-kiln_status_t kiln_compile_opt_level_parse(const char *name, uint32_t *out_level);
+KILN_MUST_USE kiln_status_t kiln_compile_opt_level_parse(const char *name, uint32_t *out_level);
 
 typedef struct kiln_compile_request {
   const uint8_t *payload; /* borrowed for the duration of the call */
@@ -72,14 +72,14 @@ typedef struct kiln_compiler kiln_compiler_t;
 /* Initialises LLVM's targets (once per process) and creates a compiler. `config` may be NULL.
  * Missing device libraries are not an error here: AMDGPU compiles that need them fail later
  * with E_COMPILE naming the directory. */
-kiln_status_t kiln_compiler_create(const kiln_compiler_config_t *config, kiln_compiler_t **out_compiler);
+KILN_MUST_USE kiln_status_t kiln_compiler_create(const kiln_compiler_config_t *config, kiln_compiler_t **out_compiler);
 void kiln_compiler_destroy(kiln_compiler_t *c);
 
 /* Compiles (or validates, for code objects) one payload into `out`, which the caller has
  * NOT initialised and owns on success (kiln_artifact_deinit). Errors: E_INVALID_ARGUMENT
  * (bad target, kind or options), E_COMPILE (the payload: message carries the diagnostics,
  * with line:column for IR syntax errors), E_RESOURCE_EXHAUSTED, E_INTERNAL. */
-kiln_status_t kiln_compiler_compile(kiln_compiler_t *c, const kiln_compile_request_t *req,
+KILN_MUST_USE kiln_status_t kiln_compiler_compile(kiln_compiler_t *c, const kiln_compile_request_t *req,
                                     kiln_artifact_t *out);
 
 /* "kiln 0.1.0; llvm 22.1.8; device-libs <16 hex of BLAKE2b over the bitcode files>".

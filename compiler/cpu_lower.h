@@ -36,6 +36,6 @@ LLVMValueRef cpu_param(const cpu_item_t *it, unsigned extra);
 void cpu_at_prologue(cpu_item_t *it);
 
 /* cpu_regions.c: barriers -> regions (fills nbar, regions[], private_segment_size). */
-kiln_status_t cpu_split_regions(cpu_item_t *it);
+KILN_MUST_USE kiln_status_t cpu_split_regions(cpu_item_t *it);
 
 #endif

@@ -81,32 +81,32 @@ void kc_log(kc_job_t *job, const char *fmt, ...) __attribute__((format(printf, 2
 /* Ends a stage for the timing line (a no-op unless job->timing). */
 void kc_mark(kc_job_t *job, const char *stage);
 /* E_COMPILE with the diagnostics collected so far, if any error was reported; else OK. */
-kiln_status_t kc_check_diagnostics(kc_job_t *job, const char *stage);
+KILN_MUST_USE kiln_status_t kc_check_diagnostics(kc_job_t *job, const char *stage);
 char *kc_strdup_or_null(const char *s);
 
 /* target.c */
 bool kc_target_is_known_gfx(const char *gfx, uint32_t *out_default_wave);
 
 /* emit.c */
-kiln_status_t kc_target_machine(kc_job_t *job);
-kiln_status_t kc_run_passes(kc_job_t *job, const char *pipeline);
+KILN_MUST_USE kiln_status_t kc_target_machine(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_run_passes(kc_job_t *job, const char *pipeline);
 /* The pipeline string for the job's opt level ("default<O3>"). */
 const char *kc_default_pipeline(kc_job_t *job);
-kiln_status_t kc_emit(kc_job_t *job, LLVMCodeGenFileType type, uint8_t **out, size_t *out_len);
-kiln_status_t kc_print_module(kc_job_t *job, char **out_text);
-kiln_status_t kc_optimize(kc_job_t *job, const char *stage, char **out_ir);
-kiln_status_t kc_emit_object_and_assembly(kc_job_t *job, uint8_t **out_obj, size_t *out_len, char **out_asm);
+KILN_MUST_USE kiln_status_t kc_emit(kc_job_t *job, LLVMCodeGenFileType type, uint8_t **out, size_t *out_len);
+KILN_MUST_USE kiln_status_t kc_print_module(kc_job_t *job, char **out_text);
+KILN_MUST_USE kiln_status_t kc_optimize(kc_job_t *job, const char *stage, char **out_ir);
+KILN_MUST_USE kiln_status_t kc_emit_object_and_assembly(kc_job_t *job, uint8_t **out_obj, size_t *out_len, char **out_asm);
 
 /* disasm.c: a listing of the executable sections of an emitted object. */
-kiln_status_t kc_disassemble(kc_job_t *job, const uint8_t *obj, size_t len, char **out_text);
+KILN_MUST_USE kiln_status_t kc_disassemble(kc_job_t *job, const uint8_t *obj, size_t len, char **out_text);
 
 /* parse.c */
-kiln_status_t kc_parse(kc_job_t *job);
-kiln_status_t kc_verify(kc_job_t *job, const char *stage);
+KILN_MUST_USE kiln_status_t kc_parse(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_verify(kc_job_t *job, const char *stage);
 
 /* dialect.c: target-independent preparation of a parsed module. */
-kiln_status_t kc_prepare(kc_job_t *job);
-kiln_status_t kc_param_type(kc_job_t *job, LLVMTypeRef t, const char *kernel, uint32_t index,
+KILN_MUST_USE kiln_status_t kc_prepare(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_param_type(kc_job_t *job, LLVMTypeRef t, const char *kernel, uint32_t index,
                             kiln_arg_type_t *out);
 void kc_strip_target_attributes(LLVMModuleRef m);
 void kc_internalize(kc_job_t *job, bool (*is_entry)(LLVMValueRef fn));
@@ -118,12 +118,12 @@ size_t kc_collect_calls(LLVMModuleRef m, const char *name, LLVMValueRef *out, si
 /* imports.c: what a kernel may reach outside its module. On the IR as received, every
  * target: undefined functions and globals, intrinsics, assembly, load-time code; turns
  * available_externally bodies into the definition. */
-kiln_status_t kc_check_imports(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_check_imports(kc_job_t *job);
 /* On a linked cpu shared object: undefined symbols, load-time code, needed libraries. */
-kiln_status_t kc_cpu_check_imports(const uint8_t *so, size_t len);
+KILN_MUST_USE kiln_status_t kc_cpu_check_imports(const uint8_t *so, size_t len);
 
 /* lower_gpu.c: builtins, calling convention, address spaces for AMDGPU and NVPTX. */
-kiln_status_t kc_lower_gpu(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_lower_gpu(kc_job_t *job);
 
 /* mathnames.c */
 /* 1 if `name` is a math function of docs/kernels.md §3 with the C library's signature,
@@ -131,38 +131,38 @@ kiln_status_t kc_lower_gpu(kc_job_t *job);
 int kc_math_name(LLVMContextRef ctx, const char *name, LLVMTypeRef fn_type);
 /* Whether a libm symbol is one the cpu code of the math set may import. */
 bool kc_math_libm_symbol(const char *name);
-kiln_status_t kc_map_math(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_map_math(kc_job_t *job);
 void kc_math_pure_cpu(kc_job_t *job);
 /* cpu: kc_math_pure_cpu, then kiln's own vectorisable functions (tanhf) linked in. */
-kiln_status_t kc_map_math_cpu(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_map_math_cpu(kc_job_t *job);
 
 /* nvptx_math.c: kiln's own math functions for NVPTX (bitcode built from mathlib/). */
-kiln_status_t kc_link_nvptx_math(kc_job_t *job);
-kiln_status_t kc_link_cpu_math(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_link_nvptx_math(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_link_cpu_math(kc_job_t *job);
 
 /* lower_cpu.c */
-kiln_status_t kc_lower_cpu(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_lower_cpu(kc_job_t *job);
 
 /* ir_clone.c: copies the body of `src` into the empty function `dst`, which has the same
  * parameter types. `vmap` (src value -> dst value, keyed by pointer; blocks by
  * LLVMBasicBlockAsValue) may be pre-seeded and is filled. */
 struct kiln_map;
-kiln_status_t kc_clone_body(LLVMValueRef src, LLVMValueRef dst, struct kiln_map *vmap);
+KILN_MUST_USE kiln_status_t kc_clone_body(LLVMValueRef src, LLVMValueRef dst, struct kiln_map *vmap);
 
 /* devlibs.c */
-kiln_status_t kc_devlibs_link(kc_job_t *job);
+KILN_MUST_USE kiln_status_t kc_devlibs_link(kc_job_t *job);
 void kc_devlibs_release(kiln_compiler_t *c);
 const char *kc_devlibs_default_dir(void);
 /* BLAKE2b over the names and bytes of the device-library files; false if none are there. */
 bool kc_devlibs_fingerprint(const char *dir, uint8_t out[KILN_HASH_BYTES]);
 
 /* amdgpu.c, nvptx.c, cpu.c: back ends from a lowered module to an artifact. */
-kiln_status_t kc_amdgpu_build(kc_job_t *job, kiln_artifact_t *out);
-kiln_status_t kc_nvptx_build(kc_job_t *job, kiln_artifact_t *out);
-kiln_status_t kc_cpu_build(kc_job_t *job, kiln_artifact_t *out);
+KILN_MUST_USE kiln_status_t kc_amdgpu_build(kc_job_t *job, kiln_artifact_t *out);
+KILN_MUST_USE kiln_status_t kc_nvptx_build(kc_job_t *job, kiln_artifact_t *out);
+KILN_MUST_USE kiln_status_t kc_cpu_build(kc_job_t *job, kiln_artifact_t *out);
 
 /* amdgpu_metadata.c: the NT_AMDGPU_METADATA note into the kernel table. */
-kiln_status_t kc_amdgpu_metadata_parse(const uint8_t *elf, size_t len, const kc_job_t *job_or_null,
+KILN_MUST_USE kiln_status_t kc_amdgpu_metadata_parse(const uint8_t *elf, size_t len, const kc_job_t *job_or_null,
                                        kiln_artifact_t *art, char *out_target, size_t target_cap);
 
 /* elf.c: just enough ELF64 for our own checks. */
@@ -176,7 +176,7 @@ typedef struct kc_elf {
   uint64_t phoff;
   uint16_t phnum, phentsize;
 } kc_elf_t;
-kiln_status_t kc_elf_open(const uint8_t *data, size_t len, kc_elf_t *out);
+KILN_MUST_USE kiln_status_t kc_elf_open(const uint8_t *data, size_t len, kc_elf_t *out);
 /* Calls cb for each note in PT_NOTE segments and SHT_NOTE sections; cb returns true to stop. */
 void kc_elf_notes(const kc_elf_t *e,
                   bool (*cb)(void *ud, const char *name, uint32_t name_len, uint32_t type,
@@ -217,21 +217,21 @@ int kc_lld_link(const char *const *argv, int argc, char *err, size_t cap);
 }
 #endif
 /* link.c: object bytes -> shared object bytes with in-process lld. */
-kiln_status_t kc_link_shared(kc_job_t *job, const uint8_t *obj, size_t obj_len,
+KILN_MUST_USE kiln_status_t kc_link_shared(kc_job_t *job, const uint8_t *obj, size_t obj_len,
                              const char *const *extra_args, size_t n_extra, uint8_t **out,
                              size_t *out_len);
 
 /* validate.c */
-kiln_status_t kc_validate_hsaco(kc_job_t *job, kiln_artifact_t *out);
-kiln_status_t kc_validate_ptx(kc_job_t *job, kiln_artifact_t *out);
-kiln_status_t kc_validate_cpu_so(kc_job_t *job, kiln_artifact_t *out);
+KILN_MUST_USE kiln_status_t kc_validate_hsaco(kc_job_t *job, kiln_artifact_t *out);
+KILN_MUST_USE kiln_status_t kc_validate_ptx(kc_job_t *job, kiln_artifact_t *out);
+KILN_MUST_USE kiln_status_t kc_validate_cpu_so(kc_job_t *job, kiln_artifact_t *out);
 
 /* kernel_table.c */
-kiln_status_t kc_kernel_table_from_signatures(kc_job_t *job, kiln_artifact_t *out);
+KILN_MUST_USE kiln_status_t kc_kernel_table_from_signatures(kc_job_t *job, kiln_artifact_t *out);
 /* cpu: the text of the `__kiln_kernels` descriptor, and its parser. */
 char *kc_cpu_descriptor(const kc_job_t *job);
-kiln_status_t kc_cpu_descriptor_parse(const char *text, size_t len, kiln_artifact_t *out);
+KILN_MUST_USE kiln_status_t kc_cpu_descriptor_parse(const char *text, size_t len, kiln_artifact_t *out);
 /* ptx: `.entry` lines into the kernel table. */
-kiln_status_t kc_ptx_kernel_table(const char *ptx, size_t len, kiln_artifact_t *out);
+KILN_MUST_USE kiln_status_t kc_ptx_kernel_table(const char *ptx, size_t len, kiln_artifact_t *out);
 
 #endif

@@ -7,7 +7,7 @@
 #include "device/device.h"
 
 /* E_INVALID_ARGUMENT unless [offset, offset + bytes) lies within a buffer of `size` bytes. */
-kiln_status_t kiln_device_check_range(uint64_t size, uint64_t offset, uint64_t bytes);
+KILN_MUST_USE kiln_status_t kiln_device_check_range(uint64_t size, uint64_t offset, uint64_t bytes);
 
 /* The index of `kernel` in art->kernels: by address when it is an entry of that table (the
  * usual case), else by name; -1 when absent. */

@@ -45,7 +45,7 @@ typedef struct kiln_launch_values {
  * (int32: -2^31 .. 2^32-1, since IR integers have no sign; unsigned kinds: 0 .. 2^n-1;
  * floats are refused rather than truncated); a float parameter takes any number (float16
  * and bfloat16 round to nearest even; a finite value beyond the type's range is refused). */
-kiln_status_t kiln_launch_values_init(kiln_launch_values_t *v, const kiln_kernel_t *kernel,
+KILN_MUST_USE kiln_status_t kiln_launch_values_init(kiln_launch_values_t *v, const kiln_kernel_t *kernel,
                                       const kiln_launch_arg_t *args, size_t nargs);
 void kiln_launch_values_deinit(kiln_launch_values_t *v);
 
@@ -53,7 +53,7 @@ void kiln_launch_values_deinit(kiln_launch_values_t *v);
  * the kernel's max_block and the device's limits, `shared` plus the kernel's static
  * work-group memory against the device's, then fills *out_launch (which borrows kernel and
  * args). A grid that does not divide the problem is fine: the kernel checks its bounds. */
-kiln_status_t kiln_launch_prepare(const kiln_kernel_t *kernel, const kiln_device_info_t *dev,
+KILN_MUST_USE kiln_status_t kiln_launch_prepare(const kiln_kernel_t *kernel, const kiln_device_info_t *dev,
                                   const uint32_t grid[3], const uint32_t block[3],
                                   uint32_t shared, void *const *args,
                                   kiln_launch_t *out_launch);

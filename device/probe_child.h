@@ -19,7 +19,7 @@ typedef kiln_status_t (*kiln_device_probe_cb)(kiln_device_info_t *out_infos, siz
 
 /* Runs probe() in a child and returns what it returned. A child that crashes or takes
  * longer than timeout_ms counts as "no devices" with a reason saying so. */
-kiln_status_t kiln_device_probe_in_child(kiln_device_probe_cb probe, const char *kind,
+KILN_MUST_USE kiln_status_t kiln_device_probe_in_child(kiln_device_probe_cb probe, const char *kind,
                                          uint32_t timeout_ms, kiln_device_info_t *out_infos,
                                          size_t cap, size_t *out_count, char *out_reason,
                                          size_t reason_cap);

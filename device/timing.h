@@ -46,7 +46,7 @@ typedef struct kiln_time_result {
 /* Runs the evaluation. E_INVALID_ARGUMENT for number or repeat 0; any backend error
  * (E_DEVICE_FAULT, E_TIMEOUT, ...) is returned as is. *out is set on success only;
  * release it with kiln_time_result_deinit. */
-kiln_status_t kiln_time_evaluate(const kiln_backend_t *backend, kiln_device_t *dev,
+KILN_MUST_USE kiln_status_t kiln_time_evaluate(const kiln_backend_t *backend, kiln_device_t *dev,
                                  kiln_dmodule_t *mod, const kiln_launch_t *launch,
                                  const kiln_time_config_t *cfg, kiln_time_result_t *out);
 void kiln_time_result_deinit(kiln_time_result_t *r);

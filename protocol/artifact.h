@@ -84,13 +84,13 @@ const kiln_kernel_t *kiln_artifact_kernel(const kiln_artifact_t *a, const char *
 
 /* Encoding to/from one msgpack map (docs/cache.md). Decoding copies what it keeps and
  * validates every field; the input can come from disk or from a worker and is untrusted. */
-kiln_status_t kiln_artifact_encode(const kiln_artifact_t *a, uint8_t **out_bytes, size_t *out_len);
-kiln_status_t kiln_artifact_decode(const uint8_t *bytes, size_t len, kiln_artifact_t *out);
+KILN_MUST_USE kiln_status_t kiln_artifact_encode(const kiln_artifact_t *a, uint8_t **out_bytes, size_t *out_len);
+KILN_MUST_USE kiln_status_t kiln_artifact_decode(const uint8_t *bytes, size_t len, kiln_artifact_t *out);
 /* What a decode keeps: everything, or the table kilnd answers and checks launches from
  * (format, target, kernels, log, code_size; code, llvm_ir and assembly checked but left
  * NULL). Both validate the whole encoding alike. */
 typedef enum kiln_artifact_part { KILN_ARTIFACT_ALL = 0, KILN_ARTIFACT_TABLE = 1 } kiln_artifact_part_t;
-kiln_status_t kiln_artifact_decode_part(const uint8_t *bytes, size_t len, kiln_artifact_part_t what,
+KILN_MUST_USE kiln_status_t kiln_artifact_decode_part(const uint8_t *bytes, size_t len, kiln_artifact_part_t what,
                                         kiln_artifact_t *out);
 
 const char *kiln_arg_type_name(kiln_arg_type_t t); /* "ptr", "int32", "float32", ... */

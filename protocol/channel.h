@@ -23,7 +23,7 @@
 #define KILN_CHANNEL_MAX_FDS 8 /* per message */
 
 /* A socketpair with CLOEXEC on both ends. */
-kiln_status_t kiln_channel_pair(int out_fds[2]);
+KILN_MUST_USE kiln_status_t kiln_channel_pair(int out_fds[2]);
 
 /* Sends what it can of iov (fds attached to the first byte) without blocking when the
  * socket is non-blocking. Returns bytes sent (0 when it would block before anything went
@@ -36,7 +36,7 @@ ssize_t kiln_channel_recv(int fd, void *buf, size_t cap, int *fds_out, int fds_c
                           bool *out_truncated);
 
 /* Blocking: sends everything (retrying on EINTR/EAGAIN with poll). */
-kiln_status_t kiln_channel_send_all(int fd, const void *bytes, size_t len, const int *fds, int nfds);
+KILN_MUST_USE kiln_status_t kiln_channel_send_all(int fd, const void *bytes, size_t len, const int *fds, int nfds);
 
 /* A FIFO of received file descriptors. */
 typedef struct kiln_fdq {
@@ -53,9 +53,9 @@ int kiln_fdq_pop(kiln_fdq_t *q);
 
 /* Shared memory for bulk bytes: an anonymous memfd of `size` bytes (sealed against
  * shrinking), mapped read-write. Either out pointer may be NULL-mapped when size is 0. */
-kiln_status_t kiln_shm_create(const char *name, uint64_t size, int *out_fd, void **out_map);
+KILN_MUST_USE kiln_status_t kiln_shm_create(const char *name, uint64_t size, int *out_fd, void **out_map);
 /* Maps an fd received from the peer; checks that it is at least `size` bytes. */
-kiln_status_t kiln_shm_map(int fd, uint64_t size, bool writable, void **out_map);
+KILN_MUST_USE kiln_status_t kiln_shm_map(int fd, uint64_t size, bool writable, void **out_map);
 void kiln_shm_unmap(void *map, uint64_t size);
 
 #endif

@@ -94,7 +94,7 @@ kiln_frame_result_t kiln_reader_next(kiln_reader_t *r, const uint8_t **out_msg, 
  * reader's own buffer, after kiln_reader_space, or when memory runs out. */
 void *kiln_reader_steal(kiln_reader_t *r);
 /* Why the stream is unusable (borrowed), or NULL. */
-kiln_status_t kiln_reader_error(const kiln_reader_t *r);
+KILN_MUST_USE kiln_status_t kiln_reader_error(const kiln_reader_t *r);
 /* True while part of a message is buffered (for partial-message timeouts). */
 bool kiln_reader_partial(const kiln_reader_t *r);
 /* The bytes of the message being scanned so far (for recovering a msgid after an error). */

@@ -74,24 +74,24 @@ void kiln_job_pack_key(msgpack_packer *pk, const uint8_t key[KILN_HASH_BYTES]);
 
 /* The fields of job array `job` of kind `kind`: checks the version, that nfds is `nfds` and
  * that exactly nfields fields follow; *out_fields points at the first. */
-kiln_status_t kiln_job_open(const msgpack_object *job, kiln_job_kind_t kind, uint32_t nfields,
+KILN_MUST_USE kiln_status_t kiln_job_open(const msgpack_object *job, kiln_job_kind_t kind, uint32_t nfields,
                             uint32_t nfds, const msgpack_object **out_fields);
 /* The nfds a job array announces (its second element), at most `max`. */
-kiln_status_t kiln_job_nfds(const msgpack_object *job, uint32_t max, uint32_t *out);
+KILN_MUST_USE kiln_status_t kiln_job_nfds(const msgpack_object *job, uint32_t max, uint32_t *out);
 
 /* A reply value: an array of exactly n elements. */
-kiln_status_t kiln_job_reply_open(const msgpack_object *reply, kiln_job_kind_t kind, uint32_t n,
+KILN_MUST_USE kiln_status_t kiln_job_reply_open(const msgpack_object *reply, kiln_job_kind_t kind, uint32_t n,
                                   const msgpack_object **out_fields);
 
 /* Field getters: `what` names the field in the error. */
-kiln_status_t kiln_job_u64(const msgpack_object *o, const char *what, uint64_t max,
+KILN_MUST_USE kiln_status_t kiln_job_u64(const msgpack_object *o, const char *what, uint64_t max,
                            uint64_t *out);
-kiln_status_t kiln_job_u32(const msgpack_object *o, const char *what, uint32_t *out);
-kiln_status_t kiln_job_f64(const msgpack_object *o, const char *what, double *out);
-kiln_status_t kiln_job_bool(const msgpack_object *o, const char *what, bool *out);
-kiln_status_t kiln_job_key(const msgpack_object *o, uint8_t out[KILN_HASH_BYTES]);
+KILN_MUST_USE kiln_status_t kiln_job_u32(const msgpack_object *o, const char *what, uint32_t *out);
+KILN_MUST_USE kiln_status_t kiln_job_f64(const msgpack_object *o, const char *what, double *out);
+KILN_MUST_USE kiln_status_t kiln_job_bool(const msgpack_object *o, const char *what, bool *out);
+KILN_MUST_USE kiln_status_t kiln_job_key(const msgpack_object *o, uint8_t out[KILN_HASH_BYTES]);
 /* An array of exactly n elements (n == UINT32_MAX: any count). */
-kiln_status_t kiln_job_array(const msgpack_object *o, const char *what, uint32_t n,
+KILN_MUST_USE kiln_status_t kiln_job_array(const msgpack_object *o, const char *what, uint32_t n,
                              const msgpack_object_array **out);
 
 #endif

@@ -16,7 +16,7 @@ typedef struct kiln_compile_job {
 } kiln_compile_job_t;
 
 void kiln_compile_job_encode(msgpack_packer *pk, const kiln_compile_job_t *j);
-kiln_status_t kiln_compile_job_decode(const msgpack_object *job, kiln_compile_job_t *out);
+KILN_MUST_USE kiln_status_t kiln_compile_job_decode(const msgpack_object *job, kiln_compile_job_t *out);
 
 /* The reply: [size, compile_ms], with the encoded artifact in the one fd it carries (a
  * memfd sealed against shrinking, as payloads are), `size` bytes at its start. */
@@ -28,6 +28,6 @@ typedef struct kiln_compile_reply {
 } kiln_compile_reply_t;
 
 void kiln_compile_reply_encode(msgpack_packer *pk, const kiln_compile_reply_t *r);
-kiln_status_t kiln_compile_reply_decode(const msgpack_object *reply, kiln_compile_reply_t *out);
+KILN_MUST_USE kiln_status_t kiln_compile_reply_decode(const msgpack_object *reply, kiln_compile_reply_t *out);
 
 #endif

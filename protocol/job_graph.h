@@ -48,7 +48,7 @@ typedef struct kiln_graph_load_job {
 } kiln_graph_load_job_t;
 
 void kiln_graph_load_job_encode(msgpack_packer *pk, const kiln_graph_load_job_t *j);
-kiln_status_t kiln_graph_load_job_decode(const msgpack_object *job, kiln_graph_load_job_t *out);
+KILN_MUST_USE kiln_status_t kiln_graph_load_job_decode(const msgpack_object *job, kiln_graph_load_job_t *out);
 void kiln_graph_load_job_deinit(kiln_graph_load_job_t *j); /* decoded jobs */
 
 typedef struct kiln_graph_output {
@@ -70,7 +70,7 @@ typedef struct kiln_graph_job {
 } kiln_graph_job_t;
 
 void kiln_graph_job_encode(msgpack_packer *pk, const kiln_graph_job_t *j);
-kiln_status_t kiln_graph_job_decode(kiln_job_kind_t kind, const msgpack_object *job, kiln_graph_job_t *out);
+KILN_MUST_USE kiln_status_t kiln_graph_job_decode(kiln_job_kind_t kind, const msgpack_object *job, kiln_graph_job_t *out);
 void kiln_graph_job_deinit(kiln_graph_job_t *j);
 
 #endif

@@ -19,7 +19,7 @@ typedef struct kiln_module_job {
 } kiln_module_job_t;
 
 void kiln_module_job_encode(msgpack_packer *pk, const kiln_module_job_t *j);
-kiln_status_t kiln_module_job_decode(kiln_job_kind_t kind, const msgpack_object *job,
+KILN_MUST_USE kiln_status_t kiln_module_job_decode(kiln_job_kind_t kind, const msgpack_object *job,
                                      kiln_module_job_t *out);
 
 typedef struct kiln_launch_job_arg {
@@ -44,7 +44,7 @@ typedef struct kiln_launch_job {
 } kiln_launch_job_t;
 
 void kiln_launch_job_encode(msgpack_packer *pk, const kiln_launch_job_t *j);
-kiln_status_t kiln_launch_job_decode(kiln_job_kind_t kind, const msgpack_object *job,
+KILN_MUST_USE kiln_status_t kiln_launch_job_decode(kiln_job_kind_t kind, const msgpack_object *job,
                                      kiln_launch_job_t *out);
 void kiln_launch_job_deinit(kiln_launch_job_t *j);
 
@@ -54,7 +54,7 @@ typedef struct kiln_launch_reply {
 } kiln_launch_reply_t;
 
 void kiln_launch_reply_encode(msgpack_packer *pk, const kiln_launch_reply_t *r);
-kiln_status_t kiln_launch_reply_decode(const msgpack_object *reply, kiln_launch_reply_t *out);
+KILN_MUST_USE kiln_status_t kiln_launch_reply_decode(const msgpack_object *reply, kiln_launch_reply_t *out);
 
 /* The reply to time: [results, min, median, mean, std, cv, number, repeat]. */
 typedef struct kiln_time_reply {
@@ -65,7 +65,7 @@ typedef struct kiln_time_reply {
 } kiln_time_reply_t;
 
 void kiln_time_reply_encode(msgpack_packer *pk, const kiln_time_reply_t *r);
-kiln_status_t kiln_time_reply_decode(const msgpack_object *reply, kiln_time_reply_t *out);
+KILN_MUST_USE kiln_status_t kiln_time_reply_decode(const msgpack_object *reply, kiln_time_reply_t *out);
 void kiln_time_reply_deinit(kiln_time_reply_t *r);
 
 #endif

@@ -23,7 +23,7 @@ uint32_t kiln_tensor_job_nfds(kiln_job_kind_t kind);
 /* Packs the job array (the request's params) of j->kind. */
 void kiln_tensor_job_encode(msgpack_packer *pk, const kiln_tensor_job_t *j);
 /* Decodes the job array of kind `kind` into *out. */
-kiln_status_t kiln_tensor_job_decode(kiln_job_kind_t kind, const msgpack_object *job,
+KILN_MUST_USE kiln_status_t kiln_tensor_job_decode(kiln_job_kind_t kind, const msgpack_object *job,
                                      kiln_tensor_job_t *out);
 
 #endif

@@ -48,7 +48,7 @@ typedef struct kiln_mp_reader {
 /* Decodes p[0..len) into *out: exactly one value, no trailing bytes. Errors: r->err's code
  * with its prefix and "not one MessagePack value nested at most N deep: <why, at which
  * byte>"; E_RESOURCE_EXHAUSTED when alloc fails. */
-kiln_status_t kiln_mp_read(const kiln_mp_reader_t *r, const uint8_t *p, size_t len,
+KILN_MUST_USE kiln_status_t kiln_mp_read(const kiln_mp_reader_t *r, const uint8_t *p, size_t len,
                            msgpack_object *out);
 
 /* A decoded value with memory of its own: a small inline block, then heap blocks.
@@ -62,7 +62,7 @@ typedef struct kiln_mp_doc {
   _Alignas(16) uint8_t inline_block[768];
 } kiln_mp_doc_t;
 
-kiln_status_t kiln_mp_doc_read(kiln_mp_doc_t *doc, const uint8_t *p, size_t len,
+KILN_MUST_USE kiln_status_t kiln_mp_doc_read(kiln_mp_doc_t *doc, const uint8_t *p, size_t len,
                                uint32_t max_depth, bool ext, const kiln_mp_err_t *err);
 void kiln_mp_doc_deinit(kiln_mp_doc_t *doc);
 
@@ -73,14 +73,14 @@ bool kiln_mp_text(const msgpack_object *o, const char **out_ptr, uint32_t *out_l
 /* o is a str (or bin) equal to s. */
 bool kiln_mp_eq(const msgpack_object *o, const char *s);
 /* An unsigned integer of at most `max`. `what` names the value in the error. */
-kiln_status_t kiln_mp_uint(const kiln_mp_err_t *e, const msgpack_object *o, const char *what,
+KILN_MUST_USE kiln_status_t kiln_mp_uint(const kiln_mp_err_t *e, const msgpack_object *o, const char *what,
                            uint64_t max, uint64_t *out);
 /* A str copied into a NUL-terminated buffer of cap bytes: refused when it does not fit or
  * holds a NUL. */
-kiln_status_t kiln_mp_cstr(const kiln_mp_err_t *e, const msgpack_object *o, const char *what,
+KILN_MUST_USE kiln_status_t kiln_mp_cstr(const kiln_mp_err_t *e, const msgpack_object *o, const char *what,
                            char *out, size_t cap);
 /* nil -> *out NULL; a str without NUL -> a heap copy (the caller frees). */
-kiln_status_t kiln_mp_opt_text(const kiln_mp_err_t *e, const msgpack_object *o, const char *what,
+KILN_MUST_USE kiln_status_t kiln_mp_opt_text(const kiln_mp_err_t *e, const msgpack_object *o, const char *what,
                                char **out);
 
 /* --- fields of a map -------------------------------------------------------------------- */
@@ -89,30 +89,30 @@ kiln_status_t kiln_mp_opt_text(const kiln_mp_err_t *e, const msgpack_object *o, 
 const msgpack_object *kiln_mp_find(const msgpack_object *map, const char *name);
 /* Every key of `map` is a str in `allowed` (NULL-terminated), each once. `what` names the
  * map; the error names the first unknown field and lists the allowed ones. NULL map: OK. */
-kiln_status_t kiln_mp_check_keys(const kiln_mp_err_t *e, const msgpack_object *map,
+KILN_MUST_USE kiln_status_t kiln_mp_check_keys(const kiln_mp_err_t *e, const msgpack_object *map,
                                  const char *what, const char *const *allowed);
 
 /* A field absent or nil: E (e->code) naming it when required, else OK with *out unchanged. */
-kiln_status_t kiln_mp_field_text(const kiln_mp_err_t *e, const msgpack_object *map,
+KILN_MUST_USE kiln_status_t kiln_mp_field_text(const kiln_mp_err_t *e, const msgpack_object *map,
                                  const char *name, bool required, const char **out_ptr,
                                  uint32_t *out_len);
 /* The same, accepting the value as bytes: the error asks for "bytes (bin) or a string". */
-kiln_status_t kiln_mp_field_bytes(const kiln_mp_err_t *e, const msgpack_object *map,
+KILN_MUST_USE kiln_status_t kiln_mp_field_bytes(const kiln_mp_err_t *e, const msgpack_object *map,
                                   const char *name, bool required, const uint8_t **out_ptr,
                                   size_t *out_len);
-kiln_status_t kiln_mp_field_u64(const kiln_mp_err_t *e, const msgpack_object *map,
+KILN_MUST_USE kiln_status_t kiln_mp_field_u64(const kiln_mp_err_t *e, const msgpack_object *map,
                                 const char *name, bool required, uint64_t *out);
-kiln_status_t kiln_mp_field_i64(const kiln_mp_err_t *e, const msgpack_object *map,
+KILN_MUST_USE kiln_status_t kiln_mp_field_i64(const kiln_mp_err_t *e, const msgpack_object *map,
                                 const char *name, bool required, int64_t *out);
 /* A float or an integer. */
-kiln_status_t kiln_mp_field_f64(const kiln_mp_err_t *e, const msgpack_object *map,
+KILN_MUST_USE kiln_status_t kiln_mp_field_f64(const kiln_mp_err_t *e, const msgpack_object *map,
                                 const char *name, bool required, double *out);
-kiln_status_t kiln_mp_field_bool(const kiln_mp_err_t *e, const msgpack_object *map,
+KILN_MUST_USE kiln_status_t kiln_mp_field_bool(const kiln_mp_err_t *e, const msgpack_object *map,
                                  const char *name, bool required, bool *out);
-kiln_status_t kiln_mp_field_array(const kiln_mp_err_t *e, const msgpack_object *map,
+KILN_MUST_USE kiln_status_t kiln_mp_field_array(const kiln_mp_err_t *e, const msgpack_object *map,
                                   const char *name, bool required,
                                   const msgpack_object_array **out);
-kiln_status_t kiln_mp_field_map(const kiln_mp_err_t *e, const msgpack_object *map,
+KILN_MUST_USE kiln_status_t kiln_mp_field_map(const kiln_mp_err_t *e, const msgpack_object *map,
                                 const char *name, bool required, const msgpack_object **out);
 
 #endif

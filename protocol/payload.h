@@ -23,7 +23,7 @@ typedef enum kiln_payload_kind {
 } kiln_payload_kind_t;
 
 /* "auto", "llvm", "hsaco", "ptx", "cpu-so", "te" -> kind; E_INVALID_ARGUMENT otherwise. */
-kiln_status_t kiln_payload_kind_parse(const char *name, kiln_payload_kind_t *out_kind);
+KILN_MUST_USE kiln_status_t kiln_payload_kind_parse(const char *name, kiln_payload_kind_t *out_kind);
 const char *kiln_payload_kind_name(kiln_payload_kind_t kind);
 
 /* The kind "auto" means for these bytes: an ELF with e_machine EM_AMDGPU is hsaco, another

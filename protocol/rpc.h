@@ -42,7 +42,7 @@ typedef struct kiln_rpc_msg {
  * the message is none of the three shapes. A notification [2, method, params] always
  * decodes, whatever its method and params (see `odd`). The caller still calls
  * kiln_rpc_msg_deinit(). */
-kiln_status_t kiln_rpc_parse(const uint8_t *bytes, size_t len, kiln_rpc_msg_t *out,
+KILN_MUST_USE kiln_status_t kiln_rpc_parse(const uint8_t *bytes, size_t len, kiln_rpc_msg_t *out,
                              bool *out_has_msgid);
 void kiln_rpc_msg_deinit(kiln_rpc_msg_t *m);
 
@@ -55,34 +55,34 @@ bool kiln_rpc_method_is(const kiln_rpc_msg_t *m, const char *name);
 
 /* Checks that every key of `params` is a str in `allowed` (NULL-terminated). The error
  * names the first unknown field and lists the allowed ones. */
-kiln_status_t kiln_params_check(const msgpack_object *params, const char *method,
+KILN_MUST_USE kiln_status_t kiln_params_check(const msgpack_object *params, const char *method,
                                 const char *const *allowed);
 /* The value of field `name`, or NULL if absent (or params is NULL). */
 const msgpack_object *kiln_params_find(const msgpack_object *params, const char *name);
 
 /* Typed getters: E_INVALID_ARGUMENT naming the field when it is missing (and required) or
  * of the wrong type. When absent and not required they return OK and leave *out as is. */
-kiln_status_t kiln_params_str(const msgpack_object *params, const char *name, bool required,
+KILN_MUST_USE kiln_status_t kiln_params_str(const msgpack_object *params, const char *name, bool required,
                               const char **out_ptr, uint32_t *out_len);
 /* Accepts str or bin. */
-kiln_status_t kiln_params_bytes(const msgpack_object *params, const char *name, bool required,
+KILN_MUST_USE kiln_status_t kiln_params_bytes(const msgpack_object *params, const char *name, bool required,
                                 const uint8_t **out_ptr, size_t *out_len);
-kiln_status_t kiln_params_u64(const msgpack_object *params, const char *name, bool required,
+KILN_MUST_USE kiln_status_t kiln_params_u64(const msgpack_object *params, const char *name, bool required,
                               uint64_t *out);
-kiln_status_t kiln_params_i64(const msgpack_object *params, const char *name, bool required,
+KILN_MUST_USE kiln_status_t kiln_params_i64(const msgpack_object *params, const char *name, bool required,
                               int64_t *out);
 /* Accepts float or integer. */
-kiln_status_t kiln_params_f64(const msgpack_object *params, const char *name, bool required,
+KILN_MUST_USE kiln_status_t kiln_params_f64(const msgpack_object *params, const char *name, bool required,
                               double *out);
-kiln_status_t kiln_params_bool(const msgpack_object *params, const char *name, bool required,
+KILN_MUST_USE kiln_status_t kiln_params_bool(const msgpack_object *params, const char *name, bool required,
                                bool *out);
-kiln_status_t kiln_params_array(const msgpack_object *params, const char *name, bool required,
+KILN_MUST_USE kiln_status_t kiln_params_array(const msgpack_object *params, const char *name, bool required,
                                 const msgpack_object_array **out);
-kiln_status_t kiln_params_map(const msgpack_object *params, const char *name, bool required,
+KILN_MUST_USE kiln_status_t kiln_params_map(const msgpack_object *params, const char *name, bool required,
                               const msgpack_object **out);
 
 /* Copies a str object into a NUL-terminated buffer; E_INVALID_ARGUMENT if it does not fit. */
-kiln_status_t kiln_obj_cstr(const msgpack_object *o, const char *what, char *out, size_t cap);
+KILN_MUST_USE kiln_status_t kiln_obj_cstr(const msgpack_object *o, const char *what, char *out, size_t cap);
 bool kiln_obj_str_eq(const msgpack_object *o, const char *s);
 
 /* --- Encoding --------------------------------------------------------------------------- */
@@ -96,7 +96,7 @@ typedef struct kiln_packer {
 } kiln_packer_t;
 
 void kiln_packer_init(kiln_packer_t *p, kiln_buf_t *buf);
-kiln_status_t kiln_packer_status(const kiln_packer_t *p);
+KILN_MUST_USE kiln_status_t kiln_packer_status(const kiln_packer_t *p);
 
 void kiln_pack_cstr(msgpack_packer *pk, const char *s);
 void kiln_pack_kv_str(msgpack_packer *pk, const char *key, const char *value);
@@ -115,6 +115,6 @@ void kiln_rpc_pack_error(msgpack_packer *pk, uint32_t msgid, kiln_code_t code, c
 void kiln_rpc_pack_notification_head(msgpack_packer *pk, const char *method);
 
 /* Reads an error object [code, message] of a response into a status (NULL if nil). */
-kiln_status_t kiln_rpc_error_to_status(const msgpack_object *error);
+KILN_MUST_USE kiln_status_t kiln_rpc_error_to_status(const msgpack_object *error);
 
 #endif

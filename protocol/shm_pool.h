@@ -56,7 +56,7 @@ uint64_t kiln_shm_pool_class(uint64_t size);
 /* A buffer of at least `size` bytes for tag `owner` (0 when not known yet): a pooled one of
  * the same class that is unowned or already this owner's, else a new one. Its pages are
  * populated when they were used before; a new buffer's pages are made by first touch. */
-kiln_status_t kiln_shm_pool_get(kiln_shm_pool_t *p, uint64_t size, uint32_t owner,
+KILN_MUST_USE kiln_status_t kiln_shm_pool_get(kiln_shm_pool_t *p, uint64_t size, uint32_t owner,
                                 kiln_shm_buf_t **out);
 /* Takes a buffer back: pooled while within the bounds (the least recently returned go
  * first), destroyed otherwise. */

@@ -37,11 +37,11 @@ typedef struct kiln_tensor_desc {
 
 /* Validates dtype and shape (array of non-negative ints) objects and computes nbytes, with
  * overflow checks. */
-kiln_status_t kiln_tensor_desc_parse(const msgpack_object *dtype, const msgpack_object *shape,
+KILN_MUST_USE kiln_status_t kiln_tensor_desc_parse(const msgpack_object *dtype, const msgpack_object *shape,
                                      kiln_tensor_desc_t *out);
 /* Decodes a tensor map; *out_data points into the message (no copy). Checks that the data
  * length equals nbytes and that the map has no other fields. */
-kiln_status_t kiln_tensor_parse(const msgpack_object *map, kiln_tensor_desc_t *out,
+KILN_MUST_USE kiln_status_t kiln_tensor_parse(const msgpack_object *map, kiln_tensor_desc_t *out,
                                 const uint8_t **out_data);
 
 /* Packs {"dtype","shape","data": <bin header of nbytes>}: the caller sends the nbytes of

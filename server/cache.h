@@ -59,7 +59,7 @@ typedef void (*kiln_cache_close_cb)(void *arg);
  * truncated, misnamed or not ours) and indexes the rest, oldest modification time first
  * for disk LRU. Synchronous: call it before the loop serves requests. On success the
  * caller owns *out_cache and ends it with kiln_cache_close. */
-kiln_status_t kiln_cache_open(uv_loop_t *loop, const kiln_cache_config_t *cfg,
+KILN_MUST_USE kiln_status_t kiln_cache_open(uv_loop_t *loop, const kiln_cache_config_t *cfg,
                               kiln_cache_t **out_cache);
 
 /* Asynchronous, like uv_close: stops the cache, lets queued and running disk writes finish
@@ -81,13 +81,13 @@ kiln_cache_entry_t *kiln_cache_get(kiln_cache_t *cache, const uint8_t key[KILN_C
  * failed write (full disk) is logged and counted, leaves no file behind, and the entry
  * stays memory-only. E_RESOURCE_EXHAUSTED when the copy cannot be allocated or the bytes
  * exceed both budgets (then nothing is stored). */
-kiln_status_t kiln_cache_put(kiln_cache_t *cache, const uint8_t key[KILN_CACHE_KEY_BYTES],
+KILN_MUST_USE kiln_status_t kiln_cache_put(kiln_cache_t *cache, const uint8_t key[KILN_CACHE_KEY_BYTES],
                              const uint8_t *bytes, size_t len);
 
 /* As kiln_cache_put, with an entry the caller made (kiln_cache_entry_new) and filled: the
  * cache keeps a reference to it, no copy (when the key is present already the cache keeps
  * what it has). The caller keeps its own reference. */
-kiln_status_t kiln_cache_put_entry(kiln_cache_t *cache, kiln_cache_entry_t *entry);
+KILN_MUST_USE kiln_status_t kiln_cache_put_entry(kiln_cache_t *cache, kiln_cache_entry_t *entry);
 
 /* Drops the key from memory and disk (a caller that found the bytes unusable). A write in
  * flight for it is deleted when it lands. Absent keys are fine. */

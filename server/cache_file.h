@@ -62,7 +62,7 @@ typedef struct kiln_cache_root {
  * kilnd holds it), then reads DIR/secret, or creates it (32 random bytes, mode 0600) at the
  * first start. A symbolic link in place of the secret, the lock or objects/ is refused. The
  * path DIR itself is resolved as given (an operator may point it through a link). */
-kiln_status_t kiln_cache_root_open(const char *dir, kiln_cache_root_t *out_root);
+KILN_MUST_USE kiln_status_t kiln_cache_root_open(const char *dir, kiln_cache_root_t *out_root);
 void kiln_cache_root_close(kiln_cache_root_t *root);
 
 /* DIR/objects/XX/<hex><suffix>; suffix "" for the final name, ".tmp" for the temp file. For
@@ -73,13 +73,13 @@ void kiln_cache_file_path(char out[KILN_CACHE_PATH_MAX], const char *dir,
 /* Writes e durably under its final name: temp file, fsync, rename, fsync of the directory.
  * On failure the temp file is unlinked and the final name is untouched. fault_errno: see
  * kiln_cache_config_t.test_write_errno. Any thread. */
-kiln_status_t kiln_cache_file_write(const kiln_cache_root_t *root, const kiln_cache_entry_t *e, int fault_errno);
+KILN_MUST_USE kiln_status_t kiln_cache_file_write(const kiln_cache_root_t *root, const kiln_cache_entry_t *e, int fault_errno);
 
 /* Reads and verifies the entry of key (header, length, key, MAC). On success *out_entry is a
  * new entry (one reference) and the file's modification time is set to now, which carries
  * LRU recency across restarts. On failure *out_corrupt says whether the file is bad (the
  * caller deletes it) rather than unreadable; E_NOT_FOUND when the file is gone. */
-kiln_status_t kiln_cache_file_read(const kiln_cache_root_t *root, const uint8_t key[KILN_CACHE_KEY_BYTES],
+KILN_MUST_USE kiln_status_t kiln_cache_file_read(const kiln_cache_root_t *root, const uint8_t key[KILN_CACHE_KEY_BYTES],
                                    kiln_cache_entry_t **out_entry, bool *out_corrupt);
 
 /* Unlinks the entry of key (the name only, never through a link): 0 or an errno. */
@@ -96,10 +96,10 @@ typedef void (*kiln_cache_scan_cb)(const uint8_t key[KILN_CACHE_KEY_BYTES], uint
  * size) and calls cb for each good one. Bad entries are deleted and counted in
  * *out_corrupt; leftovers in *out_leftovers. A subdirectory that another user owns or
  * others can write is refused. The MAC is checked on read, not here. */
-kiln_status_t kiln_cache_file_scan(const kiln_cache_root_t *root, kiln_cache_scan_cb cb, void *arg,
+KILN_MUST_USE kiln_status_t kiln_cache_file_scan(const kiln_cache_root_t *root, kiln_cache_scan_cb cb, void *arg,
                                    uint64_t *out_corrupt, uint64_t *out_leftovers);
 
 /* mkdir -p with mode 0700 for the parts it creates. */
-kiln_status_t kiln_cache_mkdirs(const char *path);
+KILN_MUST_USE kiln_status_t kiln_cache_mkdirs(const char *path);
 
 #endif

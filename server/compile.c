@@ -205,12 +205,15 @@ static void batch_send(batch_t *b) {
   kiln_packer_init(&pk, &out);
   kiln_rpc_pack_result_head(&pk.pk, b->req->msgid);
   msgpack_pack_array(&pk.pk, b->n);
+  kiln_status_t app = KILN_OK;
   for (uint32_t i = 0; i < b->n; i++) {
-    kiln_buf_append(&out, b->items[i].data, b->items[i].len);
+    if (!app) app = kiln_buf_append(&out, b->items[i].data, b->items[i].len);
     kiln_buf_deinit(&b->items[i]);
   }
   free(b->items);
   kiln_status_t st = kiln_packer_status(&pk);
+  if (!st) st = app;
+  else kiln_status_free(app);
   if (st) {
     kiln_buf_deinit(&out);
     kiln_req_fail(b->req, st);
@@ -231,7 +234,12 @@ static void waiter_finish(kiln_compile_state_t *cs, waiter_t *w, const kiln_modu
                           bool cached, double ms, kiln_status_t st) {
   if (w->tenant) {
     w->tenant->compiles--;
-    if (!st && m) kiln_map_put(&w->tenant->modules, key64(m->key), (void *)1);
+    kiln_status_t put = !st && m ? kiln_map_put(&w->tenant->modules, key64(m->key), (void *)1)
+                                 : KILN_OK;
+    if (put) { /* out of memory: the tenant builds it again before it may launch it */
+      KILN_LOG_WARN("tenant_module_lost", "message=\"%s\"", kiln_status_message(put));
+      kiln_status_free(put);
+    }
   }
   if (w->done) {
     w->done(w->done_ctx, st ? NULL : m, cached, ms, st);

@@ -8,7 +8,7 @@
 #include "server/cache.h"
 #include "server/server.h"
 
-kiln_status_t kiln_compile_init(kiln_server_t *s);
+KILN_MUST_USE kiln_status_t kiln_compile_init(kiln_server_t *s);
 void kiln_compile_shutdown(kiln_server_t *s);
 
 void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk); /* "compile", "cache" */
@@ -36,14 +36,14 @@ uint32_t kiln_compile_stats_fields(void);
  * here means `done` is never called. */
 typedef void (*kiln_compile_done_fn)(void *ctx, const struct kiln_module *m, bool cached, double ms,
                                      kiln_status_t st);
-kiln_status_t kiln_compile_submit(kiln_server_t *s, kiln_tenant_t *t, const msgpack_object *item,
+KILN_MUST_USE kiln_status_t kiln_compile_submit(kiln_server_t *s, kiln_tenant_t *t, const msgpack_object *item,
                                   const char *what, kiln_compile_done_fn done, void *ctx);
 /* The compiler identity module keys hash (docs/cache.md). */
 const char *kiln_compile_identity(kiln_server_t *s);
 
-kiln_status_t kiln_method_compile(kiln_call_t *call);
-kiln_status_t kiln_method_compile_batch(kiln_call_t *call);
-kiln_status_t kiln_method_source(kiln_call_t *call);
-kiln_status_t kiln_method_cancel(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_compile(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_compile_batch(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_source(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_cancel(kiln_call_t *call);
 
 #endif

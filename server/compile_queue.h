@@ -31,7 +31,7 @@ typedef struct kiln_cqueue {
 void kiln_cq_init(kiln_cqueue_t *q);
 /* Appends `it` (its prio and owner set) to its tenant's FIFO; a tenant that had none queued
  * joins its ring last in the current round. E_RESOURCE_EXHAUSTED when out of memory. */
-kiln_status_t kiln_cq_push(kiln_cqueue_t *q, kiln_cq_item_t *it);
+KILN_MUST_USE kiln_status_t kiln_cq_push(kiln_cqueue_t *q, kiln_cq_item_t *it);
 /* The next item, taken out of the queue; NULL when none waits. */
 kiln_cq_item_t *kiln_cq_pop(kiln_cqueue_t *q);
 /* Moves a queued batch item to the interactive queue (an interactive request joined it). */

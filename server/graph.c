@@ -937,7 +937,7 @@ static void on_run_reply(void *ctx, kiln_status_t st, const msgpack_object *resu
       for (uint32_t i = 0; i < op->npicked; i++) {
         const gout_t *o = &g->outputs[op->picked[i]];
         kiln_tensor_pack_head(&pk.pk, &o->desc);
-        kiln_buf_append(&b, op->map + at, o->desc.nbytes);
+        if (!st) st = kiln_buf_append(&b, op->map + at, o->desc.nbytes);
         at = (at + o->desc.nbytes + 255) & ~255ull;
       }
       kiln_pack_kv_f64(&pk.pk, "elapsed", elapsed);

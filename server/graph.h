@@ -90,10 +90,10 @@ typedef struct kiln_gplan {
 /* Checks the decoded payload map against docs/graph.md §1 (everything that needs no program
  * compiled): E_INVALID_ARGUMENT or E_RESOURCE_EXHAUSTED naming the key, node or name. The plan
  * borrows `g`. Deinit it either way. */
-kiln_status_t kiln_gplan_decode(const msgpack_object *g, kiln_gplan_t *p);
+KILN_MUST_USE kiln_status_t kiln_gplan_decode(const msgpack_object *g, kiln_gplan_t *p);
 /* §4: offsets of the inputs and constants in their blocks, and of the values in the arena
  * (liveness-based reuse, 256-byte alignment, outputs kept). */
-kiln_status_t kiln_gplan_memory(kiln_gplan_t *p);
+KILN_MUST_USE kiln_status_t kiln_gplan_memory(kiln_gplan_t *p);
 kiln_gregion_t kiln_gname_region(const kiln_gplan_t *p, uint32_t name);
 void kiln_gplan_deinit(kiln_gplan_t *p);
 

@@ -17,7 +17,7 @@
 
 /* Starts the HTTP endpoint (metrics_http.c) on `spec` ("tcp:HOST:PORT", port 0 picks one) and writes its
  * URL ("http://127.0.0.1:40123/metrics") to out_url. */
-kiln_status_t kiln_metrics_start(kiln_server_t *s, const char *spec, char *out_url, size_t cap);
+KILN_MUST_USE kiln_status_t kiln_metrics_start(kiln_server_t *s, const char *spec, char *out_url, size_t cap);
 /* Stops the endpoint (at the end of a drain); open scrapes are cut. */
 void kiln_metrics_stop(kiln_server_t *s);
 

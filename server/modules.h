@@ -26,7 +26,7 @@ typedef struct kiln_module {
 /* The module of entry `e`, whose reference the caller hands over: the table is decoded the
  * first time and kept with the entry. On failure (bytes that do not decode) the caller
  * keeps its reference. */
-kiln_status_t kiln_module_of(kiln_cache_entry_t *e, kiln_module_t **out);
+KILN_MUST_USE kiln_status_t kiln_module_of(kiln_cache_entry_t *e, kiln_module_t **out);
 
 /* The module with this key, from the cache (memory, then disk); NULL when it is unknown, or
  * its bytes do not decode (they are dropped from the cache). A new reference. */
@@ -35,7 +35,7 @@ kiln_module_t *kiln_module_get(kiln_cache_t *cache, const uint8_t key[KILN_HASH_
 /* The module with id `hex` (a compile's `module`) for `tenant`: E_INVALID_ARGUMENT for a
  * malformed id, E_NOT_FOUND when unknown or, for a tenant (when not NULL), when it never
  * compiled it. A new reference. */
-kiln_status_t kiln_module_find(kiln_server_t *s, const kiln_tenant_t *tenant, const char *hex,
+KILN_MUST_USE kiln_status_t kiln_module_find(kiln_server_t *s, const kiln_tenant_t *tenant, const char *hex,
                                uint32_t len, kiln_module_t **out);
 
 kiln_module_t *kiln_module_retain(kiln_module_t *m);

@@ -28,7 +28,7 @@ typedef struct kiln_build_params {
 } kiln_build_params_t;
 
 /* Checks fields, payload size, format and options; `what` names the map in errors. */
-kiln_status_t kiln_build_params_parse(const msgpack_object *p, const char *what,
+KILN_MUST_USE kiln_status_t kiln_build_params_parse(const msgpack_object *p, const char *what,
                                       kiln_build_params_t *out);
 
 /* `launch` and `time` params before the module and device are looked up. Strings borrow
@@ -46,7 +46,7 @@ typedef struct kiln_launch_params {
   bool flush;
 } kiln_launch_params_t;
 
-kiln_status_t kiln_launch_params_parse(const msgpack_object *p, bool timed,
+KILN_MUST_USE kiln_status_t kiln_launch_params_parse(const msgpack_object *p, bool timed,
                                        kiln_launch_params_t *out);
 
 #endif

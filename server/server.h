@@ -100,11 +100,11 @@ typedef struct kiln_listener {
   char unix_path[256];
 } kiln_listener_t;
 
-kiln_status_t kiln_listeners_start(kiln_server_t *s);
+KILN_MUST_USE kiln_status_t kiln_listeners_start(kiln_server_t *s);
 /* Parses "HOST:PORT" (HOST an IPv4 address, [v6] or localhost) and says whether it is a
  * loopback address (--listen, --metrics). */
 struct sockaddr_storage;
-kiln_status_t kiln_tcp_address(const char *spec, struct sockaddr_storage *out, bool *out_loopback);
+KILN_MUST_USE kiln_status_t kiln_tcp_address(const char *spec, struct sockaddr_storage *out, bool *out_loopback);
 void kiln_listeners_close(kiln_server_t *s);
 
 /* --- connections (conn.c) ----------------------------------------------------------------- */
@@ -167,7 +167,7 @@ bool kiln_conn_consume(kiln_conn_t *c);
 /* --- TLS connections (conn_tls.c; the session is server/tls.h) ----------------------------- */
 
 struct kiln_tls_ctx;
-kiln_status_t kiln_conn_tls_start(kiln_conn_t *c, struct kiln_tls_ctx *ctx);
+KILN_MUST_USE kiln_status_t kiln_conn_tls_start(kiln_conn_t *c, struct kiln_tls_ctx *ctx);
 void kiln_conn_tls_free(kiln_conn_t *c);
 void kiln_conn_tls_alloc(kiln_conn_t *c, uv_buf_t *buf);
 /* Ciphertext received: decrypts it into the reader and dispatches what is whole. */
@@ -193,13 +193,13 @@ typedef struct kiln_peer {
   uint64_t budget_at_ns; /* when hello_budget was brought up to date */
 } kiln_peer_t;
 
-kiln_status_t kiln_peers_init(kiln_server_t *s);
+KILN_MUST_USE kiln_status_t kiln_peers_init(kiln_server_t *s);
 /* Names the peer of an accepted connection (c->peer) and computes its key. */
 void kiln_peer_identify(kiln_conn_t *c, bool tcp);
 /* A new connection on a tokens server becomes anonymous: E_RESOURCE_EXHAUSTED when its peer
  * holds max_anonymous_per_peer already; when max_anonymous are open, the oldest is closed
  * to make room. */
-kiln_status_t kiln_peer_admit(kiln_server_t *s, kiln_conn_t *c);
+KILN_MUST_USE kiln_status_t kiln_peer_admit(kiln_server_t *s, kiln_conn_t *c);
 /* The connection authenticated or closed (idempotent). */
 void kiln_peer_leave_anonymous(kiln_server_t *s, kiln_conn_t *c);
 /* Closes the oldest anonymous connection but `except`; false when there is none. */
@@ -254,30 +254,30 @@ typedef struct kiln_call {
 
 typedef kiln_status_t (*kiln_handler_fn)(kiln_call_t *call);
 
-kiln_status_t kiln_method_hello(kiln_call_t *call);
-kiln_status_t kiln_method_ping(kiln_call_t *call);
-kiln_status_t kiln_method_devices(kiln_call_t *call);
-kiln_status_t kiln_method_stats(kiln_call_t *call);
-kiln_status_t kiln_method_alloc(kiln_call_t *call);
-kiln_status_t kiln_method_upload(kiln_call_t *call);
-kiln_status_t kiln_method_write(kiln_call_t *call);
-kiln_status_t kiln_method_read(kiln_call_t *call);
-kiln_status_t kiln_method_download(kiln_call_t *call);
-kiln_status_t kiln_method_free(kiln_call_t *call);
-kiln_status_t kiln_method_launch(kiln_call_t *call); /* launch.c */
-kiln_status_t kiln_method_time(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_hello(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_ping(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_devices(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_stats(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_alloc(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_upload(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_write(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_read(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_download(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_free(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_launch(kiln_call_t *call); /* launch.c */
+KILN_MUST_USE kiln_status_t kiln_method_time(kiln_call_t *call);
 /* For graph.c (launch.c): sends module m to the slot's worker unless this worker process
  * has it (jobs queued after this see it loaded); packs a worker's time reply as the client's
  * `time` result map. */
 struct kiln_dslot;
 struct kiln_module;
-kiln_status_t kiln_slot_ensure_loaded(struct kiln_dslot *d, const struct kiln_module *m);
-kiln_status_t kiln_pack_time_result(msgpack_packer *pk, const msgpack_object *result);
+KILN_MUST_USE kiln_status_t kiln_slot_ensure_loaded(struct kiln_dslot *d, const struct kiln_module *m);
+KILN_MUST_USE kiln_status_t kiln_pack_time_result(msgpack_packer *pk, const msgpack_object *result);
 /* Graphs (graph.c, docs/graph.md). */
-kiln_status_t kiln_method_graph_create(kiln_call_t *call);
-kiln_status_t kiln_method_graph_run(kiln_call_t *call);
-kiln_status_t kiln_method_graph_time(kiln_call_t *call);
-kiln_status_t kiln_method_graph_free(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_graph_create(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_graph_run(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_graph_time(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_graph_free(kiln_call_t *call);
 /* Live graphs and their device bytes (of tenant t, or all when NULL), runs answered. */
 void kiln_graphs_counts(kiln_server_t *s, const kiln_tenant_t *t, uint64_t *out_live, uint64_t *out_bytes,
                         uint64_t *out_runs_ok, uint64_t *out_runs_failed);
@@ -334,14 +334,14 @@ typedef struct kiln_dslot {
 /* Once a second: ends device workers silent past their launches' deadlines. */
 void kiln_devices_watchdog(kiln_server_t *s);
 /* The slot of (device, tenant), created (and its worker set up) on first use. */
-kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+KILN_MUST_USE kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                kiln_dslot_t **out);
 /* A connection closed (conn.c): its leases end, its held launches and pending lease requests
  * are dropped, and the worker is told to skip or stop its launches and timings. */
 void kiln_devices_conn_closed(kiln_server_t *s, kiln_conn_t *c);
 /* Leases (lease.c). */
-kiln_status_t kiln_method_lease(kiln_call_t *call);
-kiln_status_t kiln_method_release(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_lease(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_release(kiln_call_t *call);
 /* Tenant t uses or waits for the device: a leaseholder that leases again soon after will
  * wait its turn (lease.c). */
 void kiln_lease_note_use(kiln_device_entry_t *d, const kiln_tenant_t *t);
@@ -353,27 +353,27 @@ void kiln_lease_note_use(kiln_device_entry_t *d, const kiln_tenant_t *t);
  * (0: no limit) and go(ctx, E_CANCELLED) when its connection closes; `go` then calls
  * kiln_device_run_done like a launch that ran. */
 typedef void (*kiln_held_fn)(void *ctx, kiln_status_t st);
-kiln_status_t kiln_device_gate(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+KILN_MUST_USE kiln_status_t kiln_device_gate(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                kiln_conn_t *c, bool wait, uint64_t wait_ms, kiln_held_fn go,
                                void *ctx, bool *out_now);
 void kiln_device_run_done(kiln_server_t *s, kiln_device_entry_t *d);
 /* A tensor operation of a tenant whose launches are held on the device waits behind them
  * (*out_queued; `go` as for the gate, without kiln_device_run_done), so that a tenant's
  * requests on one device stay in order; with nothing of the tenant held it is not queued. */
-kiln_status_t kiln_device_follow(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+KILN_MUST_USE kiln_status_t kiln_device_follow(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                  kiln_conn_t *c, kiln_held_fn go, void *ctx, bool *out_queued);
 /* A read or download of `bytes` waits (*out_queued) while its tenant's transfer buffers hold
  * KILN_TRANSFER_BUDGET (one transfer of any size may go when none is out), and behind what
  * else of the tenant is held; `go` as for follow. Not queued: the caller charges the bytes
  * now. kiln_tenant_transfer_done gives them back. */
 #define KILN_TRANSFER_BUDGET (512ull << 20)
-kiln_status_t kiln_device_transfer(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+KILN_MUST_USE kiln_status_t kiln_device_transfer(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                    kiln_conn_t *c, uint64_t bytes, kiln_held_fn go, void *ctx,
                                    bool *out_queued);
 void kiln_tenant_transfer_done(kiln_server_t *s, kiln_tenant_t *t, uint64_t bytes);
 /* A lease request, granted by `go(ctx, OK)` once nothing else runs and not before
  * not_before_ns (0: at once); go(ctx, error) when dropped. */
-kiln_status_t kiln_device_hold_lease(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+KILN_MUST_USE kiln_status_t kiln_device_hold_lease(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                      kiln_conn_t *c, uint64_t not_before_ns, kiln_held_fn go,
                                      void *ctx);
 /* Whether a lease asked for now would have to wait (something runs or holds the device). */
@@ -396,7 +396,7 @@ void kiln_tenants_revoke(kiln_server_t *s);
 /* Memory (memory.c): a tensor's bytes are charged to its tenant's `memory` quota and to
  * the device's capacity before a worker allocates them, and given back when it is freed or
  * lost. E_RESOURCE_EXHAUSTED naming the quota or the capacity. */
-kiln_status_t kiln_memory_reserve(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
+KILN_MUST_USE kiln_status_t kiln_memory_reserve(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                   uint64_t bytes);
 void kiln_memory_release(kiln_device_entry_t *d, kiln_tenant_t *t, uint64_t bytes);
 /* The most tensor bytes the tenant's worker on this device can ever be asked to hold: its
@@ -407,7 +407,7 @@ uint64_t kiln_device_memory_bound(const kiln_device_entry_t *d, const kiln_tenan
 uint64_t kiln_memory_host_default(uint64_t *out_usable);
 
 /* E_PERMISSION unless the tenant may use the device. */
-kiln_status_t kiln_device_permit(const kiln_device_entry_t *d, const kiln_tenant_t *t);
+KILN_MUST_USE kiln_status_t kiln_device_permit(const kiln_device_entry_t *d, const kiln_tenant_t *t);
 
 typedef struct kiln_absent_backend {
   char kind[8];
@@ -415,7 +415,7 @@ typedef struct kiln_absent_backend {
 } kiln_absent_backend_t;
 
 /* Runs the device worker binary in probe mode and fills the device table. */
-kiln_status_t kiln_devices_probe(kiln_server_t *s);
+KILN_MUST_USE kiln_status_t kiln_devices_probe(kiln_server_t *s);
 /* Finds a served device by id ("cpu:0"); NULL if none. `id` may be NULL for the default. */
 kiln_device_entry_t *kiln_device_find(kiln_server_t *s, const char *id, uint32_t len);
 
@@ -428,33 +428,33 @@ typedef enum kiln_worker_kind { KILN_WORKER_DEVICE = 1, KILN_WORKER_COMPILER = 2
 
 /* Checks --worker-uids against how kilnd runs and the tenants, and settles which uids
  * workers get (docs/operations.md "Security model"); called once at start. */
-kiln_status_t kiln_workers_identity_init(kiln_server_t *s);
+KILN_MUST_USE kiln_status_t kiln_workers_identity_init(kiln_server_t *s);
 /* Creates the supervisor of one worker process (spawned lazily on first call). */
-kiln_status_t kiln_worker_create(kiln_server_t *s, kiln_worker_kind_t kind, const char *device_id,
+KILN_MUST_USE kiln_status_t kiln_worker_create(kiln_server_t *s, kiln_worker_kind_t kind, const char *device_id,
                                  const char *const *argv_tail, kiln_worker_t **out);
 void kiln_worker_destroy(kiln_worker_t *w); /* kills the process */
 /* The tenant whose device worker this is: it runs under the tenant's uid (kilnd as root) and
  * with an address space sized from the tenant's memory quota. Set before the first call. */
 void kiln_worker_set_tenant(kiln_worker_t *w, const kiln_tenant_t *t);
 /* Starts the process now instead of at the first call (compile workers start warm). */
-kiln_status_t kiln_worker_start(kiln_worker_t *w);
+KILN_MUST_USE kiln_status_t kiln_worker_start(kiln_worker_t *w);
 /* Kills the process now; the calls it held fail with `code` and `reason` instead of the
  * crash error (used for time limits). */
 void kiln_worker_kill(kiln_worker_t *w, kiln_code_t code, const char *reason);
 /* Sends a request to the worker. `pack_params` is the already-packed params array (e.g.
  * [ {…} ]); fds are passed with it and closed by this call. The callback runs exactly once:
  * with the reply, or with E_DEVICE_FAULT/E_COMPILER_CRASHED when the worker dies. */
-kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+KILN_MUST_USE kiln_status_t kiln_worker_call(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
                                const int *fds, int nfds, kiln_worker_cb cb, void *ctx);
 /* kiln_worker_call with a time budget: when the worker has answered nothing for the largest
  * budget among its calls plus a grace period, kiln_worker_watchdog ends it with E_TIMEOUT.
  * A call with budget 0 (unbounded) in flight turns the watchdog off until it is answered. */
-kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+KILN_MUST_USE kiln_status_t kiln_worker_call_budget(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
                                       const int *fds, int nfds, uint64_t budget_ms, kiln_worker_cb cb,
                                       void *ctx);
 /* kiln_worker_call for a job whose successful reply carries reply_nfds fds (the compile
  * worker's artifact in a memfd: docs/worker_jobs.md). */
-kiln_status_t kiln_worker_call_fds(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
+KILN_MUST_USE kiln_status_t kiln_worker_call_fds(kiln_worker_t *w, const char *method, const kiln_buf_t *params,
                                    const int *fds, int nfds, uint32_t reply_nfds,
                                    kiln_worker_fd_cb cb, void *ctx);
 #define KILN_WORKER_WATCHDOG_GRACE_MS 5000
@@ -462,9 +462,9 @@ void kiln_worker_watchdog(kiln_worker_t *w, uint64_t now_ns);
 /* Called when a worker restarts: the server drops what lived in it. */
 /* Runs `path flag` (the workers' --probe and --identity), its stdout into out (at most max
  * bytes); E_UNAVAILABLE when it cannot start or does not exit 0. Blocking: startup only. */
-kiln_status_t kiln_worker_run_print(const char *path, const char *flag, uint64_t max,
+KILN_MUST_USE kiln_status_t kiln_worker_run_print(const char *path, const char *flag, uint64_t max,
                                     kiln_buf_t *out);
-kiln_status_t kiln_worker_find_binary(const kiln_server_t *s, const char *name, char *out,
+KILN_MUST_USE kiln_status_t kiln_worker_find_binary(const kiln_server_t *s, const char *name, char *out,
                                       size_t cap);
 uint32_t kiln_worker_generation(const kiln_worker_t *w);
 int kiln_worker_pid(const kiln_worker_t *w);
@@ -488,7 +488,7 @@ typedef struct kiln_tensor {
 
 /* The tensor `id` of the calling tenant; E_NOT_FOUND if absent, another tenant's, or lost
  * with a device worker that died. */
-kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t **out);
+KILN_MUST_USE kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t **out);
 /* The allocator a connection's reader receives large messages with: buffers from the
  * server's shared-memory pool, which upload and write hand to the worker without a copy. */
 void kiln_tensor_reader_alloc(kiln_conn_t *c, kiln_reader_alloc_t *out);

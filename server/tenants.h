@@ -52,12 +52,12 @@ typedef struct kiln_tokens_file {
 
 /* A size as the tokens file writes it: bytes, or a number with K M G T (powers of 1024, also
  * KiB ... TiB); "unlimited" is UINT64_MAX. */
-kiln_status_t kiln_size_parse(const char *v, uint64_t *out);
+KILN_MUST_USE kiln_status_t kiln_size_parse(const char *v, uint64_t *out);
 
 /* Parses the text of a tokens file. Errors name the line and what is wrong; they never
  * quote a token. */
-kiln_status_t kiln_tokens_parse(const char *text, size_t len, kiln_tokens_file_t *out);
-kiln_status_t kiln_tokens_load(const char *path, kiln_tokens_file_t *out);
+KILN_MUST_USE kiln_status_t kiln_tokens_parse(const char *text, size_t len, kiln_tokens_file_t *out);
+KILN_MUST_USE kiln_status_t kiln_tokens_load(const char *path, kiln_tokens_file_t *out);
 void kiln_tokens_free(kiln_tokens_file_t *f);
 
 /* A tenant as the server keeps it. Never freed while the daemon runs (handles refer to
@@ -87,9 +87,9 @@ typedef struct kiln_tenants {
   char path[512];
 } kiln_tenants_t;
 
-kiln_status_t kiln_tenants_init(kiln_tenants_t *t, const char *tokens_path);
+KILN_MUST_USE kiln_status_t kiln_tenants_init(kiln_tenants_t *t, const char *tokens_path);
 /* Re-reads the tokens file; on error the old table stays in force. */
-kiln_status_t kiln_tenants_reload(kiln_tenants_t *t);
+KILN_MUST_USE kiln_status_t kiln_tenants_reload(kiln_tenants_t *t);
 /* The tenant whose token this is, comparing every token in constant time; NULL if none.
  * The token's hash goes to out_hash (when not NULL) for kiln_tenant_has_token. */
 kiln_tenant_t *kiln_tenants_authenticate(const kiln_tenants_t *t, const char *token, size_t len,
@@ -101,7 +101,7 @@ kiln_tenant_t *kiln_tenants_default(kiln_tenants_t *t); /* NULL when auth is req
 bool kiln_tenant_may_use(const kiln_tenant_t *t, const char *device_id, const char *kind);
 
 /* E_RESOURCE_EXHAUSTED naming the quota when used + more > limit. */
-kiln_status_t kiln_quota_check(const kiln_tenant_t *t, const char *what, uint64_t used,
+KILN_MUST_USE kiln_status_t kiln_quota_check(const kiln_tenant_t *t, const char *what, uint64_t used,
                                uint64_t more, uint64_t limit);
 
 #endif

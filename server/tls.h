@@ -25,21 +25,21 @@ typedef struct kiln_tls kiln_tls_t;
 /* Loads the certificate chain and key (PEM), and with client_ca (PEM, may be NULL) requires
  * every client to present a certificate that chains to it. Errors name the file and what
  * OpenSSL said. The caller owns *out (kiln_tls_ctx_destroy). */
-kiln_status_t kiln_tls_ctx_create(const char *cert, const char *key, const char *client_ca,
+KILN_MUST_USE kiln_status_t kiln_tls_ctx_create(const char *cert, const char *key, const char *client_ca,
                                   kiln_tls_ctx_t **out);
 /* Loads the same files again; on error the context stays as it was. */
-kiln_status_t kiln_tls_ctx_reload(kiln_tls_ctx_t *ctx);
+KILN_MUST_USE kiln_status_t kiln_tls_ctx_reload(kiln_tls_ctx_t *ctx);
 void kiln_tls_ctx_destroy(kiln_tls_ctx_t *ctx);
 
 /* A server-side session for one accepted connection. */
-kiln_status_t kiln_tls_create(kiln_tls_ctx_t *ctx, kiln_tls_t **out);
+KILN_MUST_USE kiln_status_t kiln_tls_create(kiln_tls_ctx_t *ctx, kiln_tls_t **out);
 void kiln_tls_destroy(kiln_tls_t *t);
 
 /* Ciphertext received from the peer, borrowed until kiln_tls_feed_end: kiln_tls_read
  * decrypts from it in place of a copy. */
 void kiln_tls_feed(kiln_tls_t *t, const void *p, size_t n);
 /* Keeps what the reads left of the feed (part of a record) for the next one. */
-kiln_status_t kiln_tls_feed_end(kiln_tls_t *t);
+KILN_MUST_USE kiln_status_t kiln_tls_feed_end(kiln_tls_t *t);
 
 typedef enum kiln_tls_result {
   KILN_TLS_DATA = 0,   /* *out_n > 0 plaintext bytes were read */
@@ -51,7 +51,7 @@ typedef enum kiln_tls_result {
 /* Decrypts into dst (up to cap bytes); drives the handshake while it is not done. */
 kiln_tls_result_t kiln_tls_read(kiln_tls_t *t, void *dst, size_t cap, size_t *out_n);
 /* Encrypts plaintext (all of it; the ciphertext waits for kiln_tls_take). */
-kiln_status_t kiln_tls_write(kiln_tls_t *t, const void *p, size_t n);
+KILN_MUST_USE kiln_status_t kiln_tls_write(kiln_tls_t *t, const void *p, size_t n);
 /* Queues close_notify. */
 void kiln_tls_shutdown(kiln_tls_t *t);
 /* Ciphertext waiting to be sent, in bytes. */

@@ -836,14 +836,22 @@ static kiln_status_t call(kiln_worker_t *w, const char *method, const kiln_buf_t
   kiln_packer_t pk;
   kiln_packer_init(&pk, &b);
   kiln_rpc_pack_request_head(&pk.pk, msgid, method);
-  kiln_buf_append(&b, params->data, params->len);
+  st = kiln_packer_status(&pk);
+  if (!st) st = kiln_buf_append(&b, params->data, params->len);
+  if (!st) st = kiln_map_put(&inc->pending, (uint64_t)msgid + 1, p);
+  if (st) {
+    kiln_buf_deinit(&b);
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    free(m);
+    free(p);
+    return st;
+  }
   m->bytes = kiln_buf_release(&b, &m->len);
   m->nfds = nfds;
   if (nfds) memcpy(m->fds, fds, sizeof(int) * (size_t)nfds);
   *p = how;
   p->budget_ms = budget_ms;
-  if (inc->pending.count == 0) inc->last_progress_ns = kiln_now_ns();
-  kiln_map_put(&inc->pending, (uint64_t)msgid + 1, p);
+  if (inc->pending.count == 1) inc->last_progress_ns = kiln_now_ns(); /* p is the only one */
   if (inc->tail) inc->tail->next = m;
   else inc->head = m;
   inc->tail = m;

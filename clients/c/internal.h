@@ -73,10 +73,10 @@ struct kiln_client {
 static inline uint64_t kiln_call_key(uint32_t msgid) { return (uint64_t)msgid + 1; }
 
 /* url.c: connects, and for tls: URLs shakes hands (c->ssl, c->ssl_ctx). */
-kiln_status_t kiln_url_connect(kiln_client_t *c, const char *url,
+KILN_MUST_USE kiln_status_t kiln_url_connect(kiln_client_t *c, const char *url,
                                const kiln_client_options_t *opts);
 /* tls.c */
-kiln_status_t kiln_tls_connect(kiln_client_t *c, const char *url, const char *host,
+KILN_MUST_USE kiln_status_t kiln_tls_connect(kiln_client_t *c, const char *url, const char *host,
                                const kiln_client_options_t *opts);
 void kiln_tls_close(kiln_client_t *c);
 /* Encrypts up to n bytes into the client's ciphertext buffer (call when it is empty): the
@@ -93,14 +93,14 @@ ssize_t kiln_tls_recv(kiln_client_t *c, void *p, size_t cap, kiln_status_t *out_
 bool kiln_tls_has_pending(const kiln_client_t *c);
 
 /* io.c: moving bytes. deadline_ns 0 means none. */
-kiln_status_t kiln_io_write_some(kiln_client_t *c);
-kiln_status_t kiln_io_flush(kiln_client_t *c, uint64_t deadline_ns);
+KILN_MUST_USE kiln_status_t kiln_io_write_some(kiln_client_t *c);
+KILN_MUST_USE kiln_status_t kiln_io_flush(kiln_client_t *c, uint64_t deadline_ns);
 /* Waits until at least one reply has been received (or the connection broke: then it
  * returns that error). */
-kiln_status_t kiln_io_receive(kiln_client_t *c, uint64_t deadline_ns);
+KILN_MUST_USE kiln_status_t kiln_io_receive(kiln_client_t *c, uint64_t deadline_ns);
 uint64_t kiln_io_deadline(const kiln_client_t *c);
 /* A copy of c->broken for the caller to own. */
-kiln_status_t kiln_io_broken(const kiln_client_t *c);
+KILN_MUST_USE kiln_status_t kiln_io_broken(const kiln_client_t *c);
 
 /* reply.c */
 void kiln_reply_unlink(kiln_client_t *c, kiln_reply_t *r);

@@ -213,7 +213,14 @@ static void handle_message(kiln_client_t *c, const uint8_t *msg, size_t len) {
     free(r);
     return;
   }
-  kiln_map_put(&c->calls, key, r); /* replaces an existing key: cannot fail */
+  kiln_status_t put = kiln_map_put(&c->calls, key, r); /* replaces an existing key */
+  if (put) { /* cannot happen: the key is there; were it not, the reply would be lost */
+    set_broken(c, put);
+    kiln_rpc_msg_deinit(&r->msg);
+    free(r->bytes);
+    free(r);
+    return;
+  }
   c->inflight--;
   r->prev = c->done_tail;
   if (c->done_tail) c->done_tail->next = r;

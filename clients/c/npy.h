@@ -23,17 +23,17 @@ typedef struct kiln_npy {
 
 /* Parses the header of a .npy image of `len` bytes: the descriptor and the data offset.
  * E_INVALID_ARGUMENT with a reason for anything kiln cannot take. */
-kiln_status_t kiln_npy_parse(const uint8_t *p, size_t len, kiln_tensor_desc_t *out_desc,
+KILN_MUST_USE kiln_status_t kiln_npy_parse(const uint8_t *p, size_t len, kiln_tensor_desc_t *out_desc,
                              size_t *out_data_offset);
 
 /* Maps and parses a file (_open/_close: the caller's struct). */
-kiln_status_t kiln_npy_open(const char *path, kiln_npy_t *out);
+KILN_MUST_USE kiln_status_t kiln_npy_open(const char *path, kiln_npy_t *out);
 void kiln_npy_close(kiln_npy_t *n);
 
 /* Writes a version 1.0 .npy header (2.0 when the header does not fit 1.0) into out:
  * returns its length (a multiple of 64), 0 if cap is too small. */
 size_t kiln_npy_header(const kiln_tensor_desc_t *desc, char *out, size_t cap);
 /* Writes header and data to path, through a temporary file renamed into place. */
-kiln_status_t kiln_npy_write(const char *path, const kiln_tensor_desc_t *desc, const void *data);
+KILN_MUST_USE kiln_status_t kiln_npy_write(const char *path, const kiln_tensor_desc_t *desc, const void *data);
 
 #endif

@@ -44,16 +44,16 @@ struct kiln_dmodule {
   kiln_cpu_wg_fn_t *fns; /* parallel to art->kernels */
 };
 
-kiln_status_t kiln_cpu_probe_info(kiln_device_info_t *out);
+KILN_MUST_USE kiln_status_t kiln_cpu_probe_info(kiln_device_info_t *out);
 /* Bytes of the largest data cache (LLC), 0 if unknown. */
 size_t kiln_cpu_llc_bytes(void);
 
-kiln_status_t kiln_cpu_module_load(const kiln_artifact_t *art, kiln_dmodule_t **out_mod);
+KILN_MUST_USE kiln_status_t kiln_cpu_module_load(const kiln_artifact_t *art, kiln_dmodule_t **out_mod);
 void kiln_cpu_module_unload(kiln_dmodule_t *mod);
 /* The work-group function of launch->kernel, NULL if the module does not have it. */
 kiln_cpu_wg_fn_t kiln_cpu_module_fn(const kiln_dmodule_t *mod, const kiln_kernel_t *kernel);
 
-kiln_status_t kiln_cpu_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *l,
+KILN_MUST_USE kiln_status_t kiln_cpu_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *l,
                               uint32_t count, uint64_t deadline_ns, uint64_t *out_elapsed_ns);
 
 #endif

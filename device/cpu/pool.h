@@ -16,7 +16,7 @@ typedef void (*kiln_cpu_pool_job_cb)(void *ctx, unsigned thread);
 
 /* One thread per entry of `cpus` (the caller is pinned to cpus[0]); cpus NULL means every
  * core the process may run on. E_INVALID_ARGUMENT names a core that cannot be used. */
-kiln_status_t kiln_cpu_pool_create(const int *cpus, size_t ncpus, kiln_cpu_pool_t **out_pool);
+KILN_MUST_USE kiln_status_t kiln_cpu_pool_create(const int *cpus, size_t ncpus, kiln_cpu_pool_t **out_pool);
 void kiln_cpu_pool_destroy(kiln_cpu_pool_t *pool);
 unsigned kiln_cpu_pool_size(const kiln_cpu_pool_t *pool);
 /* Returns when every thread has returned from job(ctx, i). */

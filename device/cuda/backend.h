@@ -27,14 +27,14 @@ struct kiln_dmodule {
   CUfunction *fns; /* parallel to art->kernels */
 };
 
-kiln_status_t kiln_cuda_describe(CUdevice d, uint32_t index, kiln_device_info_t *info);
-kiln_status_t kiln_cuda_probe_here(kiln_device_info_t *infos, size_t cap, size_t *out_count,
+KILN_MUST_USE kiln_status_t kiln_cuda_describe(CUdevice d, uint32_t index, kiln_device_info_t *info);
+KILN_MUST_USE kiln_status_t kiln_cuda_probe_here(kiln_device_info_t *infos, size_t cap, size_t *out_count,
                                    char *reason, size_t reason_cap);
 
-kiln_status_t kiln_cuda_module_load(kiln_device_t *dev, const kiln_artifact_t *art,
+KILN_MUST_USE kiln_status_t kiln_cuda_module_load(kiln_device_t *dev, const kiln_artifact_t *art,
                                     kiln_dmodule_t **out_mod);
 void kiln_cuda_module_unload(kiln_device_t *dev, kiln_dmodule_t *mod);
-kiln_status_t kiln_cuda_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *l,
+KILN_MUST_USE kiln_status_t kiln_cuda_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *l,
                                uint32_t count, uint64_t deadline_ns, uint64_t *out_elapsed_ns);
 
 #endif

@@ -57,7 +57,7 @@ extern kiln_cuda_lib_t kiln_cuda;
 
 /* dlopens libcuda.so.1 (or $KILN_CUDA_LIBRARY) and resolves the table. E_UNAVAILABLE
  * naming what is missing. Not thread-safe; idempotent. */
-kiln_status_t kiln_cuda_lib_load(void);
+KILN_MUST_USE kiln_status_t kiln_cuda_lib_load(void);
 
 /* The kiln code for a CUresult (pure): faults in a kernel (illegal address, launch failed,
  * misaligned address, illegal instruction, ...) -> E_DEVICE_FAULT; out of memory ->
@@ -67,7 +67,7 @@ kiln_code_t kiln_cuda_result_code(CUresult r);
 /* Whether r leaves the context unusable (every later call fails): the worker must exit. */
 bool kiln_cuda_result_is_sticky(CUresult r);
 
-kiln_status_t kiln_cuda_error(CUresult r, const char *file, int line, const char *what);
+KILN_MUST_USE kiln_status_t kiln_cuda_error(CUresult r, const char *file, int line, const char *what);
 
 #define KILN_CU_TRY(call)                                                    \
   do {                                                                       \

@@ -46,36 +46,36 @@ struct kiln_dmodule {
 };
 
 /* Fills info for GPU agent `gpu`, the index-th GPU (probe.c). */
-kiln_status_t kiln_hsa_agent_describe(hsa_agent_t gpu, uint32_t index, kiln_device_info_t *info);
+KILN_MUST_USE kiln_status_t kiln_hsa_agent_describe(hsa_agent_t gpu, uint32_t index, kiln_device_info_t *info);
 /* The index-th GPU agent and the first CPU agent (probe.c). E_NOT_FOUND if absent. */
-kiln_status_t kiln_hsa_find_agents(uint32_t index, hsa_agent_t *out_gpu, hsa_agent_t *out_cpu);
+KILN_MUST_USE kiln_status_t kiln_hsa_find_agents(uint32_t index, hsa_agent_t *out_gpu, hsa_agent_t *out_cpu);
 /* Probes in the calling process (the backend runs it in a child; probe.c). */
-kiln_status_t kiln_hsa_probe_here(kiln_device_info_t *infos, size_t cap, size_t *out_count,
+KILN_MUST_USE kiln_status_t kiln_hsa_probe_here(kiln_device_info_t *infos, size_t cap, size_t *out_count,
                                   char *reason, size_t reason_cap);
 
 /* The process-wide GPU memory fault record written by the system event handler (device.c):
  * true once a fault was seen, with its address and reason text. */
 bool kiln_hsa_fault_seen(uint64_t *out_address, char *reason, size_t cap);
 /* E_DEVICE_FAULT for a recorded fault or a queue error, else KILN_OK. */
-kiln_status_t kiln_hsa_check_faults(kiln_device_t *dev, const char *kernel);
+KILN_MUST_USE kiln_status_t kiln_hsa_check_faults(kiln_device_t *dev, const char *kernel);
 
-kiln_status_t kiln_hsa_mem_alloc(kiln_device_t *dev, uint64_t bytes, kiln_dmem_t **out_mem);
+KILN_MUST_USE kiln_status_t kiln_hsa_mem_alloc(kiln_device_t *dev, uint64_t bytes, kiln_dmem_t **out_mem);
 void kiln_hsa_mem_free(kiln_device_t *dev, kiln_dmem_t *mem);
 uint64_t kiln_hsa_mem_address(kiln_device_t *dev, kiln_dmem_t *mem);
 void *kiln_hsa_mem_host_ptr(kiln_device_t *dev, kiln_dmem_t *mem);
-kiln_status_t kiln_hsa_copy_in(kiln_device_t *dev, kiln_dmem_t *dst, uint64_t offset,
+KILN_MUST_USE kiln_status_t kiln_hsa_copy_in(kiln_device_t *dev, kiln_dmem_t *dst, uint64_t offset,
                                const void *src, uint64_t bytes);
-kiln_status_t kiln_hsa_copy_out(kiln_device_t *dev, kiln_dmem_t *src, uint64_t offset, void *dst,
+KILN_MUST_USE kiln_status_t kiln_hsa_copy_out(kiln_device_t *dev, kiln_dmem_t *src, uint64_t offset, void *dst,
                                 uint64_t bytes);
-kiln_status_t kiln_hsa_flush_caches(kiln_device_t *dev);
+KILN_MUST_USE kiln_status_t kiln_hsa_flush_caches(kiln_device_t *dev);
 
-kiln_status_t kiln_hsa_module_load(kiln_device_t *dev, const kiln_artifact_t *art,
+KILN_MUST_USE kiln_status_t kiln_hsa_module_load(kiln_device_t *dev, const kiln_artifact_t *art,
                                    kiln_dmodule_t **out_mod);
 void kiln_hsa_module_unload(kiln_device_t *dev, kiln_dmodule_t *mod);
 const kiln_hsa_kernel_code_t *kiln_hsa_module_code(const kiln_dmodule_t *mod,
                                                    const kiln_kernel_t *kernel);
 
-kiln_status_t kiln_hsa_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *l,
+KILN_MUST_USE kiln_status_t kiln_hsa_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *l,
                               uint32_t count, uint64_t deadline_ns, uint64_t *out_elapsed_ns);
 
 #endif

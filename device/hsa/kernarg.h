@@ -26,7 +26,7 @@ typedef struct kiln_hsa_kernarg_env {
  * global_offset = 0, grid_dims = dims, dynamic_lds_size = launch->shared, queue_ptr and
  * apertures from env; other hidden kinds stay zero (so no printf/hostcall/heap).
  * E_INVALID_ARGUMENT when the table does not fit the segment or cap. */
-kiln_status_t kiln_hsa_kernarg_pack(const kiln_launch_t *launch, const kiln_hsa_kernarg_env_t *env,
+KILN_MUST_USE kiln_status_t kiln_hsa_kernarg_pack(const kiln_launch_t *launch, const kiln_hsa_kernarg_env_t *env,
                                     void *dst, size_t cap);
 
 #endif

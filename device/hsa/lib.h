@@ -61,6 +61,6 @@ extern kiln_hsa_lib_t kiln_hsa;
 
 /* dlopens libhsa-runtime64.so.1 (or $KILN_HSA_LIBRARY) and resolves every symbol.
  * E_UNAVAILABLE saying which library or symbol is missing. Not thread-safe; idempotent. */
-kiln_status_t kiln_hsa_lib_load(void);
+KILN_MUST_USE kiln_status_t kiln_hsa_lib_load(void);
 
 #endif

@@ -22,7 +22,7 @@ typedef struct kiln_hsa_kernel_code {
  * kiln_hsa_packet_publish must store: KERNEL_DISPATCH, barrier bit (each dispatch waits
  * for the one before, as launches on a stream do), system-scope acquire and release fences,
  * setup = launch->dims. E_INVALID_ARGUMENT if a dimension's work-items exceed 2^32-1. */
-kiln_status_t kiln_hsa_packet_fill(hsa_kernel_dispatch_packet_t *p, const kiln_launch_t *launch,
+KILN_MUST_USE kiln_status_t kiln_hsa_packet_fill(hsa_kernel_dispatch_packet_t *p, const kiln_launch_t *launch,
                                    const kiln_hsa_kernel_code_t *code, const void *kernarg,
                                    hsa_signal_t completion, uint32_t *out_header_setup);
 

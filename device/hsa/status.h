@@ -14,7 +14,7 @@ kiln_code_t kiln_hsa_status_code(hsa_status_t s);
 const char *kiln_hsa_status_name(hsa_status_t s, char *buf, size_t cap);
 
 /* Makes the status for a failed call `what`, with ROCr's own text when the runtime is loaded. */
-kiln_status_t kiln_hsa_error(hsa_status_t s, const char *file, int line, const char *what);
+KILN_MUST_USE kiln_status_t kiln_hsa_error(hsa_status_t s, const char *file, int line, const char *what);
 
 /* Evaluates an HSA call; on failure returns its converted status from the enclosing function. */
 #define KILN_HSA_TRY(call)                                                  \

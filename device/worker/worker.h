@@ -50,13 +50,13 @@ typedef struct kiln_dworker_buffer {
 
 /* Each family's jobs: *out_found false when the kind is not the family's (main.c asks each
  * family in turn). */
-kiln_status_t kiln_dworker_tensor_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
-kiln_status_t kiln_dworker_module_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
+KILN_MUST_USE kiln_status_t kiln_dworker_tensor_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
+KILN_MUST_USE kiln_status_t kiln_dworker_module_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
 void kiln_dworker_modules_deinit(kiln_dworker_t *w);
-kiln_status_t kiln_dworker_graph_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
+KILN_MUST_USE kiln_status_t kiln_dworker_graph_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);
 void kiln_dworker_graphs_deinit(kiln_dworker_t *w);
 /* A module kilnd loaded in this worker (graph.c): E_INTERNAL when it did not. */
-kiln_status_t kiln_dworker_module_get(kiln_dworker_t *w, const uint8_t key[KILN_HASH_BYTES],
+KILN_MUST_USE kiln_status_t kiln_dworker_module_get(kiln_dworker_t *w, const uint8_t key[KILN_HASH_BYTES],
                                       kiln_dmodule_t **out_mod, const kiln_artifact_t **out_art);
 
 #endif

@@ -26,10 +26,10 @@ typedef struct kiln_test_daemon {
 } kiln_test_daemon_t;
 
 /* extra: more kilnd arguments, NULL-terminated (or NULL). */
-kiln_status_t kiln_test_daemon_start(kiln_test_daemon_t *d, const char *const *extra);
+KILN_MUST_USE kiln_status_t kiln_test_daemon_start(kiln_test_daemon_t *d, const char *const *extra);
 /* Sends sig (0: none, only wait) and waits up to timeout_ms; *out_wstatus is waitpid's status. E_TIMEOUT (after
  * a SIGKILL) if kilnd did not exit in time. Removes the private directory. */
-kiln_status_t kiln_test_daemon_stop(kiln_test_daemon_t *d, int sig, int timeout_ms,
+KILN_MUST_USE kiln_status_t kiln_test_daemon_stop(kiln_test_daemon_t *d, int sig, int timeout_ms,
                                     int *out_wstatus);
 /* Whether kilnd is still running (does not reap it). */
 bool kiln_test_daemon_alive(const kiln_test_daemon_t *d);

@@ -22,7 +22,7 @@ char *th_example_ll(const char *name);
 void th_compile(const uint8_t *payload, size_t len, const char *target, const kiln_compile_options_t *opts,
                 kiln_artifact_t *out);
 /* Compiles and expects failure: returns the status (caller frees). */
-kiln_status_t th_compile_status(const uint8_t *payload, size_t len, kiln_payload_kind_t kind, const char *target);
+KILN_MUST_USE kiln_status_t th_compile_status(const uint8_t *payload, size_t len, kiln_payload_kind_t kind, const char *target);
 
 /* A loaded cpu artifact. */
 typedef struct th_cpu_module {

@@ -50,7 +50,7 @@ kiln_launch_arg_t conf_float(double v);
 
 /* Converts, checks and runs `count` times; returns the backend's status (asserting none of
  * the checks fail). Deadline 30 s. */
-kiln_status_t conf_try(conf_t *c, const char *kernel, const uint32_t grid[3], const uint32_t block[3],
+KILN_MUST_USE kiln_status_t conf_try(conf_t *c, const char *kernel, const uint32_t grid[3], const uint32_t block[3],
                        uint32_t shared, const kiln_launch_arg_t *args, size_t nargs, uint32_t count,
                        uint64_t *out_elapsed_ns);
 /* conf_try that must succeed. */

@@ -164,7 +164,7 @@ void client_send(client_t *c, uint32_t msgid, const char *method, const kiln_buf
   kiln_rpc_pack_request_head(&p.pk, msgid, method);
   if (params) {
     msgpack_pack_array(&p.pk, 1);
-    kiln_buf_append(&b, params->data, params->len);
+    cr_assert_null(kiln_buf_append(&b, params->data, params->len));
   } else {
     msgpack_pack_array(&p.pk, 0);
   }

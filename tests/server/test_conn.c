@@ -108,7 +108,7 @@ Test(conn_timers, slow_steady_write_chunks_survive) {
     kiln_packer_init(&mp, &msg);
     kiln_rpc_pack_request_head(&mp.pk, 10 + (uint32_t)k, "write");
     msgpack_pack_array(&mp.pk, 1);
-    kiln_buf_append(&msg, b.buf.data, b.buf.len);
+    cr_assert_null(kiln_buf_append(&msg, b.buf.data, b.buf.len));
     pb_end(&b);
     for (size_t off = 0; off < msg.len; off += PIECE) {
       client_send_raw(&c, msg.data + off, KILN_MIN((size_t)PIECE, msg.len - off));
@@ -323,7 +323,7 @@ static void expect_code(client_t *c, uint32_t msgid, uint64_t code) {
 static void send_all(client_t *c, const uint8_t *const *msgs, const size_t *lens, int n) {
   kiln_buf_t b;
   kiln_buf_init(&b);
-  for (int i = 0; i < n; i++) kiln_buf_append(&b, msgs[i], lens[i]);
+  for (int i = 0; i < n; i++) cr_assert_null(kiln_buf_append(&b, msgs[i], lens[i]));
   client_send_raw(c, b.data, b.len);
   kiln_buf_deinit(&b);
 }
@@ -423,7 +423,7 @@ Test(conn_protocol, framing_error_closes_after_the_replies_already_made) {
     msgpack_pack_array(&p.pk, 0);
   }
   const uint8_t garbage[] = {0xc1, 0x94, 0x00, 0x01};
-  kiln_buf_append(&all, garbage, sizeof(garbage));
+  cr_assert_null(kiln_buf_append(&all, garbage, sizeof(garbage)));
   client_send_raw(&c, all.data, all.len);
   kiln_buf_deinit(&all);
   for (uint32_t i = 0; i < N; i++) expect_pong(&c, i);

@@ -147,7 +147,7 @@ static void send_request(int ch, uint32_t msgid, const char *kind, const kiln_bu
   kiln_packer_t pk;
   kiln_packer_init(&pk, &b);
   kiln_rpc_pack_request_head(&pk.pk, msgid, kind);
-  kiln_buf_append(&b, params->data, params->len);
+  cr_assert_null(kiln_buf_append(&b, params->data, params->len));
   kiln_status_t st = kiln_channel_send_all(ch, b.data, b.len, NULL, 0);
   cr_assert(!st);
   kiln_buf_deinit(&b);

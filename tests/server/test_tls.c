@@ -160,7 +160,7 @@ static void tls_request(tls_client_t *t, uint32_t msgid, const char *method, con
   kiln_packer_init(&p, &b);
   kiln_rpc_pack_request_head(&p.pk, msgid, method);
   msgpack_pack_array(&p.pk, params ? 1 : 0);
-  if (params) kiln_buf_append(&b, params->data, params->len);
+  if (params) cr_assert_null(kiln_buf_append(&b, params->data, params->len));
   tls_send(t, b.data, b.len, false);
   kiln_buf_deinit(&b);
 }

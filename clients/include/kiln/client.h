@@ -52,7 +52,7 @@ const char *kiln_client_default_url(char *out, size_t cap);
  * E_INVALID_ARGUMENT for a malformed URL or an unreadable certificate file. The caller owns
  * *out_client (kiln_client_destroy). TLS options come from the environment here
  * (kiln_client_options_t says which). */
-kiln_status_t kiln_client_create(const char *url, kiln_client_t **out_client);
+KILN_MUST_USE kiln_status_t kiln_client_create(const char *url, kiln_client_t **out_client);
 
 /* Options of a connection; a NULL field takes the environment variable named, else the
  * default. Only tls: URLs use them. */
@@ -65,7 +65,7 @@ typedef struct kiln_client_options {
 
 /* kiln_client_create with options (opts may be NULL). TLS 1.3 only; the daemon's certificate
  * must chain to a trusted CA and name the URL's host (DNS name or IP address). */
-kiln_status_t kiln_client_create_with(const char *url, const kiln_client_options_t *opts,
+KILN_MUST_USE kiln_status_t kiln_client_create_with(const char *url, const kiln_client_options_t *opts,
                                       kiln_client_t **out_client);
 /* Closes the connection. Unanswered requests are abandoned (the daemon drops their replies);
  * replies already returned to the caller stay valid and are freed with kiln_reply_free. */
@@ -94,9 +94,9 @@ typedef struct kiln_hello {
 
 /* token and client_name may be NULL. out may be NULL. Also lowers the size at which
  * kiln_client_upload splits a tensor into chunks to the daemon's max_message. */
-kiln_status_t kiln_client_hello(kiln_client_t *c, const char *token, const char *client_name,
+KILN_MUST_USE kiln_status_t kiln_client_hello(kiln_client_t *c, const char *token, const char *client_name,
                                 kiln_hello_t *out);
-kiln_status_t kiln_client_ping(kiln_client_t *c);
+KILN_MUST_USE kiln_status_t kiln_client_ping(kiln_client_t *c);
 
 typedef struct kiln_device_info {
   char id[32];   /* "cpu:0"; for an absent backend its kind ("hsa") */
@@ -111,43 +111,43 @@ typedef struct kiln_device_info {
 
 /* Fills out[0 .. min(cap, n)) and sets *out_n to the number of devices the daemon reported
  * (which may exceed cap). absent: also list backend kinds that found no device. */
-kiln_status_t kiln_client_devices(kiln_client_t *c, bool absent, kiln_device_info_t *out,
+KILN_MUST_USE kiln_status_t kiln_client_devices(kiln_client_t *c, bool absent, kiln_device_info_t *out,
                                   size_t cap, size_t *out_n);
 
 /* device: "cpu:0", "hsa:1", ...; NULL means the daemon's default ("cpu:0").
  * Memory is zero-filled. */
-kiln_status_t kiln_client_alloc(kiln_client_t *c, const char *device, kiln_dtype_t dtype,
+KILN_MUST_USE kiln_status_t kiln_client_alloc(kiln_client_t *c, const char *device, kiln_dtype_t dtype,
                                 const uint64_t *shape, uint32_t ndim, uint64_t *out_id);
 /* Uploads desc->nbytes bytes from data (little-endian, C-contiguous). desc->nbytes must be
  * the product of the shape times the element size. A tensor larger than what one message may
  * carry is sent as alloc + write chunks, transparently. */
-kiln_status_t kiln_client_upload(kiln_client_t *c, const char *device,
+KILN_MUST_USE kiln_status_t kiln_client_upload(kiln_client_t *c, const char *device,
                                  const kiln_tensor_desc_t *desc, const void *data,
                                  uint64_t *out_id);
-kiln_status_t kiln_client_write(kiln_client_t *c, uint64_t id, uint64_t offset, const void *data,
+KILN_MUST_USE kiln_status_t kiln_client_write(kiln_client_t *c, uint64_t id, uint64_t offset, const void *data,
                                 size_t n);
 /* Reads exactly n bytes at byte offset `offset` into dst. */
-kiln_status_t kiln_client_read(kiln_client_t *c, uint64_t id, uint64_t offset, void *dst,
+KILN_MUST_USE kiln_status_t kiln_client_read(kiln_client_t *c, uint64_t id, uint64_t offset, void *dst,
                                size_t n);
 /* Downloads a whole tensor (at most 1 GiB; use kiln_client_read beyond). The tensor's bytes
  * are borrowed from the reply: read them with kiln_reply_tensor(), then kiln_reply_free().
  * No copy is made of large tensors. */
-kiln_status_t kiln_client_download(kiln_client_t *c, uint64_t id, kiln_reply_t **out_reply);
+KILN_MUST_USE kiln_status_t kiln_client_download(kiln_client_t *c, uint64_t id, kiln_reply_t **out_reply);
 /* Downloads into caller storage: E_RESOURCE_EXHAUSTED if the tensor is larger than cap.
  * out_desc may be NULL. */
-kiln_status_t kiln_client_download_into(kiln_client_t *c, uint64_t id, void *dst, size_t cap,
+KILN_MUST_USE kiln_status_t kiln_client_download_into(kiln_client_t *c, uint64_t id, void *dst, size_t cap,
                                         kiln_tensor_desc_t *out_desc);
 /* The "free" method (named so that it is not mistaken for destroying the client). */
-kiln_status_t kiln_client_free_tensor(kiln_client_t *c, uint64_t id);
+KILN_MUST_USE kiln_status_t kiln_client_free_tensor(kiln_client_t *c, uint64_t id);
 /* The stats map (docs/protocol.md §stats); read it with kiln_reply_result/kiln_object_get. */
-kiln_status_t kiln_client_stats(kiln_client_t *c, kiln_reply_t **out_reply);
+KILN_MUST_USE kiln_status_t kiln_client_stats(kiln_client_t *c, kiln_reply_t **out_reply);
 
 /* Generic call, for methods without a typed wrapper (compile, launch, time, ...).
  * build packs the named fields as ONE msgpack map (msgpack_pack_map + pairs) into pk; NULL
  * sends no fields ([]). On success *out_reply holds the result (kiln_reply_result); a server
  * error comes back as the status and no reply. */
 typedef void (*kiln_params_cb)(msgpack_packer *pk, void *ctx);
-kiln_status_t kiln_client_call(kiln_client_t *c, const char *method, kiln_params_cb build,
+KILN_MUST_USE kiln_status_t kiln_client_call(kiln_client_t *c, const char *method, kiln_params_cb build,
                                void *ctx, kiln_reply_t **out_reply);
 
 /* --- Pipelined calls -------------------------------------------------------------------- */
@@ -157,20 +157,20 @@ kiln_status_t kiln_client_call(kiln_client_t *c, const char *method, kiln_params
  * connection, out of memory); server errors arrive in the reply. Data passed by pointer
  * (upload, write) is sent from the caller's memory without a copy: it must stay valid
  * and unchanged until that request's reply has been received. */
-kiln_status_t kiln_client_submit_ping(kiln_client_t *c, uint32_t *out_msgid);
-kiln_status_t kiln_client_submit_alloc(kiln_client_t *c, const char *device, kiln_dtype_t dtype,
+KILN_MUST_USE kiln_status_t kiln_client_submit_ping(kiln_client_t *c, uint32_t *out_msgid);
+KILN_MUST_USE kiln_status_t kiln_client_submit_alloc(kiln_client_t *c, const char *device, kiln_dtype_t dtype,
                                        const uint64_t *shape, uint32_t ndim,
                                        uint32_t *out_msgid);
-kiln_status_t kiln_client_submit_upload(kiln_client_t *c, const char *device,
+KILN_MUST_USE kiln_status_t kiln_client_submit_upload(kiln_client_t *c, const char *device,
                                         const kiln_tensor_desc_t *desc, const void *data,
                                         uint32_t *out_msgid);
-kiln_status_t kiln_client_submit_write(kiln_client_t *c, uint64_t id, uint64_t offset,
+KILN_MUST_USE kiln_status_t kiln_client_submit_write(kiln_client_t *c, uint64_t id, uint64_t offset,
                                        const void *data, size_t n, uint32_t *out_msgid);
-kiln_status_t kiln_client_submit_read(kiln_client_t *c, uint64_t id, uint64_t offset,
+KILN_MUST_USE kiln_status_t kiln_client_submit_read(kiln_client_t *c, uint64_t id, uint64_t offset,
                                       uint64_t size, uint32_t *out_msgid);
-kiln_status_t kiln_client_submit_download(kiln_client_t *c, uint64_t id, uint32_t *out_msgid);
-kiln_status_t kiln_client_submit_free(kiln_client_t *c, uint64_t id, uint32_t *out_msgid);
-kiln_status_t kiln_client_submit_call(kiln_client_t *c, const char *method,
+KILN_MUST_USE kiln_status_t kiln_client_submit_download(kiln_client_t *c, uint64_t id, uint32_t *out_msgid);
+KILN_MUST_USE kiln_status_t kiln_client_submit_free(kiln_client_t *c, uint64_t id, uint32_t *out_msgid);
+KILN_MUST_USE kiln_status_t kiln_client_submit_call(kiln_client_t *c, const char *method,
                                       kiln_params_cb build, void *ctx, uint32_t *out_msgid);
 
 /* Lowest level: kiln_client_request_begin packs [0, msgid, method, and returns the packer;
@@ -181,20 +181,20 @@ kiln_status_t kiln_client_submit_call(kiln_client_t *c, const char *method,
 msgpack_packer *kiln_client_request_begin(kiln_client_t *c, const char *method,
                                           uint32_t *out_msgid);
 void kiln_client_attach(kiln_client_t *c, const void *data, size_t n);
-kiln_status_t kiln_client_request_end(kiln_client_t *c);
+KILN_MUST_USE kiln_status_t kiln_client_request_end(kiln_client_t *c);
 void kiln_client_request_abort(kiln_client_t *c);
 
 /* Sends everything queued (still reading replies meanwhile). */
-kiln_status_t kiln_client_flush(kiln_client_t *c);
+KILN_MUST_USE kiln_status_t kiln_client_flush(kiln_client_t *c);
 /* Waits for the reply to msgid. The caller owns *out_reply. E_NOT_FOUND if msgid is not in
  * flight; E_UNAVAILABLE (or the daemon's connection-level error) if the connection ends
  * first. */
-kiln_status_t kiln_client_wait(kiln_client_t *c, uint32_t msgid, kiln_reply_t **out_reply);
+KILN_MUST_USE kiln_status_t kiln_client_wait(kiln_client_t *c, uint32_t msgid, kiln_reply_t **out_reply);
 /* Returns the earliest completed reply not yet collected, waiting for one if needed.
  * *out_reply is NULL (and the status OK) when nothing is in flight or waiting. */
-kiln_status_t kiln_client_wait_any(kiln_client_t *c, kiln_reply_t **out_reply);
+KILN_MUST_USE kiln_status_t kiln_client_wait_any(kiln_client_t *c, kiln_reply_t **out_reply);
 /* Waits until every request in flight has its reply (kept for wait/wait_any). */
-kiln_status_t kiln_client_wait_all(kiln_client_t *c);
+KILN_MUST_USE kiln_status_t kiln_client_wait_all(kiln_client_t *c);
 /* Requests sent or queued whose replies have not arrived yet. */
 size_t kiln_client_inflight(const kiln_client_t *c);
 
@@ -202,16 +202,16 @@ size_t kiln_client_inflight(const kiln_client_t *c);
 
 uint32_t kiln_reply_msgid(const kiln_reply_t *r);
 /* The server's error as a new status (the caller frees it), or KILN_OK. */
-kiln_status_t kiln_reply_status(const kiln_reply_t *r);
+KILN_MUST_USE kiln_status_t kiln_reply_status(const kiln_reply_t *r);
 /* The result object (borrowed; lives as long as r), or NULL if the reply is an error. */
 const msgpack_object *kiln_reply_result(const kiln_reply_t *r);
 /* Typed views of common results. Each returns the server's error if the reply is one, else
  * E_INTERNAL if the result does not have the documented shape. */
-kiln_status_t kiln_reply_id(const kiln_reply_t *r, uint64_t *out_id);            /* alloc, upload */
-kiln_status_t kiln_reply_void(const kiln_reply_t *r);                            /* write, free */
-kiln_status_t kiln_reply_bytes(const kiln_reply_t *r, const void **out_data,
+KILN_MUST_USE kiln_status_t kiln_reply_id(const kiln_reply_t *r, uint64_t *out_id);            /* alloc, upload */
+KILN_MUST_USE kiln_status_t kiln_reply_void(const kiln_reply_t *r);                            /* write, free */
+KILN_MUST_USE kiln_status_t kiln_reply_bytes(const kiln_reply_t *r, const void **out_data,
                                size_t *out_n);                                    /* read */
-kiln_status_t kiln_reply_tensor(const kiln_reply_t *r, kiln_tensor_desc_t *out_desc,
+KILN_MUST_USE kiln_status_t kiln_reply_tensor(const kiln_reply_t *r, kiln_tensor_desc_t *out_desc,
                                 const void **out_data);                           /* download */
 void kiln_reply_free(kiln_reply_t *r);
 
