@@ -12,9 +12,9 @@ typedef struct kc_te_program kc_te_program_t;
 /* Parses the te payload of job->req, lowers it and leaves the kernel-dialect module in
  * job->mod. *out_prog (freed with kc_te_free) keeps the launch recipes; it is set even when
  * the build fails. E_COMPILE for the program. */
-kiln_status_t kc_te_build(kc_job_t *job, kc_te_program_t **out_prog);
+KILN_MUST_USE kiln_status_t kc_te_build(kc_job_t *job, kc_te_program_t **out_prog);
 /* Copies each kernel's launch recipe into the artifact's kernel table. */
-kiln_status_t kc_te_attach_launch(const kc_te_program_t *p, kiln_artifact_t *art);
+KILN_MUST_USE kiln_status_t kc_te_attach_launch(const kc_te_program_t *p, kiln_artifact_t *art);
 void kc_te_free(kc_te_program_t *p);
 /* After CPU lowering: te kernels are loop nests written for the vector unit, so on hosts
  * with 512-bit vectors the vectoriser may use them (LLVM prefers 256 bits by default). */

@@ -8,7 +8,7 @@
 #include "compiler/te/te_program.h"
 
 /* E_COMPILE for a schedule the kernel cannot have (storage, bindings, regions). */
-kiln_status_t te_infer_bounds(te_program_t *p, int kernel);
+KILN_MUST_USE kiln_status_t te_infer_bounds(te_program_t *p, int kernel);
 /* The extents of a split's or fuse's new vars from its parents' (relations outermost first). */
 void te_rel_extent(te_program_t *p, const te_rel_t *rel);
 /* val[] of a relation's parents from val[] of its results (relations innermost first); the

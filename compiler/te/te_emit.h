@@ -10,7 +10,7 @@
 #include "compiler/te/te_program.h"
 
 /* Adds kernel `kernel` of p to job->mod. */
-kiln_status_t te_emit_kernel(kc_job_t *job, te_program_t *p, int kernel);
+KILN_MUST_USE kiln_status_t te_emit_kernel(kc_job_t *job, te_program_t *p, int kernel);
 
 /* ---- shared by the emitter's files ------------------------------------------------- */
 

@@ -6,6 +6,6 @@
 
 /* Rewrites the body of every compute stage that is not inlined itself so that it no longer
  * loads an inlined stage. */
-kiln_status_t te_inline_all(te_program_t *p);
+KILN_MUST_USE kiln_status_t te_inline_all(te_program_t *p);
 
 #endif

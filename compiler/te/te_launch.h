@@ -7,6 +7,6 @@
 
 /* Sets k->launch after bound inference; E_COMPILE if the grid is not expressible over the
  * shape vars. */
-kiln_status_t te_launch_encode(te_program_t *p, te_kernel_t *k);
+KILN_MUST_USE kiln_status_t te_launch_encode(te_program_t *p, te_kernel_t *k);
 
 #endif

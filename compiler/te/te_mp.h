@@ -16,7 +16,7 @@
  * containers come from alloc (memory that outlives the object), strings and bins point into
  * p; ext values are refused. E_COMPILE ("te: not one MessagePack value ...") on anything
  * malformed or trailing, E_RESOURCE_EXHAUSTED when memory is exhausted. */
-kiln_status_t te_mp_decode(const uint8_t *p, size_t len, void *(*alloc)(void *ud, size_t n), void *ud,
+KILN_MUST_USE kiln_status_t te_mp_decode(const uint8_t *p, size_t len, void *(*alloc)(void *ud, size_t n), void *ud,
                            msgpack_object *out);
 
 /* The value of `key` in map `o`, or NULL (also when o is not a map). */
@@ -26,6 +26,6 @@ bool te_mp_str(const msgpack_object *o, char *dst, size_t cap);
 bool te_mp_number(const msgpack_object *o, double *out);
 bool te_mp_int(const msgpack_object *o, int64_t *out);
 /* E_COMPILE unless o is a map whose keys are all in `keys` (NULL-terminated), each once. */
-kiln_status_t te_mp_check_keys(const msgpack_object *o, const char *what, const char *const *keys);
+KILN_MUST_USE kiln_status_t te_mp_check_keys(const msgpack_object *o, const char *what, const char *const *keys);
 
 #endif

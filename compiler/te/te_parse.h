@@ -11,7 +11,7 @@
 #include "compiler/te/te_sched.h"
 
 /* Fills the empty program p (te_program_create) from the payload bytes. */
-kiln_status_t te_parse(const uint8_t *bytes, size_t len, te_program_t *p);
+KILN_MUST_USE kiln_status_t te_parse(const uint8_t *bytes, size_t len, te_program_t *p);
 
 /* ---- shared by the parser's files -------------------------------------------------- */
 
@@ -24,15 +24,15 @@ typedef struct te_parse_ctx {
   int depth;
 } te_parse_ctx_t;
 
-kiln_status_t te_parse_expr(te_parse_ctx_t *c, const msgpack_object *o, te_expr_t **out);
+KILN_MUST_USE kiln_status_t te_parse_expr(te_parse_ctx_t *c, const msgpack_object *o, te_expr_t **out);
 /* An integer expression; a weak literal becomes the index dtype. `what` names it in errors. */
-kiln_status_t te_parse_index(te_parse_ctx_t *c, const msgpack_object *o, const char *what, te_expr_t **out);
+KILN_MUST_USE kiln_status_t te_parse_index(te_parse_ctx_t *c, const msgpack_object *o, const char *what, te_expr_t **out);
 /* Gives weak literals (and operations on them) the dtype dt; false if it cannot. */
 bool te_settle(te_expr_t *e, int dt);
 /* TE_BOOL..TE_F64 for a dtype string, else 0. */
 int te_parse_dtype(const msgpack_object *o);
 
 /* One schedule primitive map into *out (fields read and typed, names not resolved). */
-kiln_status_t te_parse_prim(const msgpack_object *o, te_prim_t *out);
+KILN_MUST_USE kiln_status_t te_parse_prim(const msgpack_object *o, te_prim_t *out);
 
 #endif

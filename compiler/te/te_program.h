@@ -164,10 +164,10 @@ int te_find_tensor(const te_program_t *p, const char *name);
 /* A var of `stage` (its axes, reduce axes and leaves), else a shape var; -1 if none. */
 int te_find_var(const te_program_t *p, int stage, const char *name);
 /* A new var of `stage` (-1: a shape var); E_COMPILE for a bad or taken name. */
-kiln_status_t te_new_var(te_program_t *p, int stage, const char *name, int kind, int *out);
+KILN_MUST_USE kiln_status_t te_new_var(te_program_t *p, int stage, const char *name, int kind, int *out);
 /* The next tensor slot, zeroed, unattached and named `name` (NULL: the caller names it);
  * E_COMPILE past TE_MAX_TENSORS. The caller fills it and then counts it (p->ntensors++). */
-kiln_status_t te_new_tensor(te_program_t *p, const char *name, te_tensor_t **out);
+KILN_MUST_USE kiln_status_t te_new_tensor(te_program_t *p, const char *name, te_tensor_t **out);
 /* Position of var v among t's leaves, or -1. */
 int te_leaf_pos(const te_tensor_t *t, int v);
 

@@ -43,6 +43,6 @@ typedef struct te_prim {
 } te_prim_t;
 
 /* E_COMPILE naming the stage and var for a primitive the program's state refuses. */
-kiln_status_t te_sched_apply(te_program_t *p, const te_prim_t *prim);
+KILN_MUST_USE kiln_status_t te_sched_apply(te_program_t *p, const te_prim_t *prim);
 
 #endif
