@@ -4,6 +4,7 @@
  *   --uid N --gid N     the tenant's uid when kilnd runs as root
  *   --max-memory BYTES  the tenant's memory quota: sizes RLIMIT_AS on the cpu device */
 #include <dirent.h>
+#include <link.h>
 #include <errno.h>
 #include <libgen.h>
 #include <sched.h>
@@ -138,6 +139,41 @@ static uint64_t mapped_bytes(void) {
 /* Confines this worker now that its device is open (docs/operations.md "Security model").
  * The cpu device runs tenants' native code: no files at all. A GPU worker keeps its
  * driver's device files and libraries. */
+/* The folders of the shared objects loaded now (the driver's among them): drivers load their
+ * siblings late (libcuda loads libnvidia-ptxjitcompiler at the first PTX load), and a
+ * container runtime may put them outside the usual folders (/usr/local/nvidia/lib64 on the
+ * lent H200 host), where a fixed list of folders misses them. */
+typedef struct loaded_dirs {
+  const char **exec;
+  int *n;
+  int cap;
+  char dirs[12][256];
+  int ndirs;
+} loaded_dirs_t;
+
+static int add_loaded_dir(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  loaded_dirs_t *l = arg;
+  const char *name = info->dlpi_name;
+  if (!name || name[0] != '/') return 0; /* the executable itself, the vDSO */
+  char dir[256];
+  snprintf(dir, sizeof(dir), "%s", name);
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir) return 0;
+  *slash = 0;
+  for (int i = 0; i < *l->n; i++) {
+    size_t k = strlen(l->exec[i]);
+    if (strncmp(dir, l->exec[i], k) == 0 && (dir[k] == 0 || dir[k] == '/')) return 0;
+  }
+  if (*l->n >= l->cap || l->ndirs >= 12) {
+    KILN_LOG_WARN("sandbox_library_dir_skipped", "dir=%s", dir);
+    return 0;
+  }
+  snprintf(l->dirs[l->ndirs], sizeof(l->dirs[0]), "%s", dir);
+  l->exec[(*l->n)++] = l->dirs[l->ndirs++];
+  return 0;
+}
+
 static kiln_status_t confine(int channel, const kiln_backend_t *backend, const options_t *o) {
   kiln_sandbox_config_t cfg = {.channel_fd = channel, .uid = o->uid, .gid = o->gid, .max_files = 4096};
   bool cpu = strcmp(backend->kind, "cpu") == 0;
@@ -171,6 +207,9 @@ static kiln_status_t confine(int channel, const kiln_backend_t *backend, const o
       snprintf(lib_dir, sizeof(lib_dir), "%s", lib);
       cfg.exec[x++] = dirname(lib_dir);
     }
+    static loaded_dirs_t loaded;
+    loaded = (loaded_dirs_t){.exec = cfg.exec, .n = &x, .cap = KILN_SANDBOX_MAX_PATHS};
+    dl_iterate_phdr(add_loaded_dir, &loaded);
     snprintf(self_proc, sizeof(self_proc), "/proc/%d", (int)getpid());
     const char *reads[] = {"/sys", self_proc, "/proc/cpuinfo", "/proc/meminfo", "/proc/stat",
                            "/proc/driver"};
