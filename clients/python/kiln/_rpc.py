@@ -25,7 +25,8 @@ import time
 
 import msgpack
 
-from .errors import KilnError, Unavailable, InternalError, Timeout, InvalidArgument, error_from_wire
+from .errors import (KilnError, Unavailable, InternalError, Timeout, InvalidArgument, Cancelled,
+                     error_from_wire)
 
 _RECV_SIZE = 4 << 20
 
@@ -141,9 +142,12 @@ class Future:
     Callbacks added with ``add_done_callback`` run in whichever thread reads the reply
     (or at once, if it is done)."""
 
-    __slots__ = ("_conn", "_done", "_value", "_exc", "_callbacks", "_transform", "method", "_sink")
+    __slots__ = ("_conn", "_done", "_value", "_exc", "_callbacks", "_transform", "method", "_sink",
+                 "msgid", "on_progress")
 
     def __init__(self, conn, method=None, transform=None):
+        self.msgid = None
+        self.on_progress = None  # fn(params) for the daemon's `progress` notifications of it
         self._conn = conn
         self._done = False
         self._value = None
@@ -155,6 +159,21 @@ class Future:
 
     def done(self):
         return self._done
+
+    def cancelled(self):
+        """Whether the daemon answered this request with E_CANCELLED."""
+        return self._done and isinstance(self._exc, Cancelled)
+
+    def cancel(self, timeout=None):
+        """Asks the daemon to drop this request's queued compile work (``cancel``: a
+        ``compile``, or the items of a ``compile_batch`` not yet running; their answers
+        become ``kiln.Cancelled``; running builds finish). Returns how many items were
+        dropped (0 when nothing was queued any more, or for other methods, which cannot
+        be cancelled)."""
+        if self._done or self.msgid is None or self.method not in ("compile", "compile_batch"):
+            return 0
+        r = self._conn.request("cancel", {"msgid": self.msgid}).result(timeout)
+        return int(r.get("cancelled", 0)) if isinstance(r, dict) else 0
 
     def _wait(self, timeout):
         if self._done:
@@ -299,6 +318,7 @@ class Connection:
             raise self._dead
         msgid = self.next_msgid()
         fut = Future(self, method, transform)
+        fut.msgid = msgid
         if sink is not None:
             fut._sink = sink
             self._sinks += 1
@@ -636,13 +656,27 @@ class Connection:
             if method == "error":
                 body = params[0] if isinstance(params, (list, tuple)) and params else params
                 self._server_error = error_from_wire(body)
-            elif self.on_notification is not None:
-                try:
-                    self.on_notification(method, params)
-                except Exception:
-                    pass
+            else:
+                self._progress(method, params)
+                if self.on_notification is not None:
+                    try:
+                        self.on_notification(method, params)
+                    except Exception:
+                        pass
         else:
             raise ValueError("unexpected message %r" % (msg[:2],))
+
+    def _progress(self, method, params):
+        """A `progress` notification goes to its request's Future.on_progress too."""
+        if method != "progress" or not isinstance(params, (list, tuple)) or not params:
+            return
+        body = params[0]
+        fut = self._pending.get(body.get("msgid")) if isinstance(body, dict) else None
+        if fut is not None and fut.on_progress is not None:
+            try:
+                fut.on_progress(body)
+            except Exception:
+                pass
 
     def _lost(self, oserror):
         self._die(self._server_error or Unavailable("the connection to kilnd at %s failed: %s" % (self.url, oserror)))

@@ -217,7 +217,7 @@ class Session:
         "cpu", "gfx942", "sm_90"; default "cpu:0", the protocol's default device) -> Module."""
         return self.compile_async(ir, target, format, options, name).result()
 
-    def compile_batch_async(self, items, options=None):
+    def compile_batch_async(self, items, options=None, progress=None):
         from .module import compile_params, batch_results
         plist = []
         for it in items:
@@ -229,15 +229,34 @@ class Session:
             else:
                 plist.append(compile_params(self, it, None, None, options))
         targets = [p["target"] for p in plist]
-        return self._conn.request("compile_batch", {"items": plist},
-                                  transform=lambda r: batch_results(self, r, targets))
+        fut = self._conn.request("compile_batch", {"items": plist},
+                                 transform=lambda r: batch_results(self, r, targets))
+        fut.on_progress = progress
+        return fut
 
-    def compile_batch(self, items, options=None):
+    def compile_batch(self, items, options=None, progress=None):
         """Compiles many payloads in one request (a tuner's trial builds). ``items``: dicts
         ``{"ir", "target", "format"?, "options"?}``, tuples ``(ir, target)``, or payloads.
         Returns a list in item order holding a Module or, for an item that failed, the
-        KilnError (not raised) describing why."""
-        return self.compile_batch_async(items, options).result()
+        KilnError (not raised) describing why. ``progress(p)`` is called with each
+        ``progress`` notification of the batch (``index``, ``done``, ``failed``, ``total``)."""
+        return self.compile_batch_async(items, options, progress).result()
+
+    # -- quotas and leases -----------------------------------------------------------------
+
+    def quotas(self):
+        """The tenant's own quotas: ``{"tenant", "limits": {name: int or None (unlimited)},
+        "used": {name: int}}`` (docs/protocol.md ``quotas``)."""
+        return self.call("quotas")
+
+    def lease(self, device=None, seconds=None, wait=True):
+        """Exclusive use of a device for clean measurements, as a context manager::
+
+            with s.lease("cpu:0", 60) as l:   # l.id, l.device, l.seconds
+                f.time(...)
+
+        The lease is released when the block ends (or when it runs out after ``seconds``)."""
+        return Lease(self, device, seconds, wait)
 
     def module(self, module_id, target=None):
         """A Module for a module id obtained earlier (its kernels are not known)."""
@@ -274,6 +293,46 @@ class Session:
     def __repr__(self):
         return "<kiln.Session %s %s tenant=%s%s>" % (self.url, self.server, self.tenant,
                                                      " closed" if self.closed else "")
+
+
+class Lease:
+    """A device lease (``Session.lease``); taken on ``__enter__`` (or ``acquire()``),
+    released on ``__exit__`` (or ``release()``)."""
+
+    def __init__(self, session, device=None, seconds=None, wait=True):
+        self.session = session
+        self.device = getattr(device, "id", device)
+        self.seconds = seconds
+        self.wait = wait
+        self.id = None
+
+    def acquire(self):
+        p = {"wait": bool(self.wait)}
+        if self.device is not None:
+            p["device"] = self.device
+        if self.seconds is not None:
+            p["seconds"] = int(self.seconds)
+        r = self.session.call("lease", p)
+        self.id, self.device, self.seconds = r["lease"], r["device"], r["seconds"]
+        return self
+
+    def release(self):
+        if self.id is not None and not self.session.closed:
+            lid, self.id = self.id, None
+            try:
+                self.session.call("release", lease=lid)
+            except KilnError:
+                pass  # it ran out already
+        self.id = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __repr__(self):
+        return "<kiln.Lease %s on %s for %s s>" % (self.id, self.device, self.seconds)
 
 
 def _try_connect(url, token, client, timeout, daemon=None, tls=None):

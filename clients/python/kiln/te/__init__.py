@@ -20,7 +20,7 @@ from .tensor import (Tensor, Operation, PlaceholderOp, ComputeOp, var, size_var,
                      cos, fmod, max_value, min_value, floordiv, floormod, truncdiv, truncmod, indexdiv, indexmod)
 from .schedule import Schedule, Stage, create_schedule
 from .payload import lower, Program
-from .build import build, TeModule
+from .build import build, build_batch, TeModule
 
 __all__ = ["PrimExpr", "IntImm", "FloatImm", "Var", "SizeVar", "Range", "IterVar", "Reduce", "Select", "Cast",
            "Call", "TensorLoad", "const", "Tensor", "Operation", "PlaceholderOp", "ComputeOp", "var", "size_var",
@@ -28,4 +28,4 @@ __all__ = ["PrimExpr", "IntImm", "FloatImm", "Var", "SizeVar", "Range", "IterVar
            "if_then_else", "all", "any", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
            "abs", "floor", "ceil", "round", "power", "pow", "sin", "cos", "fmod", "max_value", "min_value",
            "floordiv", "floormod", "truncdiv", "truncmod", "indexdiv", "indexmod", "Schedule", "Stage",
-           "create_schedule", "lower", "Program", "build", "TeModule"]
+           "create_schedule", "lower", "Program", "build", "build_batch", "TeModule"]

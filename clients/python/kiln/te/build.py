@@ -303,3 +303,40 @@ def build(s, args=None, target="llvm", target_host=None, name="default_function"
     prog = lower(s, args, name)
     module = session.compile(prog.payload, target=tgt, format="te", options=options)
     return TeModule(session, prog, module, tgt)
+
+
+def build_batch(schedules, target="llvm", session=None, options=None, progress=None, future=False):
+    """Compiles many te programs in one ``compile_batch`` (a tuner's trial builds: every
+    compile worker busy, results in item order). ``schedules``: ``(s, args)`` or
+    ``(s, args, name)`` tuples. Returns a list holding, per item, a TeModule (call it, or
+    ``time_evaluator``) or the KilnError of an item that did not lower or compile (not
+    raised). ``progress(p)`` gets the batch's ``progress`` notifications. With
+    ``future=True`` returns ``(kiln.Future, finish)`` instead: ``finish()`` waits and gives the
+    list, and ``fut.cancel()`` drops the items not yet compiling."""
+    from ..errors import KilnError
+    from ..session import default_session
+    session = session or default_session()
+    tgt = resolve_target(session, target)
+    progs, items, where = [], [], []
+    for i, sch in enumerate(schedules):
+        s, args = sch[0], sch[1]
+        name = sch[2] if len(sch) > 2 else "default_function"
+        try:
+            prog = lower(s, args, name)
+        except KilnError as e:
+            progs.append(e)
+            continue
+        progs.append(prog)
+        where.append(i)
+        items.append({"ir": prog.payload, "target": tgt, "format": "te", "options": options})
+    fut = session.compile_batch_async(items, progress=progress)
+
+    def finish(timeout=None):
+        mods = fut.result(timeout) if items else []
+        out = list(progs)
+        for i, m in zip(where, mods):
+            out[i] = m if isinstance(m, KilnError) else TeModule(session, progs[i], m, tgt)
+        return out
+    if future:
+        return fut, finish
+    return finish()
