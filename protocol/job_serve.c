@@ -84,6 +84,19 @@ static bool handle(serve_t *sv, const uint8_t *bytes, size_t len) {
   return true;
 }
 
+kiln_status_t kiln_job_send_alive(int channel) {
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &out);
+  kiln_rpc_pack_notification_head(&pk.pk, KILN_WORKER_ALIVE);
+  msgpack_pack_array(&pk.pk, 0);
+  kiln_status_t st = kiln_packer_status(&pk);
+  if (!st) st = kiln_channel_send_all(channel, out.data, out.len, NULL, 0);
+  kiln_buf_deinit(&out);
+  return st;
+}
+
 int kiln_job_serve(const kiln_job_server_t *s) {
   serve_t sv = {.s = s};
   kiln_fdq_init(&sv.fdq);

@@ -31,6 +31,13 @@ typedef struct kiln_job_server {
   void *ctx;
 } kiln_job_server_t;
 
+/* A worker that is busy with a long job (the runs of a `time`) says it still makes progress
+ * with the notification [2, "alive", []] between runs, so that kilnd's watchdog bounds each
+ * run instead of the whole job (server/worker.c). */
+#define KILN_WORKER_ALIVE "alive"
+/* Sends it on the channel; blocking, like a reply. */
+KILN_MUST_USE kiln_status_t kiln_job_send_alive(int channel);
+
 /* Serves until kilnd closes the channel (returns 0) or the channel breaks, or a message is
  * not a job (returns 1). */
 int kiln_job_serve(const kiln_job_server_t *s);

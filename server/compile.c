@@ -27,10 +27,23 @@
 
 enum { PRIO_INTERACTIVE = KILN_PRIO_INTERACTIVE, PRIO_BATCH = KILN_PRIO_BATCH };
 
+/* An item of a batch waiting for room under its tenant's `compiles` quota: the quota bounds
+ * how many of a tenant's items are queued or running at once, not how large a batch is. */
+typedef struct deferred {
+  uint32_t index;
+  kiln_build_params_t b;
+  uint8_t *payload; /* b.payload points here: the request's message is gone by then */
+} deferred_t;
+
 typedef struct batch {
   kiln_req_t *req;
+  kiln_tenant_t *tenant;
   uint32_t n, remaining;
+  uint32_t done, failed; /* items answered so far: the `progress` notifications */
   kiln_buf_t *items; /* packed result of each item */
+  deferred_t *deferred; /* in item order; [next_deferred, ndeferred) still wait */
+  uint32_t ndeferred, next_deferred;
+  struct batch *dprev, *dnext; /* the compile state's list while items wait */
 } batch_t;
 
 typedef struct waiter {
@@ -73,6 +86,8 @@ typedef struct kiln_compile_state {
   uint32_t nslots;
   kiln_cqueue_t queue; /* jobs waiting for a worker (server/compile_queue.h) */
   kiln_map_t inflight; /* key64 -> job (queued or running) */
+  batch_t *deferred;   /* batches with items waiting for quota, oldest first */
+  bool resuming;       /* inside resume_deferred, or where it must not run */
   kiln_cache_t *cache;
   /* counters */
   uint64_t compiles, compile_errors, crashes, timeouts, hits, joins, cancelled;
@@ -223,9 +238,38 @@ static void batch_send(batch_t *b) {
   free(b);
 }
 
-static void batch_item_done(batch_t *b, uint32_t index, kiln_buf_t *item) {
+/* [2, "progress", [{"msgid", "index", "done", "failed", "total"}]] to the batch's client,
+ * one per item as it is answered (docs/protocol.md `compile_batch`). */
+static void batch_progress(batch_t *b, uint32_t index) {
+  kiln_conn_t *c = b->req->conn;
+  if (b->req->answered || c->closing) return;
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &out);
+  kiln_rpc_pack_notification_head(&pk.pk, "progress");
+  msgpack_pack_array(&pk.pk, 1);
+  msgpack_pack_map(&pk.pk, 5);
+  kiln_pack_kv_u64(&pk.pk, "msgid", b->req->msgid);
+  kiln_pack_kv_u64(&pk.pk, "index", index);
+  kiln_pack_kv_u64(&pk.pk, "done", b->done);
+  kiln_pack_kv_u64(&pk.pk, "failed", b->failed);
+  kiln_pack_kv_u64(&pk.pk, "total", b->n);
+  kiln_status_t st = kiln_packer_status(&pk);
+  if (st) { /* out of memory: a notification is worth less than the reply */
+    kiln_status_free(st);
+    kiln_buf_deinit(&out);
+    return;
+  }
+  kiln_conn_send(c, &out, NULL, 0, NULL, NULL);
+}
+
+static void batch_item_done(batch_t *b, uint32_t index, kiln_buf_t *item, bool failed) {
   b->items[index] = *item;
   kiln_buf_init(item);
+  b->done++;
+  b->failed += failed;
+  batch_progress(b, index);
   if (--b->remaining == 0) batch_send(b);
 }
 
@@ -260,6 +304,7 @@ static void waiter_finish(kiln_compile_state_t *cs, waiter_t *w, const kiln_modu
       kiln_req_reply(w->req, &out, NULL, 0, NULL, NULL);
     }
   } else {
+    bool failed = st != KILN_OK;
     if (st) {
       msgpack_pack_map(&pk.pk, 1);
       kiln_pack_cstr(&pk.pk, "error");
@@ -271,7 +316,7 @@ static void waiter_finish(kiln_compile_state_t *cs, waiter_t *w, const kiln_modu
     } else {
       pack_result(&pk.pk, m, cached, ms);
     }
-    batch_item_done(w->batch, w->index, &out);
+    batch_item_done(w->batch, w->index, &out, failed);
     kiln_buf_deinit(&out);
   }
   if (!w->on_stack) free(w);
@@ -280,6 +325,7 @@ static void waiter_finish(kiln_compile_state_t *cs, waiter_t *w, const kiln_modu
 /* --- the queue and the workers ------------------------------------------------------------ */
 
 static void schedule(kiln_compile_state_t *cs);
+static void resume_deferred(kiln_compile_state_t *cs);
 
 static void job_free(job_t *j) {
   free(j->payload);
@@ -372,6 +418,7 @@ static void on_compiled(void *ctx, kiln_status_t st, const msgpack_object *resul
   job_finish(cs, j, m, ms, st);
   kiln_module_release(m);
   schedule(cs);
+  resume_deferred(cs);
 }
 
 static void on_timeout(uv_timer_t *t) {
@@ -386,11 +433,12 @@ static void on_timeout(uv_timer_t *t) {
 }
 
 static void schedule(kiln_compile_state_t *cs) {
+  bool failed = false; /* a job that could not start gave its quota back */
   for (uint32_t i = 0; i < cs->nslots; i++) {
     slot_t *sl = &cs->slots[i];
     if (sl->job || !sl->worker) continue;
     job_t *j = (job_t *)kiln_cq_pop(&cs->queue);
-    if (!j) return;
+    if (!j) break;
     sl->job = j;
     sl->start_ns = kiln_now_ns();
     int fd = -1;
@@ -408,10 +456,12 @@ static void schedule(kiln_compile_state_t *cs) {
     if (st) {
       sl->job = NULL;
       job_finish(cs, j, NULL, 0, st);
+      failed = true;
       continue;
     }
     uv_timer_start(&sl->timer, on_timeout, (uint64_t)(cs->server->cfg.compile_timeout_s * 1000), 0);
   }
+  if (failed) resume_deferred(cs);
 }
 
 uint64_t kiln_compile_queued(kiln_server_t *s, const kiln_tenant_t *t, int prio) {
@@ -538,6 +588,115 @@ kiln_status_t kiln_method_compile(kiln_call_t *call) {
   return st;
 }
 
+/* --- batch items waiting for quota --------------------------------------------------------- */
+
+static void deferred_unlink(kiln_compile_state_t *cs, batch_t *b) {
+  if (b->dprev) b->dprev->dnext = b->dnext;
+  else cs->deferred = b->dnext;
+  if (b->dnext) b->dnext->dprev = b->dprev;
+  b->dprev = b->dnext = NULL;
+}
+
+static bool has_room(const kiln_tenant_t *t) { return t->compiles < t->quotas.compiles; }
+
+/* Answers or submits batch item `index` (build b, or the parse error st) through a waiter. */
+static void batch_submit(kiln_compile_state_t *cs, batch_t *bt, uint32_t index,
+                         const kiln_build_params_t *b, kiln_status_t st) {
+  waiter_t stack_w, *w = calloc(1, sizeof(*w));
+  if (!w) {
+    /* Answer the item through a waiter on the stack: waiter_finish frees only heap ones. */
+    memset(&stack_w, 0, sizeof(stack_w));
+    stack_w.on_stack = true;
+    w = &stack_w;
+  }
+  w->batch = bt;
+  w->index = index;
+  w->tenant = w->on_stack ? NULL : bt->tenant;
+  if (!st && w == &stack_w) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) st = submit(cs, b, PRIO_BATCH, w);
+  if (st) {
+    w->tenant = NULL; /* submit took no quota when it failed */
+    waiter_finish(cs, w, NULL, false, 0, st);
+  }
+}
+
+/* Submits waiting batch items while their tenants have room, oldest batch first. Runs where
+ * no queue walk is in progress (after a build ends, after a cancel, after a batch arrives). */
+static void resume_deferred(kiln_compile_state_t *cs) {
+  if (cs->resuming) return;
+  cs->resuming = true;
+  for (bool again = true; again;) {
+    again = false;
+    for (batch_t *b = cs->deferred, *next; b; b = next) {
+      next = b->dnext;
+      bool gone = b->req->answered || b->req->conn->closing;
+      while (b->next_deferred < b->ndeferred && (gone || has_room(b->tenant))) {
+        deferred_t d = b->deferred[b->next_deferred++];
+        bool last = b->next_deferred == b->ndeferred;
+        if (last) { /* b may be answered and freed by this item: let go of it first */
+          deferred_unlink(cs, b);
+          free(b->deferred);
+          b->deferred = NULL;
+        }
+        batch_submit(cs, b, d.index, &d.b,
+                     gone ? KILN_STATUS(KILN_E_CANCELLED, "the client has gone") : KILN_OK);
+        free(d.payload);
+        again = true;
+        if (last) break;
+      }
+    }
+  }
+  cs->resuming = false;
+}
+
+/* Answers the waiting items of request msgid on c with E_CANCELLED; how many. */
+static uint64_t cancel_deferred(kiln_compile_state_t *cs, kiln_conn_t *c, uint64_t msgid) {
+  for (batch_t *b = cs->deferred; b; b = b->dnext) {
+    if (b->req->conn != c || b->req->msgid != msgid) continue;
+    uint64_t n = b->ndeferred - b->next_deferred;
+    deferred_t *ds = b->deferred;
+    uint32_t from = b->next_deferred, to = b->ndeferred;
+    deferred_unlink(cs, b);
+    b->deferred = NULL;
+    b->next_deferred = b->ndeferred = 0;
+    for (uint32_t i = from; i < to; i++) {
+      batch_submit(cs, b, ds[i].index, NULL, KILN_STATUS(KILN_E_CANCELLED, "cancelled by the client"));
+      free(ds[i].payload);
+    }
+    free(ds);
+    return n;
+  }
+  return 0;
+}
+
+/* Keeps item `index` (its build b borrows the request) until its tenant has room. */
+static kiln_status_t batch_defer(kiln_compile_state_t *cs, batch_t *bt, uint32_t index,
+                                 const kiln_build_params_t *b) {
+  if (!bt->deferred) {
+    bt->deferred = calloc(bt->n, sizeof(deferred_t));
+    if (!bt->deferred) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+    bt->dnext = NULL;
+    bt->dprev = NULL;
+    batch_t **tail = &cs->deferred;
+    batch_t *prev = NULL;
+    while (*tail) {
+      prev = *tail;
+      tail = &(*tail)->dnext;
+    }
+    *tail = bt;
+    bt->dprev = prev;
+  }
+  deferred_t *d = &bt->deferred[bt->ndeferred];
+  d->payload = malloc(b->size ? b->size : 1);
+  if (!d->payload) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(d->payload, b->payload, b->size);
+  d->index = index;
+  d->b = *b;
+  d->b.payload = d->payload;
+  bt->ndeferred++;
+  return KILN_OK;
+}
+
 kiln_status_t kiln_method_compile_batch(kiln_call_t *call) {
   kiln_compile_state_t *cs = state(call->server);
   static const char *const fields[] = {"items", NULL};
@@ -559,6 +718,7 @@ kiln_status_t kiln_method_compile_batch(kiln_call_t *call) {
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   }
   bt->req = call->req;
+  bt->tenant = call->conn->tenant;
   bt->n = bt->remaining = items->size;
   bt->items = slots;
   call->async = true;
@@ -566,32 +726,29 @@ kiln_status_t kiln_method_compile_batch(kiln_call_t *call) {
    * happen inside this loop when everything is cached). Keep one extra count so it cannot
    * complete before the loop is done. */
   bt->remaining++;
+  /* Items past the tenant's `compiles` quota wait in the batch (in order) and go as earlier
+   * ones finish; a quota of 0 still refuses them. While this loop runs, no waiting item may
+   * start ahead of this batch's own. */
+  kiln_tenant_t *t = bt->tenant;
+  bool was_resuming = cs->resuming;
+  cs->resuming = true;
   for (uint32_t i = 0; i < items->size; i++) {
-    waiter_t stack_w, *w = calloc(1, sizeof(*w));
-    if (!w) {
-      /* Answer the item through a waiter on the stack: waiter_finish frees only heap ones. */
-      memset(&stack_w, 0, sizeof(stack_w));
-      stack_w.on_stack = true;
-      w = &stack_w;
-    }
-    w->batch = bt;
-    w->index = i;
-    w->tenant = w->on_stack ? NULL : call->conn->tenant;
     build_t b;
     char what[32];
     snprintf(what, sizeof(what), "items[%u]", i);
     kiln_status_t st = items->ptr[i].type == MSGPACK_OBJECT_MAP
                            ? parse_build(call->server, &items->ptr[i], what, &b)
                            : KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s must be a map", what);
-    if (!st && w == &stack_w) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-    if (!st) st = submit(cs, &b, PRIO_BATCH, w);
-    if (st) {
-      w->tenant = NULL; /* submit took no quota when it failed */
-      waiter_finish(cs, w, NULL, false, 0, st);
+    if (!st && t->quotas.compiles > 0 && (bt->ndeferred || !has_room(t))) {
+      st = batch_defer(cs, bt, i, &b);
+      if (!st) continue;
     }
+    batch_submit(cs, bt, i, st ? NULL : &b, st);
   }
+  cs->resuming = was_resuming;
   /* Drop the extra count: answers now if every item is done. */
   if (--bt->remaining == 0) batch_send(bt);
+  else resume_deferred(cs);
   return KILN_OK;
 }
 
@@ -688,7 +845,12 @@ kiln_status_t kiln_method_cancel(kiln_call_t *call) {
   KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "msgid", true, &msgid));
   kiln_compile_state_t *cs = state(call->server);
   cancel_t c = {.cs = cs, .conn = call->conn, .msgid = msgid};
+  bool was_resuming = cs->resuming;
+  cs->resuming = true; /* no waiting item may enter the queue while it is walked */
+  c.n += cancel_deferred(cs, call->conn, msgid);
   kiln_cq_filter(&cs->queue, cancel_visit, cancel_dropped, &c);
+  cs->resuming = was_resuming;
+  resume_deferred(cs);
   uint64_t n = c.n;
   cs->cancelled += n;
   msgpack_pack_map(call->pk, 1);

@@ -20,7 +20,7 @@ typedef struct launch_op {
   struct launch_op *prev, *next; /* in slot->ops while the worker has it */
   kiln_module_t *module; /* a reference, held until the op ends */
   kiln_job_kind_t kind; /* KILN_JOB_LAUNCH or KILN_JOB_TIME */
-  uint64_t budget_ms; /* the watchdog's budget (launch only; 0 = none) */
+  uint64_t budget_ms; /* the watchdog's budget: one run's deadline */
   uint64_t seq;       /* its cell in the slot's cancel page */
   kiln_buf_t params;  /* the job (protocol/job_module.h) */
 } launch_op_t;
@@ -362,7 +362,9 @@ static kiln_status_t start_module(kiln_call_t *call, bool timed, const kiln_laun
   op->req = call->req;
   op->slot = slot;
   op->kind = job.kind;
-  op->budget_ms = timed ? 0 : timeout_ms; /* a `time` call runs many launches: no watchdog */
+  /* A `time` runs many launches: its worker says "alive" between them (protocol/job_serve.h),
+   * so the same budget bounds each run. */
+  op->budget_ms = timeout_ms;
   op->module = kiln_module_retain(m);
   bool now;
   /* Waiting behind another tenant's lease counts against the same timeout (the kernel gets

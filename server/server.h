@@ -258,6 +258,7 @@ KILN_MUST_USE kiln_status_t kiln_method_hello(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_ping(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_devices(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_stats(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_quotas(kiln_call_t *call); /* quotas.c */
 KILN_MUST_USE kiln_status_t kiln_method_alloc(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_upload(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_write(kiln_call_t *call);

@@ -20,6 +20,7 @@
 #include "base/sandbox.h"
 #include "base/util.h"
 #include "protocol/channel.h"
+#include "protocol/job_serve.h"
 #include "server/metrics.h"
 #include "server/server.h"
 
@@ -473,6 +474,12 @@ static void handle_message(incarnation_t *inc, const uint8_t *bytes, size_t len)
   bool has;
   kiln_status_t st = kiln_rpc_parse(bytes, len, &m, &has);
   if (!st && handle_violation(inc, &m)) {
+    kiln_rpc_msg_deinit(&m);
+    return;
+  }
+  if (!st && m.type == KILN_RPC_NOTIFICATION && kiln_rpc_method_is(&m, KILN_WORKER_ALIVE)) {
+    /* A run of a long job ended and the next begins: the watchdog's clock starts again. */
+    inc->last_progress_ns = kiln_now_ns();
     kiln_rpc_msg_deinit(&m);
     return;
   }

@@ -13,6 +13,7 @@
 #include "device/timing.h"
 #include "device/worker/worker.h"
 #include "protocol/job_module.h"
+#include "protocol/job_serve.h"
 #include "protocol/payload.h"
 
 typedef struct module {
@@ -121,14 +122,29 @@ static kiln_status_t fill_args(kiln_dworker_t *w, const kiln_launch_job_t *j, co
   return KILN_OK;
 }
 
-/* The launch or timing's cell in the cancel page, when it has one. */
+/* The launch or timing's cell in the cancel page, when it has one; for a timing also the
+ * channel on which its runs say they make progress. */
 typedef struct cancel_cell {
   const volatile uint64_t *cell;
   uint64_t seq;
+  int channel;       /* -1: no heartbeat */
+  uint64_t alive_at; /* when the last "alive" went */
 } cancel_cell_t;
 
+/* Between two runs at most this often: kilnd's watchdog then bounds each run of a `time` by
+ * its deadline plus this plus its grace, whatever the number of runs. */
+#define ALIVE_EVERY_NS (200ull * 1000000ull)
+
 static bool is_cancelled(void *ctx) {
-  const cancel_cell_t *c = ctx;
+  cancel_cell_t *c = ctx;
+  if (c->channel >= 0) {
+    uint64_t now = kiln_now_ns();
+    if (now - c->alive_at >= ALIVE_EVERY_NS) {
+      c->alive_at = now;
+      /* A broken channel ends the serve loop at the reply; nothing to do here. */
+      kiln_status_free(kiln_job_send_alive(c->channel));
+    }
+  }
   return c->cell && __atomic_load_n(c->cell, __ATOMIC_RELAXED) == c->seq;
 }
 
@@ -167,7 +183,8 @@ static kiln_status_t time_it(kiln_dworker_t *w, const kiln_launch_job_t *j, modu
 }
 
 static kiln_status_t run(kiln_dworker_t *w, const kiln_launch_job_t *j, msgpack_packer *reply) {
-  cancel_cell_t cancel = {.seq = j->cancel};
+  cancel_cell_t cancel = {.seq = j->cancel, .channel = -1};
+  if (j->kind == KILN_JOB_TIME) cancel.channel = w->channel;
   if (cancel.seq && w->cancel_page) cancel.cell = &w->cancel_page[cancel.seq % w->cancel_cells];
   /* Queued behind other work when its client left: not run at all. */
   if (is_cancelled(&cancel))

@@ -32,6 +32,7 @@ typedef struct client {
   kiln_reader_t reader;
   kiln_rpc_msg_t msg; /* last reply (valid until the next recv) */
   bool have_msg;
+  uint32_t progress_seen; /* compile_batch `progress` notifications client_recv passed over */
 } client_t;
 
 void client_connect_tcp(client_t *c, const daemon_t *d);

@@ -380,6 +380,7 @@ Test(compile, batch_partial_failure_and_single_flight) {
   cr_assert(kiln_params_find(&r->via.array.ptr[3], "module"));
   cr_assert(kiln_obj_str_eq(kiln_params_find(&r->via.array.ptr[0], "module"),
                             "") == false);
+  cr_assert_eq(c.progress_seen, 4, "one progress notification per item before the reply");
   client_send(&c, 2, "stats", NULL);
   cr_assert(client_recv(&c, 5000));
   const msgpack_object *comp = kiln_params_find(c.msg.result, "compile");
