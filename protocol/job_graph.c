@@ -9,8 +9,34 @@ static void pack_dims(msgpack_packer *pk, const uint32_t d[3]) {
   for (int i = 0; i < 3; i++) msgpack_pack_uint32(pk, d[i]);
 }
 
+static void pack_copies(msgpack_packer *pk, const kiln_graph_copy_t *c, uint32_t n) {
+  msgpack_pack_array(pk, n);
+  for (uint32_t i = 0; i < n; i++) {
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_uint64(pk, c[i].handle);
+    msgpack_pack_uint64(pk, c[i].offset);
+    msgpack_pack_uint64(pk, c[i].bytes);
+  }
+}
+
+static kiln_status_t decode_copies(const msgpack_object *o, kiln_graph_copy_t **out, uint32_t *n) {
+  const msgpack_object_array *a;
+  KILN_RETURN_IF_ERROR(kiln_job_array(o, "copies", UINT32_MAX, &a));
+  *out = calloc(a->size ? a->size : 1, sizeof(**out));
+  if (!*out) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for a graph job");
+  *n = a->size;
+  for (uint32_t i = 0; i < a->size; i++) {
+    const msgpack_object_array *c;
+    KILN_RETURN_IF_ERROR(kiln_job_array(&a->ptr[i], "copy", 3, &c));
+    KILN_RETURN_IF_ERROR(kiln_job_u64(&c->ptr[0], "copy handle", UINT64_MAX, &(*out)[i].handle));
+    KILN_RETURN_IF_ERROR(kiln_job_u64(&c->ptr[1], "copy offset", UINT64_MAX, &(*out)[i].offset));
+    KILN_RETURN_IF_ERROR(kiln_job_u64(&c->ptr[2], "copy bytes", UINT64_MAX, &(*out)[i].bytes));
+  }
+  return KILN_OK;
+}
+
 void kiln_graph_load_job_encode(msgpack_packer *pk, const kiln_graph_load_job_t *j) {
-  kiln_job_pack_head(pk, 4, 1);
+  kiln_job_pack_head(pk, 5, 1);
   msgpack_pack_uint64(pk, j->handle);
   msgpack_pack_array(pk, KILN_GRAPH_BLOCKS);
   for (int b = 0; b < KILN_GRAPH_BLOCKS; b++) msgpack_pack_uint64(pk, j->bytes[b]);
@@ -36,6 +62,7 @@ void kiln_graph_load_job_encode(msgpack_packer *pk, const kiln_graph_load_job_t 
       msgpack_pack_uint64(pk, l->args[a].value);
     }
   }
+  pack_copies(pk, j->copies, j->num_copies);
 }
 
 void kiln_graph_load_job_deinit(kiln_graph_load_job_t *j) {
@@ -44,6 +71,7 @@ void kiln_graph_load_job_deinit(kiln_graph_load_job_t *j) {
   free(j->node_lens);
   for (uint32_t i = 0; j->launches && i < j->num_launches; i++) free(j->launches[i].args);
   free(j->launches);
+  free(j->copies);
   memset(j, 0, sizeof(*j));
 }
 
@@ -85,7 +113,7 @@ static kiln_status_t decode_launch(const msgpack_object *o, uint32_t num_nodes, 
 static kiln_status_t decode_load(const msgpack_object *job, kiln_graph_load_job_t *j) {
   const msgpack_object *f;
   const msgpack_object_array *bytes, *nodes, *launches;
-  KILN_RETURN_IF_ERROR(kiln_job_open(job, KILN_JOB_GRAPH_LOAD, 4, 1, &f));
+  KILN_RETURN_IF_ERROR(kiln_job_open(job, KILN_JOB_GRAPH_LOAD, 5, 1, &f));
   KILN_RETURN_IF_ERROR(kiln_job_u64(&f[0], "handle", UINT64_MAX, &j->handle));
   KILN_RETURN_IF_ERROR(kiln_job_array(&f[1], "bytes", KILN_GRAPH_BLOCKS, &bytes));
   for (int b = 0; b < KILN_GRAPH_BLOCKS; b++)
@@ -112,7 +140,7 @@ static kiln_status_t decode_load(const msgpack_object *job, kiln_graph_load_job_
     j->num_launches = i + 1;
     KILN_RETURN_IF_ERROR(decode_launch(&launches->ptr[i], j->num_nodes, &j->launches[i]));
   }
-  return KILN_OK;
+  return decode_copies(&f[4], &j->copies, &j->num_copies);
 }
 
 kiln_status_t kiln_graph_load_job_decode(const msgpack_object *job, kiln_graph_load_job_t *out) {
@@ -122,7 +150,7 @@ kiln_status_t kiln_graph_load_job_decode(const msgpack_object *job, kiln_graph_l
   return st;
 }
 
-enum { RUN_FIELDS = 4, TIME_FIELDS = 8, FREE_FIELDS = 1 };
+enum { RUN_FIELDS = 6, TIME_FIELDS = 10, FREE_FIELDS = 1 };
 
 void kiln_graph_job_encode(msgpack_packer *pk, const kiln_graph_job_t *j) {
   if (j->kind == KILN_JOB_GRAPH_FREE) {
@@ -135,15 +163,18 @@ void kiln_graph_job_encode(msgpack_packer *pk, const kiln_graph_job_t *j) {
   msgpack_pack_uint64(pk, j->handle);
   msgpack_pack_uint64(pk, j->size);
   msgpack_pack_uint64(pk, j->deadline_ms);
+  msgpack_pack_uint64(pk, j->cancel);
+  pack_copies(pk, j->inputs, j->num_inputs);
   if (!timed) {
     msgpack_pack_array(pk, j->num_outputs);
     for (uint32_t i = 0; i < j->num_outputs; i++) {
       const kiln_graph_output_t *o = &j->outputs[i];
-      msgpack_pack_array(pk, 4);
+      msgpack_pack_array(pk, 5);
       msgpack_pack_uint32(pk, o->block);
       msgpack_pack_uint64(pk, o->offset);
       msgpack_pack_uint64(pk, o->bytes);
       msgpack_pack_uint64(pk, o->at);
+      msgpack_pack_uint64(pk, o->keep);
     }
     return;
   }
@@ -156,6 +187,9 @@ void kiln_graph_job_encode(msgpack_packer *pk, const kiln_graph_job_t *j) {
 }
 
 void kiln_graph_job_deinit(kiln_graph_job_t *j) {
+  free(j->inputs);
+  j->inputs = NULL;
+  j->num_inputs = 0;
   free(j->outputs);
   j->outputs = NULL;
   j->num_outputs = 0;
@@ -174,29 +208,32 @@ static kiln_status_t decode_job(kiln_job_kind_t kind, const msgpack_object *job,
   KILN_RETURN_IF_ERROR(kiln_job_u64(&f[0], "handle", UINT64_MAX, &j->handle));
   KILN_RETURN_IF_ERROR(kiln_job_u64(&f[1], "size", UINT64_MAX, &j->size));
   KILN_RETURN_IF_ERROR(kiln_job_u64(&f[2], "deadline_ms", UINT64_MAX, &j->deadline_ms));
+  KILN_RETURN_IF_ERROR(kiln_job_u64(&f[3], "cancel", UINT64_MAX, &j->cancel));
+  KILN_RETURN_IF_ERROR(decode_copies(&f[4], &j->inputs, &j->num_inputs));
   if (!timed) {
     const msgpack_object_array *outs;
-    KILN_RETURN_IF_ERROR(kiln_job_array(&f[3], "outputs", UINT32_MAX, &outs));
+    KILN_RETURN_IF_ERROR(kiln_job_array(&f[5], "outputs", UINT32_MAX, &outs));
     j->outputs = calloc(outs->size ? outs->size : 1, sizeof(*j->outputs));
     if (!j->outputs) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for a graph job");
     j->num_outputs = outs->size;
     for (uint32_t i = 0; i < outs->size; i++) {
       const msgpack_object_array *o;
       uint64_t block;
-      KILN_RETURN_IF_ERROR(kiln_job_array(&outs->ptr[i], "output", 4, &o));
+      KILN_RETURN_IF_ERROR(kiln_job_array(&outs->ptr[i], "output", 5, &o));
       KILN_RETURN_IF_ERROR(kiln_job_u64(&o->ptr[0], "output block", KILN_GRAPH_BLOCKS - 1, &block));
       j->outputs[i].block = (uint32_t)block;
       KILN_RETURN_IF_ERROR(kiln_job_u64(&o->ptr[1], "output offset", UINT64_MAX, &j->outputs[i].offset));
       KILN_RETURN_IF_ERROR(kiln_job_u64(&o->ptr[2], "output bytes", UINT64_MAX, &j->outputs[i].bytes));
       KILN_RETURN_IF_ERROR(kiln_job_u64(&o->ptr[3], "output at", UINT64_MAX, &j->outputs[i].at));
+      KILN_RETURN_IF_ERROR(kiln_job_u64(&o->ptr[4], "output keep", UINT64_MAX, &j->outputs[i].keep));
     }
     return KILN_OK;
   }
-  KILN_RETURN_IF_ERROR(kiln_job_u32(&f[3], "number", &j->number));
-  KILN_RETURN_IF_ERROR(kiln_job_u32(&f[4], "repeat", &j->repeat));
-  KILN_RETURN_IF_ERROR(kiln_job_u32(&f[5], "min_repeat_ms", &j->min_repeat_ms));
-  KILN_RETURN_IF_ERROR(kiln_job_u32(&f[6], "warmup", &j->warmup));
-  return kiln_job_bool(&f[7], "flush", &j->flush);
+  KILN_RETURN_IF_ERROR(kiln_job_u32(&f[5], "number", &j->number));
+  KILN_RETURN_IF_ERROR(kiln_job_u32(&f[6], "repeat", &j->repeat));
+  KILN_RETURN_IF_ERROR(kiln_job_u32(&f[7], "min_repeat_ms", &j->min_repeat_ms));
+  KILN_RETURN_IF_ERROR(kiln_job_u32(&f[8], "warmup", &j->warmup));
+  return kiln_job_bool(&f[9], "flush", &j->flush);
 }
 
 kiln_status_t kiln_graph_job_decode(kiln_job_kind_t kind, const msgpack_object *job, kiln_graph_job_t *out) {

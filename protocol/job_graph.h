@@ -34,9 +34,17 @@ typedef struct kiln_graph_job_launch {
   kiln_graph_job_arg_t *args; /* decoded ones point into the job's arg array (owned) */
 } kiln_graph_job_launch_t;
 
+/* A tensor of this worker copied into a graph block: `bytes` of buffer `handle` (from its
+ * start) to `offset` of the block. Constants given by id (graph_load) and inputs given by id
+ * (graph_run, graph_time). */
+typedef struct kiln_graph_copy {
+  uint64_t handle, offset, bytes;
+} kiln_graph_copy_t;
+
 /* graph_load: handle u64, bytes [arena, constants, inputs] u64 ×3, nodes [str], launches
- * [[module key, kernel u32, node u32, grid, block, shared u32, args [[tag, value]]]]; the
- * constant block (bytes[1]) in the fd. */
+ * [[module key, kernel u32, node u32, grid, block, shared u32, args [[tag, value]]]], copies
+ * [[handle, offset, bytes]] (into the constant block); the constant block (bytes[1]) in the
+ * fd, the copies' ranges left zero in it. */
 typedef struct kiln_graph_load_job {
   uint64_t handle;
   uint64_t bytes[KILN_GRAPH_BLOCKS];
@@ -45,6 +53,8 @@ typedef struct kiln_graph_load_job {
   uint32_t *node_lens;
   uint32_t num_launches;
   kiln_graph_job_launch_t *launches;
+  uint32_t num_copies;
+  kiln_graph_copy_t *copies; /* encode: the caller's; decode: owned */
 } kiln_graph_load_job_t;
 
 void kiln_graph_load_job_encode(msgpack_packer *pk, const kiln_graph_load_job_t *j);
@@ -54,15 +64,20 @@ void kiln_graph_load_job_deinit(kiln_graph_load_job_t *j); /* decoded jobs */
 typedef struct kiln_graph_output {
   uint32_t block;
   uint64_t offset, bytes, at; /* `bytes` at `offset` of the block go to `at` in the fd */
+  uint64_t keep; /* not 0: into a new buffer of this handle instead (`at` unused) */
 } kiln_graph_output_t;
 
-/* graph_run: handle, size u64 (of the fd), deadline_ms u64, outputs [[block, offset, bytes,
- * at]]; graph_time: handle, size, deadline_ms, number u32, repeat u32, min_repeat_ms u32,
- * warmup u32, flush bool. graph_free: handle. */
+/* graph_run: handle, size u64 (of the fd), deadline_ms u64, cancel u64, inputs [[handle,
+ * offset, bytes]], outputs [[block, offset, bytes, at, keep]]; graph_time: handle, size,
+ * deadline_ms, cancel, inputs, number u32, repeat u32, min_repeat_ms u32, warmup u32, flush
+ * bool. graph_free: handle. `cancel` is the run's cell in the cancel page (0: none), as for
+ * launch; `inputs` are copied into the input block after the fd's inline ones. */
 typedef struct kiln_graph_job {
   kiln_job_kind_t kind; /* KILN_JOB_GRAPH_RUN, _TIME or _FREE */
   uint64_t handle;
-  uint64_t size, deadline_ms;
+  uint64_t size, deadline_ms, cancel;
+  uint32_t num_inputs;
+  kiln_graph_copy_t *inputs; /* decoded: owned */
   uint32_t num_outputs;
   kiln_graph_output_t *outputs; /* decoded: owned */
   uint32_t number, repeat, min_repeat_ms, warmup;

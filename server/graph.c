@@ -15,6 +15,7 @@
 #include "protocol/frame.h"
 #include "protocol/job_graph.h"
 #include "protocol/job_module.h"
+#include "protocol/job_tensor.h"
 #include "server/compile.h"
 #include "server/modules.h"
 #include "server/graph.h"
@@ -51,8 +52,11 @@ typedef struct graph {
   bool gone;     /* freed or lost: out of the table */
 } graph_t;
 
+struct run_op;
+
 typedef struct kiln_graph_state {
   kiln_map_t table; /* key64(tenant, id) -> graph_t* */
+  struct run_op *runs; /* runs and timings at a worker (for a connection that closes) */
   uint64_t next_handle;
   uint64_t live, bytes;
   uint64_t runs_ok, runs_failed;
@@ -176,6 +180,32 @@ static kiln_status_t find_graph(kiln_call_t *call, graph_t **out) {
   }
   *out = g;
   return KILN_OK;
+}
+
+static bool same_desc(const kiln_tensor_desc_t *a, const kiln_tensor_desc_t *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+  for (uint32_t k = 0; k < a->ndim; k++)
+    if (a->shape[k] != b->shape[k]) return false;
+  return true;
+}
+
+/* A tensor given by id for a graph (a constant, an input): the caller's (another tenant's id
+ * is E_NOT_FOUND, as everywhere), on the graph's device, with the declared dtype and shape. */
+static kiln_status_t tensor_for(kiln_call_t *call, uint64_t id, const kiln_device_entry_t *d,
+                                const kiln_tensor_desc_t *want, const char *what, const char *name) {
+  kiln_tensor_t *t;
+  kiln_status_t st = kiln_tensor_lookup(call, id, &t);
+  if (!st && t->device != d)
+    st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "tensor %llu lives on %s; the graph runs on %s", (unsigned long long)id,
+                     t->device->id, d->id);
+  if (!st && !same_desc(&t->desc, want))
+    st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "tensor %llu is %s with %u dimensions; the graph declares %s with %u",
+                     (unsigned long long)id, kiln_dtype_name(t->desc.dtype), t->desc.ndim, kiln_dtype_name(want->dtype),
+                     want->ndim);
+  if (!st) return KILN_OK;
+  kiln_status_t e = KILN_STATUS(kiln_status_code(st), "%s '%s': %s", what, name, kiln_status_message(st));
+  kiln_status_free(st);
+  return e;
 }
 
 /* --- graph_create ---------------------------------------------------------------------------- */
@@ -478,10 +508,26 @@ static void create_finish(create_op_t *op) {
     m = NULL;
   }
   if (!st) st = kiln_gplan_memory(p);
+  /* Constants given by id: still there (the compiles took time) and copied by the worker
+   * after the jobs queued before (a write to the tensor before graph_create is seen). */
+  kiln_graph_copy_t *copies = calloc(p->num_id_constants ? p->num_id_constants : 1, sizeof(*copies));
+  uint32_t ncopies = 0;
+  if (!st && !copies) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; !st && i < p->num_names; i++) {
+    const kiln_gname_t *n = &p->names[i];
+    if (n->kind != KILN_GCONST || !n->tensor) continue;
+    const kiln_tensor_t *t = kiln_map_get(&s->tensors, n->tensor);
+    if (!t || t->tenant != op->tenant || t->freed || t->device != op->device ||
+        t->generation != kiln_worker_generation(slot->worker))
+      st = KILN_STATUS(KILN_E_NOT_FOUND, "constant '%.*s': tensor %llu was freed or lost while the graph was made",
+                       (int)n->len, n->s, (unsigned long long)n->tensor);
+    else copies[ncopies++] = (kiln_graph_copy_t){.handle = n->tensor, .offset = n->offset, .bytes = n->desc.nbytes};
+  }
   uint64_t charged = p->input_bytes + p->constant_bytes + p->arena_bytes;
   uint32_t total = 0;
   for (uint32_t n = 0; n < p->num_nodes; n++) total += p->nodes[n].num_launches;
-  kiln_graph_load_job_t job = {.handle = ++gstate(s)->next_handle, .num_nodes = p->num_nodes};
+  kiln_graph_load_job_t job = {.handle = ++gstate(s)->next_handle, .num_nodes = p->num_nodes, .copies = copies,
+                               .num_copies = ncopies};
   job.bytes[KILN_GRAPH_ARENA] = p->arena_bytes;
   job.bytes[KILN_GRAPH_CONSTANTS] = p->constant_bytes;
   job.bytes[KILN_GRAPH_INPUTS] = p->input_bytes;
@@ -581,6 +627,7 @@ static void create_finish(create_op_t *op) {
     st = kiln_packer_status(&pk);
   }
   load_job_free(&job);
+  free(copies);
   if (!st) st = kiln_memory_reserve(s, op->device, op->tenant, charged);
   graph_t *g = st ? NULL : calloc(1, sizeof(*g));
   if (!st && !g) {
@@ -623,7 +670,7 @@ static void create_finish(create_op_t *op) {
     return;
   }
   for (uint32_t i = 0; i < p->num_names; i++)
-    if (p->names[i].kind == KILN_GCONST && p->names[i].desc.nbytes)
+    if (p->names[i].kind == KILN_GCONST && p->names[i].data && p->names[i].desc.nbytes)
       memcpy((uint8_t *)map + p->names[i].offset, p->names[i].data, p->names[i].desc.nbytes);
   kiln_shm_unmap(map, csize);
   memcpy(g->id, op->id, KILN_HASH_BYTES);
@@ -697,7 +744,7 @@ static void on_program(void *ctx, const kiln_module_t *m, bool cached, double ms
 
 /* The graph id (docs/graph.md §3). */
 static void graph_id(kiln_server_t *s, const kiln_device_entry_t *d, const kiln_buf_t *options,
-                     const uint8_t *payload, size_t len, uint8_t out[KILN_HASH_BYTES]) {
+                     const uint8_t *payload, size_t len, bool nonce, uint8_t out[KILN_HASH_BYTES]) {
   kiln_hasher_t h;
   kiln_hasher_init(&h);
   static const char tag[] = "kiln-graph-1";
@@ -710,6 +757,12 @@ static void graph_id(kiln_server_t *s, const kiln_device_entry_t *d, const kiln_
   const char *ident = kiln_compile_identity(s);
   kiln_hasher_update(&h, ident, strlen(ident));
   kiln_hasher_update(&h, payload, len);
+  if (nonce) {
+    /* constants given by id: kilnd does not know their bytes, so no two such graphs are
+     * taken for one (each graph_create copies the tensors afresh) */
+    uint64_t r[2] = {kiln_random_id(), kiln_random_id()};
+    kiln_hasher_update(&h, r, sizeof(r));
+  }
   kiln_hasher_final(&h, out);
 }
 
@@ -799,11 +852,18 @@ kiln_status_t kiln_method_graph_create(kiln_call_t *call) {
                  MSGPACK_UNPACK_SUCCESS)
     st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "graph: not a valid MessagePack payload");
   if (!st) st = kiln_gplan_decode(&op->root, &op->plan);
+  for (uint32_t i = 0; !st && i < op->plan.num_names; i++) {
+    const kiln_gname_t *n = &op->plan.names[i];
+    if (n->kind != KILN_GCONST || !n->tensor) continue;
+    char nm[256];
+    snprintf(nm, sizeof(nm), "%.*s", (int)n->len, n->s);
+    st = tensor_for(call, n->tensor, d, &n->desc, "constant", nm);
+  }
   if (st) {
     create_free(op);
     return st;
   }
-  graph_id(s, d, &op->options, op->payload, op->payload_len, op->id);
+  graph_id(s, d, &op->options, op->payload, op->payload_len, op->plan.num_id_constants > 0, op->id);
   graph_t *g = kiln_map_get(&gs->table, table_key(t, op->id));
   if (g && g->tenant == t && memcmp(g->id, op->id, KILN_HASH_BYTES) == 0 && !lost(g)) {
     create_free(op);
@@ -893,24 +953,99 @@ typedef struct run_op {
   kiln_server_t *server;
   kiln_req_t *req;
   graph_t *graph;
-  bool timed;
+  struct run_op *prev, *next; /* in gstate's runs while the worker has it */
+  bool timed, queued;
   int fd;
   uint8_t *map;
   uint64_t size;
-  uint64_t outs_at;       /* outputs' bytes start here in the shared memory */
+  uint64_t outs_at;       /* inline outputs' bytes start here in the shared memory */
   uint32_t *picked;       /* output indexes to return, in order */
   uint32_t npicked;
+  uint64_t *kept;         /* keep: the new tensors' ids, one per picked output */
+  uint64_t kept_bytes;    /* charged to the tenant until the tensors hold it */
+  bool kept_charged;
   uint64_t budget_ms;     /* the watchdog's (graph_run) */
+  uint64_t seq;           /* its cell in the slot's cancel page */
+  uint32_t generation;    /* of the worker it was sent to */
   kiln_buf_t params;      /* for the worker */
 } run_op_t;
 
+static void runs_remove(gstate_t *gs, run_op_t *op) {
+  if (!op->queued) return;
+  if (op->prev) op->prev->next = op->next;
+  else gs->runs = op->next;
+  if (op->next) op->next->prev = op->prev;
+  op->prev = op->next = NULL;
+  op->queued = false;
+}
+
 static void run_free(run_op_t *op) {
+  runs_remove(gstate(op->server), op);
   if (op->map) kiln_shm_unmap(op->map, op->size);
   if (op->fd >= 0) close(op->fd);
   kiln_buf_deinit(&op->params);
+  if (op->kept_charged) { /* charged, never made into tensors */
+    kiln_memory_release(op->graph->device, op->graph->tenant, op->kept_bytes);
+    op->graph->tenant->tensors -= op->npicked;
+  }
+  free(op->kept);
   free(op->picked);
   if (op->graph) graph_unref(op->graph);
   free(op);
+}
+
+void kiln_graphs_conn_closed(kiln_server_t *s, void *conn) {
+  gstate_t *gs = s->graphs;
+  for (run_op_t *op = gs ? gs->runs : NULL; op; op = op->next) {
+    kiln_dslot_t *sl = op->graph->slot;
+    if (op->req->conn == conn && sl->cancel_page)
+      /* relaxed is enough: the worker looks before each launch */
+      __atomic_store_n(&sl->cancel_page[op->seq % KILN_CANCEL_CELLS], op->seq, __ATOMIC_RELAXED);
+  }
+}
+
+/* Kept outputs whose reply did not reach the client: nobody else knows their ids. */
+typedef struct kept_watch {
+  kiln_server_t *server;
+  kiln_conn_t *conn;
+  uint32_t n;
+  uint64_t ids[];
+} kept_watch_t;
+
+static void kept_sent(void *ctx) {
+  kept_watch_t *w = ctx;
+  for (uint32_t i = 0; w->conn->closing && i < w->n; i++) kiln_tensor_drop(w->server, w->ids[i]);
+  free(w);
+}
+
+/* The kept outputs become tensors of the tenant (they hold their charge from here). One that
+ * cannot (out of memory) is freed in the worker and the charge goes back. */
+static kiln_status_t adopt_kept(run_op_t *op) {
+  graph_t *g = op->graph;
+  kiln_status_t first = KILN_OK;
+  for (uint32_t i = 0; i < op->npicked; i++) {
+    const kiln_tensor_desc_t *d = &g->outputs[op->picked[i]].desc;
+    kiln_status_t st = kiln_tensor_adopt(op->server, g->slot, op->generation, op->kept[i], d);
+    if (st) {
+      kiln_buf_t params;
+      kiln_buf_init(&params);
+      kiln_packer_t pk;
+      kiln_packer_init(&pk, &params);
+      kiln_tensor_job_encode(&pk.pk, &(kiln_tensor_job_t){.kind = KILN_JOB_FREE, .handle = op->kept[i]});
+      kiln_status_t fs = kiln_packer_status(&pk);
+      if (!fs) fs = kiln_worker_call(g->slot->worker, kiln_job_name(KILN_JOB_FREE), &params, NULL, 0, ignore_reply, NULL);
+      kiln_status_free(fs);
+      kiln_buf_deinit(&params);
+      kiln_memory_release(g->device, g->tenant, d->nbytes);
+      g->tenant->tensors--;
+      if (!first) first = st;
+      else kiln_status_free(st);
+    }
+  }
+  op->kept_charged = false;
+  free(op->kept); /* the ids live on in the reply being packed: copied there first */
+  op->kept = NULL;
+  return first;
 }
 
 static void on_run_reply(void *ctx, kiln_status_t st, const msgpack_object *result) {
@@ -918,11 +1053,13 @@ static void on_run_reply(void *ctx, kiln_status_t st, const msgpack_object *resu
   kiln_server_t *s = op->server;
   gstate_t *gs = gstate(s);
   graph_t *g = op->graph;
+  runs_remove(gs, op);
   kiln_device_run_done(s, g->device);
   kiln_buf_t b;
   kiln_buf_init(&b);
   kiln_packer_t pk;
   kiln_packer_init(&pk, &b);
+  kept_watch_t *watch = NULL;
   if (!st) {
     kiln_rpc_pack_result_head(&pk.pk, op->req->msgid);
     kiln_launch_reply_t lr = {0};
@@ -936,11 +1073,36 @@ static void on_run_reply(void *ctx, kiln_status_t st, const msgpack_object *resu
       uint64_t at = op->outs_at;
       for (uint32_t i = 0; i < op->npicked; i++) {
         const gout_t *o = &g->outputs[op->picked[i]];
+        if (op->kept) {
+          msgpack_pack_map(&pk.pk, 3);
+          kiln_pack_kv_u64(&pk.pk, "id", op->kept[i]);
+          kiln_pack_kv_str(&pk.pk, "dtype", kiln_dtype_name(o->desc.dtype));
+          kiln_pack_cstr(&pk.pk, "shape");
+          msgpack_pack_array(&pk.pk, o->desc.ndim);
+          for (uint32_t k = 0; k < o->desc.ndim; k++) msgpack_pack_uint64(&pk.pk, o->desc.shape[k]);
+          continue;
+        }
         kiln_tensor_pack_head(&pk.pk, &o->desc);
         if (!st) st = kiln_buf_append(&b, op->map + at, o->desc.nbytes);
         at = (at + o->desc.nbytes + 255) & ~255ull;
       }
       kiln_pack_kv_f64(&pk.pk, "elapsed", elapsed);
+      if (op->kept) {
+        watch = malloc(sizeof(*watch) + op->npicked * sizeof(uint64_t));
+        if (watch) {
+          *watch = (kept_watch_t){.server = s, .conn = op->req->conn, .n = op->npicked};
+          memcpy(watch->ids, op->kept, op->npicked * sizeof(uint64_t));
+        }
+        kiln_status_t ast = adopt_kept(op);
+        if (!st) st = ast;
+        else kiln_status_free(ast);
+        if (st && watch) { /* made, but the client hears an error: they go */
+          watch->conn = NULL;
+          for (uint32_t i = 0; i < watch->n; i++) kiln_tensor_drop(s, watch->ids[i]);
+          free(watch);
+          watch = NULL;
+        }
+      }
     }
     if (!st) st = kiln_packer_status(&pk);
   }
@@ -958,7 +1120,7 @@ static void on_run_reply(void *ctx, kiln_status_t st, const msgpack_object *resu
     kiln_req_fail(op->req, st);
   } else {
     gs->runs_ok++;
-    kiln_req_reply(op->req, &b, NULL, 0, NULL, NULL);
+    kiln_req_reply(op->req, &b, NULL, 0, watch ? kept_sent : NULL, watch);
   }
   run_free(op);
 }
@@ -970,20 +1132,72 @@ static void run_go(void *ctx, kiln_status_t st) {
   if (!st && g->gone) st = KILN_STATUS(KILN_E_NOT_FOUND, "graph %.16s was freed before it ran", g->hex);
   if (!st && lost(g))
     st = KILN_STATUS(KILN_E_NOT_FOUND, "graph %.16s was lost: its device worker ended", g->hex);
+  if (!st) st = kiln_slot_ensure_cancel_page(g->slot);
   int fd = op->fd;
   if (!st) {
     op->fd = -1; /* kiln_worker_call closes it */
+    op->generation = kiln_worker_generation(g->slot->worker);
     /* graph_run has the watchdog's budget as launch does (a kernel that never returns ends
      * the worker); graph_time runs many times, as time: none. */
     st = kiln_worker_call_budget(g->slot->worker, kiln_job_name(op->timed ? KILN_JOB_GRAPH_TIME : KILN_JOB_GRAPH_RUN),
                                  &op->params, &fd, 1, op->timed ? 0 : op->budget_ms, on_run_reply, op);
   }
-  if (st) {
-    gstate(s)->runs_failed++;
-    kiln_device_run_done(s, g->device);
-    kiln_req_fail(op->req, st);
-    run_free(op);
+  if (!st) {
+    gstate_t *gs = gstate(s);
+    op->next = gs->runs;
+    if (gs->runs) gs->runs->prev = op;
+    gs->runs = op;
+    op->queued = true;
+    return;
   }
+  gstate(s)->runs_failed++;
+  kiln_device_run_done(s, g->device);
+  kiln_req_fail(op->req, st);
+  run_free(op);
+}
+
+/* The inputs into the run's shared memory (inline) or the job's copies (by id). */
+static kiln_status_t run_inputs(kiln_call_t *call, const graph_t *g, const msgpack_object *inputs, uint8_t *map,
+                                kiln_graph_copy_t *copies, uint32_t *ncopies) {
+  uint32_t given = inputs ? inputs->via.map.size : 0;
+  if (given != g->num_inputs)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "graph %.16s takes %u inputs; %u were given", g->hex, g->num_inputs,
+                       given);
+  *ncopies = 0;
+  for (uint32_t i = 0; i < g->num_inputs; i++) {
+    const gout_t *in = &g->inputs[i];
+    const msgpack_object *v = kiln_params_find(inputs, in->name);
+    if (!v) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "input '%s' is missing", in->name);
+    if (v->type == MSGPACK_OBJECT_MAP && kiln_params_find(v, "tensor")) {
+      static const char *const f_id[] = {"tensor", NULL};
+      uint64_t id = 0;
+      kiln_status_t st = kiln_params_check(v, "input", f_id);
+      if (!st) st = kiln_params_u64(v, "tensor", true, &id);
+      if (st) {
+        kiln_status_t e = KILN_STATUS(kiln_status_code(st), "input '%s': %s", in->name, kiln_status_message(st));
+        kiln_status_free(st);
+        return e;
+      }
+      KILN_RETURN_IF_ERROR(tensor_for(call, id, g->device, &in->desc, "input", in->name));
+      copies[(*ncopies)++] = (kiln_graph_copy_t){.handle = id, .offset = in->offset, .bytes = in->desc.nbytes};
+      continue;
+    }
+    kiln_tensor_desc_t dsc;
+    const uint8_t *data;
+    kiln_status_t st = v->type == MSGPACK_OBJECT_MAP ? kiln_tensor_parse(v, &dsc, &data)
+                                                     : KILN_STATUS(KILN_E_INVALID_ARGUMENT, "must be a tensor map");
+    if (st) {
+      kiln_status_t e = KILN_STATUS(kiln_status_code(st), "input '%s': %s", in->name, kiln_status_message(st));
+      kiln_status_free(st);
+      return e;
+    }
+    if (!same_desc(&dsc, &in->desc))
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                         "input '%s' must be %s with the graph's declared shape (%u dimensions)", in->name,
+                         kiln_dtype_name(in->desc.dtype), in->desc.ndim);
+    memcpy(map + RUN_HEADER + in->offset, data, dsc.nbytes);
+  }
+  return KILN_OK;
 }
 
 static kiln_status_t run_start(kiln_call_t *call, bool timed) {
@@ -996,13 +1210,11 @@ static kiln_status_t run_start(kiln_call_t *call, bool timed) {
   KILN_RETURN_IF_ERROR(find_graph(call, &g));
   bool keep = false;
   KILN_RETURN_IF_ERROR(kiln_params_bool(call->params, "keep", false, &keep));
-  if (keep) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "keep: true is not served yet; outputs come back inline");
   uint64_t timeout_ms = 0;
   KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "timeout_ms", false, &timeout_ms));
   if (!timeout_ms) timeout_ms = (uint64_t)(call->server->cfg.launch_timeout_s * 1000.0);
   const msgpack_object *inputs = NULL;
   KILN_RETURN_IF_ERROR(kiln_params_map(call->params, "inputs", g->num_inputs > 0, &inputs));
-  uint32_t given = inputs ? inputs->via.map.size : 0;
   /* which outputs, in which order */
   uint32_t *picked = NULL, npicked = g->num_outputs;
   const msgpack_object_array *outs = NULL;
@@ -1030,9 +1242,10 @@ static kiln_status_t run_start(kiln_call_t *call, bool timed) {
     }
     picked[i] = k;
   }
-  /* shared memory: the input block, then each picked output at a 256-byte boundary */
+  /* shared memory: the input block, then each inline output at a 256-byte boundary */
   uint64_t outs_at = (RUN_HEADER + g->input_bytes + 255) & ~255ull, size = outs_at;
-  for (uint32_t i = 0; !timed && i < npicked; i++) size = (size + g->outputs[picked[i]].desc.nbytes + 255) & ~255ull;
+  for (uint32_t i = 0; !timed && !keep && i < npicked; i++)
+    size = (size + g->outputs[picked[i]].desc.nbytes + 255) & ~255ull;
   if (size == 0) size = 1;
   run_op_t *op = calloc(1, sizeof(*op));
   if (!op) {
@@ -1046,45 +1259,37 @@ static kiln_status_t run_start(kiln_call_t *call, bool timed) {
   op->timed = timed;
   op->budget_ms = timeout_ms;
   op->server = call->server;
+  op->graph = g;
+  g->refs++;
   kiln_buf_init(&op->params);
-  kiln_status_t st = KILN_OK;
-  if (given != g->num_inputs)
-    st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "graph %.16s takes %u inputs; %u were given", g->hex, g->num_inputs, given);
+  kiln_graph_copy_t *copies = calloc(g->num_inputs ? g->num_inputs : 1, sizeof(*copies));
+  uint32_t ncopies = 0;
+  kiln_status_t st = copies ? KILN_OK : KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   if (!st) st = kiln_shm_create("kiln-graph-run", size, &op->fd, (void **)&op->map);
   if (!st) op->size = size;
-  for (uint32_t i = 0; !st && i < g->num_inputs; i++) {
-    const gout_t *in = &g->inputs[i];
-    const msgpack_object *v = kiln_params_find(inputs, in->name);
-    if (!v) {
-      st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "input '%s' is missing", in->name);
-      break;
+  if (!st) st = run_inputs(call, g, inputs, op->map, copies, &ncopies);
+  if (!st && keep) {
+    /* each output into a new tensor of the tenant: charged now, as alloc does */
+    kiln_tenant_t *t = g->tenant;
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < npicked; i++) bytes += g->outputs[picked[i]].desc.nbytes;
+    op->kept = calloc(npicked, sizeof(*op->kept));
+    if (!op->kept) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+    if (!st) st = kiln_quota_check(t, "tensors", t->tensors, npicked, t->quotas.tensors);
+    if (!st) st = kiln_memory_reserve(call->server, g->device, t, bytes);
+    if (!st) {
+      t->tensors += npicked;
+      op->kept_bytes = bytes;
+      op->kept_charged = true;
+      for (uint32_t i = 0; i < npicked; i++) op->kept[i] = kiln_random_id();
+    } else {
+      free(op->kept);
+      op->kept = NULL;
     }
-    if (v->type == MSGPACK_OBJECT_MAP && kiln_params_find(v, "tensor")) {
-      st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "input '%s': inputs by tensor id are not served yet; send it inline",
-                       in->name);
-      break;
-    }
-    kiln_tensor_desc_t dsc;
-    const uint8_t *data;
-    st = v->type == MSGPACK_OBJECT_MAP ? kiln_tensor_parse(v, &dsc, &data)
-                                       : KILN_STATUS(KILN_E_INVALID_ARGUMENT, "must be a tensor map");
-    if (st) {
-      kiln_status_t e = KILN_STATUS(kiln_status_code(st), "input '%s': %s", in->name, kiln_status_message(st));
-      kiln_status_free(st);
-      st = e;
-      break;
-    }
-    bool same = dsc.dtype == in->desc.dtype && dsc.ndim == in->desc.ndim;
-    for (uint32_t k = 0; same && k < dsc.ndim; k++) same = dsc.shape[k] == in->desc.shape[k];
-    if (!same) {
-      st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "input '%s' must be %s with the graph's declared shape (%u dimensions)",
-                       in->name, kiln_dtype_name(in->desc.dtype), in->desc.ndim);
-      break;
-    }
-    memcpy(op->map + RUN_HEADER + in->offset, data, dsc.nbytes);
   }
   kiln_graph_job_t job = {.kind = timed ? KILN_JOB_GRAPH_TIME : KILN_JOB_GRAPH_RUN, .handle = g->handle,
-                          .size = size, .deadline_ms = timeout_ms, .number = 1, .repeat = 1, .warmup = 1};
+                          .size = size, .deadline_ms = timeout_ms, .number = 1, .repeat = 1, .warmup = 1,
+                          .inputs = copies, .num_inputs = ncopies};
   if (!st && timed) {
     static const char *const tf[] = {"number", "repeat", "min_repeat_ms", "warmup"};
     uint32_t *dst[] = {&job.number, &job.repeat, &job.min_repeat_ms, &job.warmup};
@@ -1104,25 +1309,28 @@ static kiln_status_t run_start(kiln_call_t *call, bool timed) {
     uint64_t at = outs_at;
     for (uint32_t i = 0; !st && i < npicked; i++) {
       const gout_t *o = &g->outputs[picked[i]];
-      outputs[i] = (kiln_graph_output_t){.block = o->region, .offset = o->offset, .bytes = o->desc.nbytes, .at = at};
-      at = (at + o->desc.nbytes + 255) & ~255ull;
+      outputs[i] = (kiln_graph_output_t){.block = o->region, .offset = o->offset, .bytes = o->desc.nbytes,
+                                         .at = op->kept ? 0 : at, .keep = op->kept ? op->kept[i] : 0};
+      if (!op->kept) at = (at + o->desc.nbytes + 255) & ~255ull;
     }
     job.outputs = outputs;
     job.num_outputs = npicked;
   }
+  kiln_dslot_t *slot = g->slot;
   if (!st) {
+    op->seq = ++slot->cancel_seq;
+    job.cancel = op->seq;
     kiln_packer_t pk;
     kiln_packer_init(&pk, &op->params);
     kiln_graph_job_encode(&pk.pk, &job);
     st = kiln_packer_status(&pk);
   }
   free(outputs);
+  free(copies);
   if (st) {
     run_free(op);
     return st;
   }
-  op->graph = g;
-  g->refs++;
   op->req = call->req;
   call->async = true;
   bool now = false;

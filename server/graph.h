@@ -31,6 +31,7 @@ typedef struct kiln_gname {
   kiln_gkind_t kind;
   kiln_tensor_desc_t desc;
   const uint8_t *data; /* inline constants: the bytes (borrowed) */
+  uint64_t tensor;     /* constants given by id: the tenant's tensor id (else 0) */
   uint32_t base;       /* the name whose bytes these are (itself unless a view) */
   int64_t next;        /* the next name with the same 64-bit hash, or -1 */
   int32_t writer;      /* values: the node that writes it, -1 if none */
@@ -84,6 +85,7 @@ typedef struct kiln_gplan {
   kiln_garg_t *args;
   uint32_t *outputs; /* name indexes */
   uint32_t num_outputs;
+  uint32_t num_id_constants; /* constants given by tensor id */
   uint64_t input_bytes, constant_bytes, arena_bytes; /* after kiln_gplan_memory */
 } kiln_gplan_t;
 

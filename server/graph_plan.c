@@ -127,10 +127,14 @@ static kiln_status_t decl_section(kiln_gplan_t *p, const msgpack_object *g, cons
     if (kind == KILN_GCONST) {
       const msgpack_object *t = kiln_params_find(m, "tensor");
       if (!t) {
-        if (kiln_params_find(m, "id"))
-          return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                             "%s: constants given by tensor id are not served yet; send it inline", where);
-        return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: missing required field 'tensor'", where);
+        /* a tensor of the tenant's, found and checked by graph_create (graph.c) */
+        if (!kiln_params_find(m, "id"))
+          return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: missing required field 'tensor' or 'id'", where);
+        KILN_RETURN_IF_ERROR(kiln_params_u64(m, "id", true, &n->tensor));
+        KILN_RETURN_IF_ERROR(desc(m, where, &n->desc));
+        if (n->tensor == 0) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: 'id' 0 names no tensor", where);
+        p->num_id_constants++;
+        continue;
       }
       if (kiln_params_find(m, "id") || kiln_params_find(m, "dtype") || kiln_params_find(m, "shape"))
         return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: an inline constant has only 'name' and 'tensor'", where);

@@ -170,7 +170,7 @@ static void ignore_reply(void *ctx, kiln_status_t st, const msgpack_object *resu
 /* Makes sure the slot's worker maps a cancel page: a fresh one for each worker process,
  * sent before the launches that refer to it (launches of a worker without one cannot be
  * cancelled). kilnd keeps only the mapping, no fd. */
-static kiln_status_t ensure_cancel_page(kiln_dslot_t *d) {
+kiln_status_t kiln_slot_ensure_cancel_page(kiln_dslot_t *d) {
   uint32_t gen = kiln_worker_generation(d->worker);
   if (d->cancel_page && d->cancel_sent == gen + 1) return KILN_OK;
   int fd;
@@ -205,7 +205,7 @@ static void launch_go(void *ctx, kiln_status_t st) {
   launch_op_t *op = ctx;
   kiln_server_t *s = op->req->conn->server;
   if (!st) st = kiln_slot_ensure_loaded(op->slot, op->module);
-  if (!st) st = ensure_cancel_page(op->slot);
+  if (!st) st = kiln_slot_ensure_cancel_page(op->slot);
   if (!st)
     st = kiln_worker_call_budget(op->slot->worker, kiln_job_name(op->kind), &op->params, NULL, 0,
                                  op->budget_ms, on_reply, op);

@@ -399,6 +399,7 @@ static void add_hooks(kiln_server_t *s) {
   /* A closed connection ends its leases and held launches, then cancels its running ones. */
   kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, closed_leases);
   kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, closed_launches);
+  kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, kiln_graphs_conn_closed);
   kiln_hook_add(s, KILN_EVENT_SETTLED, settled);
 }
 

@@ -273,6 +273,8 @@ KILN_MUST_USE kiln_status_t kiln_method_time(kiln_call_t *call);
 struct kiln_dslot;
 struct kiln_module;
 KILN_MUST_USE kiln_status_t kiln_slot_ensure_loaded(struct kiln_dslot *d, const struct kiln_module *m);
+/* The slot's worker maps a cancel page (launch.c): sent before the first job that names a cell. */
+KILN_MUST_USE kiln_status_t kiln_slot_ensure_cancel_page(struct kiln_dslot *d);
 KILN_MUST_USE kiln_status_t kiln_pack_time_result(msgpack_packer *pk, const msgpack_object *result);
 /* Graphs (graph.c, docs/graph.md). */
 KILN_MUST_USE kiln_status_t kiln_method_graph_create(kiln_call_t *call);
@@ -283,6 +285,9 @@ KILN_MUST_USE kiln_status_t kiln_method_graph_free(kiln_call_t *call);
 void kiln_graphs_counts(kiln_server_t *s, const kiln_tenant_t *t, uint64_t *out_live, uint64_t *out_bytes,
                         uint64_t *out_runs_ok, uint64_t *out_runs_failed);
 void kiln_graphs_shutdown(kiln_server_t *s);
+/* A connection closed (the hook of main.c): the graph runs and timings it asked for are
+ * cancelled in their worker (skipped when queued, stopped before their next launch). */
+void kiln_graphs_conn_closed(kiln_server_t *s, void *conn);
 
 /* --- devices and workers (devices.c, worker.c) -------------------------------------------- */
 
@@ -490,6 +495,13 @@ typedef struct kiln_tensor {
 /* The tensor `id` of the calling tenant; E_NOT_FOUND if absent, another tenant's, or lost
  * with a device worker that died. */
 KILN_MUST_USE kiln_status_t kiln_tensor_lookup(kiln_call_t *call, uint64_t id, kiln_tensor_t **out);
+/* A tensor another method made in the slot's worker (graph_run's kept outputs) enters the
+ * table; its bytes and its count must already be charged to the tenant (the tensor holds
+ * the charge from here). kiln_tensor_drop forgets one and has its worker free it (a reply
+ * that never reached its client). */
+KILN_MUST_USE kiln_status_t kiln_tensor_adopt(kiln_server_t *s, kiln_dslot_t *slot, uint32_t generation, uint64_t id,
+                                              const kiln_tensor_desc_t *desc);
+void kiln_tensor_drop(kiln_server_t *s, uint64_t id);
 /* The allocator a connection's reader receives large messages with: buffers from the
  * server's shared-memory pool, which upload and write hand to the worker without a copy. */
 void kiln_tensor_reader_alloc(kiln_conn_t *c, kiln_reader_alloc_t *out);

@@ -180,6 +180,24 @@ static kiln_status_t send_free(kiln_server_t *s, kiln_tensor_t *t, kiln_worker_c
   return st;
 }
 
+kiln_status_t kiln_tensor_adopt(kiln_server_t *s, kiln_dslot_t *slot, uint32_t generation, uint64_t id,
+                                const kiln_tensor_desc_t *desc) {
+  kiln_tensor_t *t = calloc(1, sizeof(*t));
+  if (!t || kiln_map_put(&s->tensors, id, t)) {
+    free(t);
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *t = (kiln_tensor_t){.id = id, .desc = *desc, .slot = slot, .device = slot->device, .generation = generation,
+                       .tenant = slot->tenant};
+  s->tensor_bytes += desc->nbytes;
+  return KILN_OK;
+}
+
+void kiln_tensor_drop(kiln_server_t *s, uint64_t id) {
+  kiln_tensor_t *t = kiln_map_get(&s->tensors, id);
+  if (t) kiln_status_free(send_free(s, t, worker_ignore, NULL));
+}
+
 void kiln_tensors_reap(kiln_server_t *s) {
   for (uint32_t i = 0; i < s->num_devices; i++) {
     size_t it = 0;
@@ -270,20 +288,12 @@ static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *r
   switch (op->kind) {
     case OP_ALLOC:
     case OP_UPLOAD: {
-      kiln_tensor_t *t = calloc(1, sizeof(*t));
-      if (!t || kiln_map_put(&s->tensors, op->id, t)) {
-        free(t);
+      st = kiln_tensor_adopt(s, op->slot, op->generation, op->id, &op->desc);
+      if (st) {
         kiln_buf_deinit(&b);
-        kiln_req_fail(op->req, KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory"));
+        kiln_req_fail(op->req, st);
         break;
       }
-      t->id = op->id;
-      t->desc = op->desc;
-      t->slot = op->slot;
-      t->device = op->slot->device;
-      t->generation = op->generation;
-      t->tenant = op->slot->tenant;
-      s->tensor_bytes += t->desc.nbytes;
       op->reserved = false; /* the tensor holds the charge now */
       msgpack_pack_map(&pk.pk, 1);
       kiln_pack_kv_u64(&pk.pk, "id", op->id);

@@ -89,6 +89,46 @@ static kiln_status_t prepare(kiln_dworker_t *w, graph_t *g, const kiln_graph_job
   return KILN_OK;
 }
 
+/* `bytes` from `src` at `soff` to `dst` at `doff` on this device: a memcpy where the host
+ * addresses both (cpu), else through a host bounce buffer (the device API has no
+ * device-to-device copy; GPU backends copy out and in, in chunks). */
+static kiln_status_t dcopy(kiln_dworker_t *w, kiln_dmem_t *dst, uint64_t doff, kiln_dmem_t *src, uint64_t soff,
+                           uint64_t bytes) {
+  if (!bytes) return KILN_OK;
+  uint8_t *hd = w->backend->mem_host_ptr(w->dev, dst), *hs = w->backend->mem_host_ptr(w->dev, src);
+  if (hd && hs) {
+    memmove(hd + doff, hs + soff, bytes);
+    return KILN_OK;
+  }
+  uint64_t chunk = bytes < (8u << 20) ? bytes : (8u << 20);
+  uint8_t *bounce = malloc(chunk);
+  if (!bounce) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for a copy");
+  kiln_status_t st = KILN_OK;
+  for (uint64_t at = 0; !st && at < bytes; at += chunk) {
+    uint64_t n = bytes - at < chunk ? bytes - at : chunk;
+    st = w->backend->copy_out(w->dev, src, soff + at, bounce, n);
+    if (!st) st = w->backend->copy_in(w->dev, dst, doff + at, bounce, n);
+  }
+  free(bounce);
+  return st;
+}
+
+/* Tensors of this worker copied into block `r` of the graph (constants or inputs by id).
+ * A tensor freed meanwhile (its free queued before this job) is E_NOT_FOUND. */
+static kiln_status_t copy_tensors(kiln_dworker_t *w, graph_t *g, int r, const kiln_graph_copy_t *c, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    kiln_dworker_buffer_t *b = kiln_map_get(&w->buffers, c[i].handle);
+    if (!b)
+      return KILN_STATUS(KILN_E_NOT_FOUND, "tensor %llu was freed before the graph could copy it",
+                         (unsigned long long)c[i].handle);
+    if (c[i].bytes > b->bytes || c[i].offset > g->bytes[r] || c[i].bytes > g->bytes[r] - c[i].offset)
+      return KILN_STATUS(KILN_E_INTERNAL, "graph job: copy %u of tensor %llu out of bounds", i,
+                         (unsigned long long)c[i].handle);
+    KILN_RETURN_IF_ERROR(dcopy(w, g->mem[r], c[i].offset, b->mem, 0, c[i].bytes));
+  }
+  return KILN_OK;
+}
+
 static kiln_status_t load(kiln_dworker_t *w, const kiln_graph_load_job_t *j, int fd) {
   if (j->handle == 0 || kiln_map_get(&w->graphs, j->handle))
     return KILN_STATUS(KILN_E_INTERNAL, "graph %llu exists", (unsigned long long)j->handle);
@@ -108,6 +148,7 @@ static kiln_status_t load(kiln_dworker_t *w, const kiln_graph_load_job_t *j, int
       kiln_shm_unmap(map, size);
     }
   }
+  if (!st) st = copy_tensors(w, g, REGION_CONSTANTS, j->copies, j->num_copies);
   if (!st) {
     g->nodes = calloc(j->num_nodes ? j->num_nodes : 1, sizeof(*g->nodes));
     g->launches = calloc(j->num_launches ? j->num_launches : 1, sizeof(*g->launches));
@@ -132,12 +173,25 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The run's cell in kilnd's cancel page (docs/worker_jobs.md, launch's `cancel`): it holds
+ * the run's seq once kilnd cancels it (its client has gone). */
+typedef struct cancel_cell {
+  const volatile uint64_t *cell;
+  uint64_t seq;
+} cancel_cell_t;
+
+static bool cancelled(const cancel_cell_t *c) {
+  return c->cell && __atomic_load_n(c->cell, __ATOMIC_RELAXED) == c->seq;
+}
+
 /* Every launch once, in order. A failure names its node; before each launch its index + 1
  * goes to `progress` (the run's shared memory), so that kilnd names the node of a fault that
- * ends this process before it can answer. */
-static kiln_status_t run_once(kiln_dworker_t *w, graph_t *g, uint64_t deadline_at, volatile uint32_t *progress) {
+ * ends this process before it can answer. A cancelled run stops before its next launch. */
+static kiln_status_t run_once(kiln_dworker_t *w, graph_t *g, uint64_t deadline_at, volatile uint32_t *progress,
+                              const cancel_cell_t *cancel) {
   for (uint32_t i = 0; i < g->num_launches; i++) {
     glaunch_t *gl = &g->launches[i];
+    if (cancelled(cancel)) return KILN_STATUS(KILN_E_CANCELLED, "graph run cancelled: its client has gone");
     *progress = i + 1;
     uint64_t left = 0;
     if (deadline_at) {
@@ -164,6 +218,10 @@ static kiln_status_t run(kiln_dworker_t *w, const kiln_graph_job_t *j, int fd, m
   if (!g) return KILN_STATUS(KILN_E_NOT_FOUND, "the device worker has no graph %llu", (unsigned long long)j->handle);
   uint64_t size = j->size, deadline_ms = j->deadline_ms;
   if (size < KILN_GRAPH_RUN_HEADER) return KILN_STATUS(KILN_E_INTERNAL, "graph run: shared memory too small");
+  cancel_cell_t cancel = {.seq = j->cancel};
+  if (cancel.seq && w->cancel_page) cancel.cell = &w->cancel_page[cancel.seq % w->cancel_cells];
+  /* Queued behind other work when its client left: not run at all. */
+  if (cancelled(&cancel)) return KILN_STATUS(KILN_E_CANCELLED, "cancelled before it ran (its client has gone)");
   uint8_t *map;
   KILN_RETURN_IF_ERROR(kiln_shm_map(fd, size, true, (void **)&map));
   kiln_status_t st = KILN_OK;
@@ -171,17 +229,30 @@ static kiln_status_t run(kiln_dworker_t *w, const kiln_graph_job_t *j, int fd, m
   volatile uint32_t *progress = (volatile uint32_t *)map;
   if (in > size - KILN_GRAPH_RUN_HEADER) st = KILN_STATUS(KILN_E_INTERNAL, "graph run: shared memory too small");
   if (!st && in) st = w->backend->copy_in(w->dev, g->mem[REGION_INPUTS], 0, map + KILN_GRAPH_RUN_HEADER, in);
+  if (!st) st = copy_tensors(w, g, REGION_INPUTS, j->inputs, j->num_inputs);
   uint64_t deadline_ns = deadline_ms * 1000000ull;
   if (!st && !timed) {
     uint64_t t0 = now_ns();
-    st = run_once(w, g, deadline_ns ? t0 + deadline_ns : 0, progress);
+    st = run_once(w, g, deadline_ns ? t0 + deadline_ns : 0, progress, &cancel);
     double elapsed = (double)(now_ns() - t0) / 1e9;
+    uint32_t kept = 0;
     for (uint32_t i = 0; !st && i < j->num_outputs; i++) {
       const kiln_graph_output_t *o = &j->outputs[i];
-      if (o->offset + o->bytes > g->bytes[o->block] || o->at + o->bytes > size)
+      if (o->offset > g->bytes[o->block] || o->bytes > g->bytes[o->block] - o->offset ||
+          (!o->keep && (o->at > size || o->bytes > size - o->at)))
         st = KILN_STATUS(KILN_E_INTERNAL, "graph run: output %u out of bounds", i);
-      if (!st && o->bytes) st = w->backend->copy_out(w->dev, g->mem[o->block], o->offset, map + o->at, o->bytes);
+      if (!st && o->keep) {
+        /* a new tensor of kilnd's id: nothing partial stays if a later one fails */
+        kiln_dworker_buffer_t *b;
+        st = kiln_dworker_buffer_alloc(w, o->keep, o->bytes ? o->bytes : 1, &b);
+        if (!st) kept = i + 1;
+        if (!st) st = dcopy(w, b->mem, 0, g->mem[o->block], o->offset, o->bytes);
+      } else if (!st && o->bytes) {
+        st = w->backend->copy_out(w->dev, g->mem[o->block], o->offset, map + o->at, o->bytes);
+      }
     }
+    for (uint32_t i = 0; st && i < kept; i++)
+      if (j->outputs[i].keep) kiln_dworker_buffer_free(w, j->outputs[i].keep);
     if (!st) kiln_launch_reply_encode(reply, &(kiln_launch_reply_t){.elapsed = elapsed});
   } else if (!st) {
     /* time_evaluator (device/timing.h's rules) over whole runs, timed on this worker's clock
@@ -198,13 +269,14 @@ static kiln_status_t run(kiln_dworker_t *w, const kiln_graph_job_t *j, int fd, m
     double *results = st ? NULL : calloc(cfg.repeat, sizeof(double));
     if (!st && !results) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
     for (uint32_t i = 0; !st && i < cfg.warmup; i++)
-      st = run_once(w, g, deadline_ns ? now_ns() + deadline_ns : 0, progress);
+      st = run_once(w, g, deadline_ns ? now_ns() + deadline_ns : 0, progress, &cancel);
     uint32_t number = cfg.number;
     for (uint32_t r = 0; !st && r < cfg.repeat; r++) {
       for (;;) {
         if (cfg.flush) st = w->backend->flush_caches(w->dev);
         uint64_t t0 = now_ns();
-        for (uint32_t i = 0; !st && i < number; i++) st = run_once(w, g, deadline_ns ? now_ns() + deadline_ns : 0, progress);
+        for (uint32_t i = 0; !st && i < number; i++)
+          st = run_once(w, g, deadline_ns ? now_ns() + deadline_ns : 0, progress, &cancel);
         if (st) break;
         double ms = (double)(now_ns() - t0) / 1e6;
         results[r] = ms / 1e3 / number;

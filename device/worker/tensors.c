@@ -20,8 +20,8 @@ static kiln_status_t get_buffer(kiln_dworker_t *w, uint64_t handle, kiln_dworker
   return KILN_OK;
 }
 
-static kiln_status_t do_alloc(kiln_dworker_t *w, uint64_t handle, uint64_t bytes,
-                              kiln_dworker_buffer_t **out) {
+kiln_status_t kiln_dworker_buffer_alloc(kiln_dworker_t *w, uint64_t handle, uint64_t bytes,
+                                        kiln_dworker_buffer_t **out) {
   if (kiln_map_get(&w->buffers, handle))
     return KILN_STATUS(KILN_E_INTERNAL, "buffer %llu exists", (unsigned long long)handle);
   kiln_dworker_buffer_t *b = calloc(1, sizeof(*b));
@@ -42,7 +42,7 @@ static kiln_status_t do_alloc(kiln_dworker_t *w, uint64_t handle, uint64_t bytes
   return KILN_OK;
 }
 
-static void do_free(kiln_dworker_t *w, uint64_t handle) {
+void kiln_dworker_buffer_free(kiln_dworker_t *w, uint64_t handle) {
   kiln_dworker_buffer_t *b = kiln_map_remove(&w->buffers, handle);
   if (!b) return;
   w->backend->mem_free(w->dev, b->mem);
@@ -132,18 +132,18 @@ kiln_status_t kiln_dworker_tensor_job(kiln_dworker_t *w, kiln_job_call_t *call, 
   msgpack_pack_nil(call->reply);
   switch (j.kind) {
     case KILN_JOB_ALLOC:
-      KILN_RETURN_IF_ERROR(do_alloc(w, j.handle, j.bytes, &b));
+      KILN_RETURN_IF_ERROR(kiln_dworker_buffer_alloc(w, j.handle, j.bytes, &b));
       st = zero_fill(w, b);
-      if (st) do_free(w, j.handle);
+      if (st) kiln_dworker_buffer_free(w, j.handle);
       return st;
     case KILN_JOB_UPLOAD: {
       uint8_t *src;
       uint64_t temp;
       KILN_RETURN_IF_ERROR(shm_range(w, fd, j.at, j.bytes, &src, &temp));
-      st = do_alloc(w, j.handle, j.bytes, &b);
+      st = kiln_dworker_buffer_alloc(w, j.handle, j.bytes, &b);
       if (!st) {
         st = w->backend->copy_in(w->dev, b->mem, 0, src, j.bytes);
-        if (st) do_free(w, j.handle);
+        if (st) kiln_dworker_buffer_free(w, j.handle);
       }
       shm_done(src, j.at, temp);
       return st;
@@ -162,7 +162,7 @@ kiln_status_t kiln_dworker_tensor_job(kiln_dworker_t *w, kiln_job_call_t *call, 
       return st;
     }
     case KILN_JOB_FREE:
-      do_free(w, j.handle);
+      kiln_dworker_buffer_free(w, j.handle);
       return KILN_OK;
     default: /* sync: ordered behind what came before, nothing to do */
       return KILN_OK;

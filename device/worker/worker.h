@@ -48,6 +48,12 @@ typedef struct kiln_dworker_buffer {
   uint64_t bytes;
 } kiln_dworker_buffer_t;
 
+/* A new buffer of kilnd's handle `handle` (tensors.c; graph_run's kept outputs too), and
+ * its end (nothing when the handle names none). The bytes are not cleared. */
+KILN_MUST_USE kiln_status_t kiln_dworker_buffer_alloc(kiln_dworker_t *w, uint64_t handle, uint64_t bytes,
+                                                      kiln_dworker_buffer_t **out);
+void kiln_dworker_buffer_free(kiln_dworker_t *w, uint64_t handle);
+
 /* Each family's jobs: *out_found false when the kind is not the family's (main.c asks each
  * family in turn). */
 KILN_MUST_USE kiln_status_t kiln_dworker_tensor_job(kiln_dworker_t *w, kiln_job_call_t *call, bool *out_found);

@@ -136,6 +136,8 @@ static void graph_load(const msgpack_object *o) {
       CHECK(p->args[k].tag <= KILN_GRAPH_BLOCKS && p->args[k].tag == q->args[k].tag &&
             p->args[k].value == q->args[k].value);
   }
+  CHECK(a.num_copies == b.num_copies);
+  for (uint32_t i = 0; i < a.num_copies; i++) CHECK(!memcmp(&a.copies[i], &b.copies[i], sizeof(a.copies[i])));
   ENCODE(y, kiln_graph_load_job_encode, &b);
   same_bytes(&x, &y);
   kiln_mp_doc_deinit(&d);
@@ -153,8 +155,10 @@ static void graph(kiln_job_kind_t kind, const msgpack_object *o) {
   ENCODE(x, kiln_graph_job_encode, &a);
   reread(&x, &d);
   CHECK(kiln_graph_job_decode(kind, &d.root, &b) == KILN_OK);
-  CHECK(a.handle == b.handle && a.size == b.size && a.deadline_ms == b.deadline_ms);
+  CHECK(a.handle == b.handle && a.size == b.size && a.deadline_ms == b.deadline_ms && a.cancel == b.cancel);
   CHECK(a.num_outputs == b.num_outputs && a.number == b.number && a.repeat == b.repeat);
+  CHECK(a.num_inputs == b.num_inputs);
+  for (uint32_t i = 0; i < a.num_inputs; i++) CHECK(!memcmp(&a.inputs[i], &b.inputs[i], sizeof(a.inputs[i])));
   for (uint32_t i = 0; i < a.num_outputs; i++)
     CHECK(a.outputs[i].block < KILN_GRAPH_BLOCKS && !memcmp(&a.outputs[i], &b.outputs[i], sizeof(a.outputs[i])));
   ENCODE(y, kiln_graph_job_encode, &b);

@@ -47,6 +47,8 @@ static kiln_graph_job_arg_t args[3] = {{1 + KILN_GRAPH_INPUTS, 0}, {1 + KILN_GRA
 static const char *nodes[2] = {"add0 (Add add0)", "add1"};
 static uint32_t lens[2] = {15, 4};
 
+static kiln_graph_copy_t copies[2] = {{0x1234567890ull, 256, 64}, {7, 0, 256}};
+
 static kiln_graph_load_job_t sample_load(kiln_graph_job_launch_t *l) {
   memset(l, 0, sizeof(*l));
   for (int i = 0; i < KILN_HASH_BYTES; i++) l->module[i] = (uint8_t)i;
@@ -58,7 +60,8 @@ static kiln_graph_load_job_t sample_load(kiln_graph_job_launch_t *l) {
   l->nargs = 3;
   l->args = args;
   return (kiln_graph_load_job_t){.handle = 1ull << 40, .bytes = {512, 256, 768}, .num_nodes = 2,
-                                 .nodes = nodes, .node_lens = lens, .num_launches = 1, .launches = l};
+                                 .nodes = nodes, .node_lens = lens, .num_launches = 1, .launches = l,
+                                 .num_copies = 2, .copies = copies};
 }
 
 Test(job_graph, load_round_trips) {
@@ -75,6 +78,8 @@ Test(job_graph, load_round_trips) {
   cr_expect(o->kernel == 2 && o->node == 1 && o->grid[0] == 7 && o->block[0] == 64 && o->shared == 16);
   cr_assert_eq(o->nargs, 3);
   for (int i = 0; i < 3; i++) cr_expect(o->args[i].tag == args[i].tag && o->args[i].value == args[i].value);
+  cr_assert_eq(out.num_copies, 2);
+  for (int i = 0; i < 2; i++) cr_expect(!memcmp(&out.copies[i], &copies[i], sizeof(copies[i])));
   kiln_graph_load_job_deinit(&out);
   done();
 }
@@ -94,14 +99,17 @@ Test(job_graph, load_refusals) {
 }
 
 Test(job_graph, run_time_free_round_trip) {
-  kiln_graph_output_t outs[2] = {{KILN_GRAPH_ARENA, 256, 64, 512}, {KILN_GRAPH_INPUTS, 0, 8, 768}};
+  kiln_graph_output_t outs[2] = {{KILN_GRAPH_ARENA, 256, 64, 512, 0}, {KILN_GRAPH_INPUTS, 0, 8, 0, 1ull << 50}};
   kiln_graph_job_t run = {.kind = KILN_JOB_GRAPH_RUN, .handle = 9, .size = 1024, .deadline_ms = 5000,
-                          .num_outputs = 2, .outputs = outs}, out;
+                          .cancel = 12, .num_inputs = 2, .inputs = copies, .num_outputs = 2, .outputs = outs}, out;
   cr_assert(!kiln_graph_job_decode(KILN_JOB_GRAPH_RUN, encode_job(&run), &out));
   cr_expect(out.handle == 9 && out.size == 1024 && out.deadline_ms == 5000 && out.num_outputs == 2);
+  cr_expect(out.cancel == 12 && out.num_inputs == 2 && out.inputs[0].handle == copies[0].handle &&
+            out.inputs[1].bytes == 256);
   for (int i = 0; i < 2; i++)
     cr_expect(out.outputs[i].block == outs[i].block && out.outputs[i].offset == outs[i].offset &&
-              out.outputs[i].bytes == outs[i].bytes && out.outputs[i].at == outs[i].at);
+              out.outputs[i].bytes == outs[i].bytes && out.outputs[i].at == outs[i].at &&
+              out.outputs[i].keep == outs[i].keep);
   kiln_graph_job_deinit(&out);
   /* the same bytes are not a graph_time job, nor a graph_free one */
   expect_internal(kiln_graph_job_decode(KILN_JOB_GRAPH_TIME, &doc.root, &out), "");

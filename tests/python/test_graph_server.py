@@ -174,8 +174,12 @@ def test_bad_run_inputs(sess):
         sess.call("graph_run", graph=gid, inputs={})
     with pytest.raises(kiln.InvalidArgument, match="data"):
         sess.call("graph_run", graph=gid, inputs={"x": {"dtype": "float32", "shape": [N], "data": b"\0" * 7}})
-    with pytest.raises(kiln.InvalidArgument, match="not served yet"):
+    with pytest.raises(kiln.NotFound, match="input 'x'"):
         sess.call("graph_run", graph=gid, inputs={"x": {"tensor": 1}})
+    with pytest.raises(kiln.InvalidArgument, match="input 'x'"):
+        sess.call("graph_run", graph=gid, inputs={"x": {"tensor": "1"}})
+    with pytest.raises(kiln.InvalidArgument, match="input 'x'"):
+        sess.call("graph_run", graph=gid, inputs={"x": {"tensor": 1, "data": b""}})
     with pytest.raises(kiln.InvalidArgument):
         sess.call("graph_run", graph=gid, inputs={"x": _t(np.zeros(N, np.float32))}, bogus=1)
     for bad in ("0" * 63, "G" * 64, 5, "0" * 64):
@@ -216,7 +220,13 @@ def test_hostile_payloads(sess):
     _refused(sess, dict(g, views=[{"name": "q", "of": "nothing", "shape": [N]}]), I, "not declared")
     _refused(sess, dict(g, outputs=[]), I, "outputs")
     _refused(sess, dict(g, outputs=["ghost"]), I, "ghost")
-    _refused(sess, dict(g, constants=[{"name": "w", "id": 12345, "dtype": "float32", "shape": [N]}]), I, "tensor id")
+    _refused(sess, dict(g, constants=[{"name": "w", "id": 12345, "dtype": "float32", "shape": [N]}]), kiln.NotFound,
+             "constant 'w'")
+    _refused(sess, dict(g, constants=[{"name": "w", "id": 0, "dtype": "float32", "shape": [N]}]), I, "id")
+    _refused(sess, dict(g, constants=[{"name": "w", "id": -3, "dtype": "float32", "shape": [N]}]), I, "")
+    _refused(sess, dict(g, constants=[{"name": "w", "id": 5, "shape": [N]}]), I, "dtype")
+    _refused(sess, dict(g, constants=[{"name": "w"}]), I, "'tensor' or 'id'")
+    _refused(sess, dict(g, constants=[{"name": "w", "id": 5, "tensor": _t(np.zeros(2, np.float32))}]), I, "inline")
     _refused(sess, dict(g, constants=[{"name": "w", "tensor": {"dtype": "float32", "shape": [4], "data": b"12"}}]),
              I, "")
     bad = chain(3)
@@ -309,14 +319,25 @@ def test_tenants_do_not_share_graphs(fresh_daemon, tmp_path):
         # bob's own copy of the same graph is his, with the same id, and independent
         rb = create(b, chain(2))
         assert rb["graph"] == r["graph"] and not rb["cached"]
-        # another tenant's tensor id is neither an input nor a constant of his
+        # another tenant's tensor id is neither an input nor a constant of his: NotFound, as
+        # for every other method
         t = kiln.nd.array(np.ones(N, np.float32), a.device(DEV))
-        with pytest.raises(kiln.InvalidArgument):
+        with pytest.raises(kiln.NotFound, match="input 'x'"):
             b.call("graph_run", graph=rb["graph"], inputs={"x": {"tensor": t.id}})
-        g = chain(2)
+        with pytest.raises(kiln.NotFound):
+            b.call("graph_time", graph=rb["graph"], inputs={"x": {"tensor": t.id}})
+        g = chain(2, weights=True)
         g["constants"] = [{"name": "w", "id": t.id, "dtype": "float32", "shape": [N]}]
-        with pytest.raises((kiln.NotFound, kiln.InvalidArgument)):
+        with pytest.raises(kiln.NotFound, match="constant 'w'"):
             create(b, g)
+        # alice's own: fine, and her kept outputs are hers alone
+        ra = create(a, g)
+        kept = a.call("graph_run", graph=ra["graph"], inputs={"x": {"tensor": t.id}}, keep=True)
+        kid = kept["outputs"][0]["id"]
+        with pytest.raises(kiln.NotFound):
+            b.call("download", id=kid)
+        a.call("free", id=kid)
+        a.call("graph_free", graph=ra["graph"])
         b.call("graph_free", graph=rb["graph"])
         np.testing.assert_allclose(run(a, r["graph"], x)[0][0], x + 2)
 
@@ -377,6 +398,7 @@ def test_graph_from_onnx_te_programs(sess):
                            [numpy_helper.from_array(w, "w")])
     m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 13)])
     x = np.random.default_rng(4).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    base = sess.stats()["tensors"]
     client = kiln.onnx.import_model(m, sess.cpu(0), executor="client")
     server = kiln.onnx.import_model(m, sess.cpu(0), executor="server")
     assert server.executor == "server"
@@ -384,9 +406,30 @@ def test_graph_from_onnx_te_programs(sess):
     t = server.time_evaluator(number=3, repeat=2)(x)
     assert t.mean > 0
     auto = kiln.onnx.import_model(m, sess.cpu(0))
-    assert auto.executor == "server"
-    for gg in (client, server, auto):
+    assert auto.executor == "server" and auto._impl.constant_ids is None     # small weights: inline
+    # weights as tensors, uploaded once per session: a second import reuses them
+    t1 = kiln.onnx.import_model(m, sess.cpu(0), executor="server", constants="tensors")
+    before = sess.stats()["tensors"]
+    t2 = kiln.onnx.import_model(m, sess.cpu(0), executor="server", constants="tensors")
+    assert t1._impl.constant_ids == t2._impl.constant_ids and len(t1._impl.constant_ids) == 1
+    assert sess.stats()["tensors"] == before
+    np.testing.assert_allclose(t2.run(x)[0], client.run(x)[0], rtol=1e-5, atol=1e-5)
+    # inputs by id and outputs kept on the device
+    xt = kiln.nd.array(x, sess.cpu(0))
+    (yt,) = t1.run_nd(xt)
+    assert isinstance(yt, kiln.nd.NDArray) and yt.shape == (1, 512)
+    np.testing.assert_allclose(yt.numpy(), client.run(x)[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(t1.run(xt)[0], client.run(x)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(kiln.InvalidArgument, match="server executor"):
+        client.run_nd(x)
+    with pytest.raises(kiln.InvalidArgument, match="constants"):
+        kiln.onnx.import_model(m, sess.cpu(0), constants="bogus")
+    yt.free()
+    xt.free()
+    for gg in (client, server, auto, t1, t2):
         gg.free()
+    kiln.onnx.free_constants(sess)
+    assert sess.stats()["tensors"] == base
 
 
 def test_run_past_its_deadline_names_the_node(unix_url):
@@ -403,3 +446,145 @@ def test_run_past_its_deadline_names_the_node(unix_url):
         assert e.value.code in (kiln.Timeout.code, kiln.DeviceFault.code), e.value
         with pytest.raises(kiln.NotFound):
             run(s, r["graph"], np.ones(N, np.float32))
+
+
+def _id_chain(sess, n=N):
+    """chain(2, weights=True) whose last node adds the constant w (given by tensor id)."""
+    g = chain(2, n=n, weights=True)
+    g["nodes"][1]["launches"][0]["args"][0] = {"value": "w"}
+    g["nodes"][1]["launches"][0]["args"][1] = {"value": "y"}
+    return g
+
+
+def test_constants_and_inputs_by_id_and_kept_outputs(sess):
+    dev = sess.device(DEV)
+    before = sess.stats()["tensors"]
+    w = np.arange(N, dtype=np.float32) * 3
+    wt = kiln.nd.array(w, dev)
+    g = chain(2, weights=True)
+    g["constants"] = [{"name": "w", "id": wt.id, "dtype": "float32", "shape": [N]}]
+    g["outputs"] = ["y", "w", "v0"]
+    r = create(sess, g)
+    assert r["constant_bytes"] == 256 and not r["cached"]
+    # the constant was copied at graph_create: writing or freeing the tensor changes nothing
+    wt.copyfrom(np.zeros(N, np.float32))
+    x = np.ones(N, np.float32)
+    outs, _ = run(sess, r["graph"], x)
+    np.testing.assert_allclose(outs[0], x + 2)
+    np.testing.assert_allclose(outs[1], w)
+    np.testing.assert_allclose(outs[2], x + 1)
+    # an id graph is never taken for another: the tensor's bytes may differ
+    r2 = create(sess, g)
+    assert r2["graph"] != r["graph"] and not r2["cached"]
+    np.testing.assert_allclose(run(sess, r2["graph"], x)[0][1], np.zeros(N))
+    sess.call("graph_free", graph=r2["graph"])
+    wt.free()
+    np.testing.assert_allclose(run(sess, r["graph"], x)[0][1], w)
+    # inputs by id (copied in at the run), mixed with nothing else here; a kept run's outputs
+    # are new tensors of the tenant, charged like alloc's
+    xt = kiln.nd.array(x * 5, dev)
+    kept = sess.call("graph_run", graph=r["graph"], inputs={"x": {"tensor": xt.id}}, keep=True,
+                     outputs=["v0", "y"])
+    assert [o["shape"] for o in kept["outputs"]] == [[N], [N]] and kept["elapsed"] > 0
+    assert sess.stats()["tensors"] == before + 3     # xt and the two kept outputs
+    ids = [o["id"] for o in kept["outputs"]]
+    got = [sess.call("download", id=i) for i in ids]
+    np.testing.assert_allclose(np.frombuffer(got[0]["data"], np.float32), x * 5 + 1)
+    np.testing.assert_allclose(np.frombuffer(got[1]["data"], np.float32), x * 5 + 2)
+    # a kept output can feed the next run (the tensor the graph wrote, by id)
+    again = sess.call("graph_run", graph=r["graph"], inputs={"x": {"tensor": ids[1]}})
+    np.testing.assert_allclose(np.frombuffer(again["outputs"][0]["data"], np.float32), x * 5 + 4)
+    # graph_time takes ids too
+    t = sess.call("graph_time", graph=r["graph"], inputs={"x": {"tensor": xt.id}}, number=2, repeat=2)
+    assert t["repeat"] == 2
+    for i in ids:
+        sess.call("free", id=i)
+    xt.free()
+    # hostile: wrong dtype / shape / device of an id input, a freed id
+    bad = kiln.nd.array(np.ones(N + 1, np.float32), dev)
+    with pytest.raises(kiln.InvalidArgument, match="input 'x'"):
+        sess.call("graph_run", graph=r["graph"], inputs={"x": {"tensor": bad.id}})
+    bad.free()
+    bad = kiln.nd.array(np.ones(N, np.int32), dev)
+    with pytest.raises(kiln.InvalidArgument, match="int32"):
+        sess.call("graph_run", graph=r["graph"], inputs={"x": {"tensor": bad.id}})
+    with pytest.raises(kiln.NotFound):
+        sess.call("graph_run", graph=r["graph"], inputs={"x": {"tensor": xt.id}})
+    with pytest.raises(kiln.InvalidArgument, match="keep"):
+        sess.call("graph_run", graph=r["graph"], inputs={"x": _t(x)}, keep=1)
+    with pytest.raises(kiln.InvalidArgument):
+        sess.call("graph_time", graph=r["graph"], inputs={"x": _t(x)}, keep=True)
+    bad.free()
+    sess.call("graph_free", graph=r["graph"])
+    assert sess.stats()["tensors"] == before
+    # a constant by id whose dtype or shape disagrees, or that is freed: refused, nothing stays
+    wt = kiln.nd.array(w, dev)
+    g["constants"] = [{"name": "w", "id": wt.id, "dtype": "float32", "shape": [8, 8]}]
+    _refused(sess, g, kiln.InvalidArgument, "constant 'w'")
+    g["constants"] = [{"name": "w", "id": wt.id, "dtype": "int32", "shape": [N]}]
+    _refused(sess, g, kiln.InvalidArgument, "constant 'w'")
+    wt.free()
+    g["constants"] = [{"name": "w", "id": wt.id, "dtype": "float32", "shape": [N]}]
+    _refused(sess, g, kiln.NotFound, "constant 'w'")
+
+
+def test_kept_outputs_respect_the_quota(fresh_daemon, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("small-tenant-token-0002 small memory=64K\nfew-tenant-token-00003 few tensors=1\n")
+    d = fresh_daemon("--tokens", str(tokens), listen=["unix:" + str(tmp_path / "k.sock")])
+    x = np.ones(4096, np.float32)
+    g = chain(2, n=4096)           # 16 KiB input, values 16 KiB each: 48 KiB in the graph
+    g["outputs"] = ["y", "v0"]
+    with kiln.connect(d.urls[0], token="small-tenant-token-0002") as s:
+        r = create(s, g)
+        with pytest.raises(kiln.ResourceExhausted, match="memory"):   # 48 + 32 > 64 KiB
+            s.call("graph_run", graph=r["graph"], inputs={"x": _t(x)}, keep=True)
+        k = s.call("graph_run", graph=r["graph"], inputs={"x": _t(x)}, keep=True, outputs=["y"])
+        np.testing.assert_allclose(np.frombuffer(s.call("download", id=k["outputs"][0]["id"])["data"],
+                                                 np.float32), x + 2)
+        assert s.stats()["tensors"] == 1
+        s.call("free", id=k["outputs"][0]["id"])
+        s.call("graph_free", graph=r["graph"])
+    with kiln.connect(d.urls[0], token="few-tenant-token-00003") as s:
+        r = create(s, g)
+        with pytest.raises(kiln.ResourceExhausted, match="tensors"):
+            s.call("graph_run", graph=r["graph"], inputs={"x": _t(x)}, keep=True)
+        k = s.call("graph_run", graph=r["graph"], inputs={"x": _t(x)}, keep=True, outputs=["v0"])
+        with pytest.raises(kiln.ResourceExhausted, match="tensors"):
+            s.call("graph_run", graph=r["graph"], inputs={"x": _t(x)}, keep=True, outputs=["v0"])
+        s.call("free", id=k["outputs"][0]["id"])
+        assert s.stats()["tensors"] == 0
+        s.call("graph_free", graph=r["graph"])
+
+
+def test_a_departed_client_leaves_no_graph_work_behind(unix_url):
+    """graph_time and graph_run of a client that disconnects are cancelled in the worker:
+    the queued ones never run and the running one stops before its next launch, so the
+    tenant's next request on the device is served at once by the same worker."""
+    g = chain(1)
+    g["nodes"].insert(0, {"name": "spin", "program": 0, "launches": [
+        {"kernel": "spin", "args": [{"value": "s"}, 20_000_000], "grid": [1], "block": [1]}]})
+    g["values"].append({"name": "s", "dtype": "int64", "shape": [1]})
+    import time
+    with kiln.connect(unix_url) as b:
+        r = create(b, g)
+        quick = create(b, chain(2))
+        x = np.ones(N, np.float32)
+        run(b, quick["graph"], x)
+        a = kiln.connect(unix_url)
+        conn = a._conn
+        # about 20 ms per run: 1000 runs timed, then 50 queued runs, all in flight
+        futs = [conn.request("graph_time", {"graph": r["graph"], "inputs": {"x": _t(x)}, "number": 1000,
+                                            "repeat": 1})]
+        futs += [conn.request("graph_run", {"graph": r["graph"], "inputs": {"x": _t(x)}}) for _ in range(50)]
+        a.call("ping")
+        time.sleep(0.3)
+        a.close()
+        t0 = time.monotonic()
+        (y,), _ = run(b, quick["graph"], x)
+        waited = time.monotonic() - t0
+        np.testing.assert_allclose(y, x + 2)
+        # uncancelled: 20 s of graph_time plus 1 s of runs ahead of it
+        assert waited < 5, waited
+        b.call("graph_free", graph=r["graph"])
+        b.call("graph_free", graph=quick["graph"])

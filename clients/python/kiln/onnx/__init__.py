@@ -13,11 +13,11 @@ graph payload of docs/graph.md on the device.
 """
 
 from ..errors import InvalidArgument
-from .graph import Graph, GraphNode
+from .graph import Graph, GraphNode, free_constants
 from .importer import Importer, load
 from .ops import SUPPORTED, FIRST_MILESTONE
 
-__all__ = ["import_model", "Graph", "GraphNode", "Backend", "SUPPORTED", "FIRST_MILESTONE", "load", "build_payload"]
+__all__ = ["import_model", "free_constants", "Graph", "GraphNode", "Backend", "SUPPORTED", "FIRST_MILESTONE", "load", "build_payload"]
 
 
 def _device(device, session):
@@ -40,7 +40,7 @@ def build_payload(model, target="cpu", input_shapes=None, knobs=None, constant_i
 
 
 def import_model(model, device=None, input_shapes=None, session=None, executor="auto", knobs=None,
-                 constant_inputs=None):
+                 constant_inputs=None, constants="auto"):
     """Imports an ONNX model (a path, bytes or an onnx.ModelProto) for ``device`` (a Device
     or an id; default cpu:0 of ``session`` or the default session) and returns a Graph.
 
@@ -49,14 +49,19 @@ def import_model(model, device=None, input_shapes=None, session=None, executor="
     fixes the value of graph inputs that decide shapes (a Reshape's shape fed as an input);
     they are no longer inputs of the graph. ``executor``: "auto", "client" or "server"
     (graph.py). ``knobs``: {template: {knob: value}} for the fused schedules
-    (kiln.topi.knobs("fused_conv2d"), ...). Everything the importer refuses raises
+    (kiln.topi.knobs("fused_conv2d"), ...). ``constants`` (server executor): "inline" sends
+    the weights inside graph_create's payload (the graph id then covers them: the same model
+    again is answered from kilnd's graph table), "tensors" uploads them once per session as
+    tensors and names them by id (a model imported again, at another input shape, reuses
+    them; ``free_constants(session)`` frees them), "auto" (default) inline unless they pass
+    half the message limit. Everything the importer refuses raises
     kiln.InvalidArgument before anything is sent to the daemon."""
     dev = _device(device, session)
     if not dev.exist:
         raise InvalidArgument("device %s is not served by this kilnd" % dev.id)
     target = "cpu" if dev.kind == "cpu" else "gpu"
     payload, imp = build_payload(model, target, input_shapes, knobs, constant_inputs)
-    g = Graph(payload, dev.session, dev, executor=executor)
+    g = Graph(payload, dev.session, dev, executor=executor, constants=constants)
     g.opset = imp.opset
     return g
 

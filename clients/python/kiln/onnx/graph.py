@@ -41,6 +41,33 @@ class GraphNode:
         return "<GraphNode %s: %s>" % (self.name, self.label)
 
 
+def shared_constants(session, device, constants):
+    """{name: tensor id} of the constants, uploaded to ``device`` once per session: a later
+    graph with the same weights (the model imported again, at another input shape) uses the
+    same tensors. They live as long as the session, or until ``free_constants(session)``."""
+    import hashlib
+    cache = session.__dict__.setdefault("_kiln_onnx_constants", {})
+    keys, pending = {}, {}
+    for name, a in constants:
+        k = keys[name] = (device.id, a.dtype.name, tuple(a.shape),
+                          hashlib.blake2b(a.tobytes(), digest_size=20).digest())
+        if k not in cache and k not in pending:
+            pending[k] = nd.array_async(a, device)     # pipelined uploads
+    for k, f in pending.items():
+        cache[k] = f.result()
+    return {name: cache[k].id for name, k in keys.items()}
+
+
+def free_constants(session):
+    """Frees the constants shared_constants uploaded for this session's graphs."""
+    cache = session.__dict__.pop("_kiln_onnx_constants", {})
+    for t in cache.values():
+        try:
+            t.free()
+        except KilnError:
+            pass
+
+
 def _probe_server(session):
     try:
         session.call("graph_free", graph="0" * 64)
@@ -56,7 +83,7 @@ class Graph:
     ``nodes`` [GraphNode], ``payload`` (the GraphPayload), ``executor`` ("client" or
     "server")."""
 
-    def __init__(self, payload, session, device, executor="auto"):
+    def __init__(self, payload, session, device, executor="auto", constants="auto"):
         self.payload = payload
         self.session = session
         self.device = device
@@ -67,6 +94,9 @@ class Graph:
             raise InvalidArgument("executor is 'auto', 'client' or 'server', not %r" % (executor,))
         if executor == "auto":
             executor = "server" if _probe_server(session) else "client"
+        if constants not in ("auto", "inline", "tensors"):
+            raise InvalidArgument("constants is 'auto', 'inline' or 'tensors', not %r" % (constants,))
+        self.constants = constants
         self.executor = executor
         self._last_inputs = None
         self._impl = (_ServerExecutor if executor == "server" else _ClientExecutor)(self)
@@ -94,6 +124,10 @@ class Graph:
         out = []
         for a, (n, dt, shape) in zip(args, self.inputs):
             if isinstance(a, nd.NDArray):
+                if (self.executor == "server" and a.device.id == self.device.id and a.dtype == dt
+                        and tuple(a.shape) == tuple(shape)):
+                    out.append(a)      # sent by id: graph_run copies it on the device
+                    continue
                 a = a.numpy()
             a = np.asarray(a)
             if a.dtype.name != dt:
@@ -115,6 +149,15 @@ class Graph:
         return self._impl.run(arrays)
 
     __call__ = run
+
+    def run_nd(self, *args, **kwargs):
+        """As ``run``, but the outputs stay on the device: a list of NDArrays (new tensors of
+        the session, freed by the caller; graph_run's ``keep``). Inputs may be NDArrays on
+        the graph's device (sent by id, not copied through the client). Server executor only."""
+        if self.executor != "server":
+            raise InvalidArgument("run_nd needs the server executor (graph_run's keep)")
+        arrays = self._arrays(args, kwargs)
+        return self._impl.run(arrays, keep=True)
 
     def time_evaluator(self, number=10, repeat=3, min_repeat_ms=0):
         """TVM's time_evaluator for the whole graph: ``evaluator(*inputs)`` ->
@@ -373,16 +416,30 @@ class _ServerExecutor:
     def __init__(self, g):
         self.g = g
         self.session = g.session
-        r = self.session.call("graph_create", device=g.device.id, graph=g.payload.encode())
+        ids = None
+        mode = g.constants
+        if mode == "auto":
+            # inline while the payload fits a message (the graph id then dedupes whole models);
+            # tensors beyond that, uploaded in chunks
+            limit = (self.session.limits or {}).get("max_message") or (64 << 20)
+            mode = "tensors" if g.payload.constant_bytes() > limit // 2 else "inline"
+        if mode == "tensors":
+            ids = shared_constants(self.session, g.device, g.payload.constants)
+        self.constant_ids = ids
+        r = self.session.call("graph_create", device=g.device.id, graph=g.payload.encode(ids))
         self.id = r["graph"]
         self.info = r
         self.arena_bytes = r["arena_bytes"]
 
     def _inputs(self, arrays):
-        return {n: {"dtype": a.dtype.name, "shape": list(a.shape), "data": a.tobytes()}
+        return {n: {"tensor": a.id} if isinstance(a, nd.NDArray) else
+                {"dtype": a.dtype.name, "shape": list(a.shape), "data": a.tobytes()}
                 for (n, _, _), a in zip(self.g.inputs, arrays)}
 
-    def run(self, arrays):
+    def run(self, arrays, keep=False):
+        if keep:
+            r = self.session.call("graph_run", graph=self.id, inputs=self._inputs(arrays), keep=True)
+            return [nd.NDArray(self.g.device, t["id"], t["shape"], t["dtype"]) for t in r["outputs"]]
         r = self.session.call("graph_run", graph=self.id, inputs=self._inputs(arrays))
         outs = []
         for t in r["outputs"]:
