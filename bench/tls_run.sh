@@ -2,13 +2,14 @@
 # TCP beside TLS (issue 11 §8): one fresh kilnd listening on both, certificates made for the
 # run (tests/server/make_pki.sh), kiln-tls-bench measuring both URLs round by round, and
 # bench/results/tls.md written with the machine, the date, the commit and the numbers.
-#   bench/tls_run.sh            uses build/ (BUILD=dir to change); ROUNDS=3
+#   bench/tls_run.sh            uses build/ (BUILD=dir to change); ROUNDS=3;
+#                               TLS_RESULTS=FILE writes there instead of bench/results/tls.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
 kilnd=$build/server/kilnd
 bench=$build/bench/kiln-tls-bench
-out=bench/results/tls.md
+out=${TLS_RESULTS:-bench/results/tls.md}   # bench/gpu/run.sh writes elsewhere
 rounds=${ROUNDS:-3}
 for b in "$kilnd" "$bench"; do
   [ -x "$b" ] || { echo "tls_run.sh: $b is missing; build first (ninja -C $build)" >&2; exit 2; }
@@ -66,7 +67,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 {
   echo "# TCP and TLS side by side"
   echo
-  echo "Written by \`bench/tls_run.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'), kiln $(git rev-parse --short HEAD)."
+  echo "Written by \`bench/tls_run.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'), kiln $(git rev-parse --short HEAD 2>/dev/null || echo "${KILN_COMMIT:-unknown}")."
   echo
   echo "Machine: $cpu, $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, Linux $(uname -r); $(openssl version)."
   echo "Load average before the run: $load_before; after: $load_after."

@@ -6,7 +6,9 @@
 #   bench/gpu/run.sh bench          kiln-device-bench cuda:0
 #   bench/gpu/run.sh python         the Python suite's GPU cases (test_te, test_topi) when the
 #                                   machine's python3 has numpy, msgpack and pytest
-#   bench/gpu/run.sh all            the four in that order
+#   bench/gpu/run.sh tls            bench/tls_run.sh (TCP beside TLS on loopback) on this
+#                                   machine's idle cores, written to $OUT/tls.md
+#   bench/gpu/run.sh all            the five in that order
 # Figures in bench/results name the command that produced them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,12 +47,18 @@ python() {
     tee "$OUT/python.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 }
+tls() {
+  KILN_COMMIT=$(cat .gpu/commit 2>/dev/null) TLS_RESULTS=$OUT/tls.md BUILD=$build bash bench/tls_run.sh \
+    > "$OUT/tls.log" 2>&1
+  [ $? -eq 0 ] || rc=1
+}
 case "${1:-all}" in
   conformance) conformance ;;
   server) server ;;
   bench) bench ;;
   python) python ;;
-  all) conformance; server; bench; python ;;
-  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|all" >&2; exit 2 ;;
+  tls) tls ;;
+  all) conformance; server; bench; python; tls ;;
+  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|tls|all" >&2; exit 2 ;;
 esac
 exit $rc

@@ -15,6 +15,7 @@ bins=(
   "$build/compiler/worker/kiln-compile-worker" "$build/clients/c/kiln"
   "$build/tests/device/test_device_conformance" "$build/tests/server/test_compile"
   "$build/tests/server/test_te_server" "$build/bench/kiln-device-bench"
+  "$build/bench/kiln-tls-bench"
 )
 libs=$(for b in "${bins[@]}"; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u)
 pkgs=$(for l in $libs; do dpkg -S "$(readlink -f "$l")" 2>/dev/null | cut -d: -f1; done | sort -u |
@@ -25,5 +26,6 @@ pkgs="$pkgs libllvm22"
 # The binaries, the test kernels' artifacts and the Python client, with their paths.
 tar -cJf .gpu/kiln.tar.xz "${bins[@]}" $(ls "$build"/tests/device/*.kart) clients/python/kiln \
   tests/python
+git rev-parse --short HEAD > .gpu/commit
 du -sh .gpu | cut -f1 | sed 's/^/staged: /'
 ls .gpu/debs | wc -l | sed 's/$/ packages/'
