@@ -1,9 +1,10 @@
 """Index and value expressions of tensor-expression programs (TVM's PrimExpr family).
 
 Expressions are immutable trees built with Python operators: ``A[i, j] * 2 + B[j]``,
-``i // 4``, ``te.if_then_else(i < n, x, 0.0)``, ``x.astype("float16")``. Integer
-constants are int32 unless they do not fit; float constants take the float type of the
-other operand (float32 by default).
+``i // 4``, ``te.if_then_else(i < n, x, 0.0)``, ``x.astype("float16")``. Python
+numbers are typed constants as in TVM: an int is int32 (int64 when it does not fit), a
+float is float32, and the operands of a binary operation meet at their common type
+(``match_types``: int op float is float, the wider of two floats or two integers).
 """
 
 import numbers
@@ -14,7 +15,7 @@ from ..errors import InvalidArgument
 
 __all__ = ["PrimExpr", "IntImm", "FloatImm", "Var", "SizeVar", "BinaryOp", "Compare", "Logical", "Not",
            "Select", "Cast", "Call", "TensorLoad", "Reduce", "Range", "IterVar", "const", "convert",
-           "DTYPES", "is_float", "is_int"]
+           "DTYPES", "is_float", "is_int", "match_types"]
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "bfloat16", "float32", "float64")
@@ -38,17 +39,57 @@ def check_dtype(dtype):
     return dtype
 
 
-def _promote(a, b):
-    """The common type of two operands; a Python constant takes the other side's type."""
-    da, db = a.dtype, b.dtype
+_BITS = {"bool": 1, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32, "int64": 64,
+         "uint64": 64, "float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
+_FLOAT16_MAX = 65504.0
+
+
+def _common(da, db):
+    """TVM's BinaryOpMatchTypes: the type both operands of ``da op db`` are cast to.
+    Floats widen to the wider float; an integer meets a float as that float; integers of
+    one signedness widen; mixed signedness takes the wider, the unsigned one at equal width
+    (bool is TVM's uint1)."""
     if da == db:
         return da
-    ca, cb = isinstance(a, (IntImm, FloatImm)) and a.implicit, isinstance(b, (IntImm, FloatImm)) and b.implicit
-    if ca and not cb and (is_float(db) or not is_float(da)):
-        return db
-    if cb and not ca and (is_float(da) or not is_float(db)):
-        return da
-    return da if _RANK[da] >= _RANK[db] else db
+    fa, fb = is_float(da), is_float(db)
+    if fa and fb:
+        return db if _BITS[da] < _BITS[db] else da
+    if fa != fb:
+        return da if fa else db
+    ua, ub = da == "bool" or da.startswith("uint"), db == "bool" or db.startswith("uint")
+    if _BITS[da] != _BITS[db]:
+        return db if _BITS[da] < _BITS[db] else da
+    return da if ua else db
+
+
+def _promote(a, b):
+    return _common(a.dtype, b.dtype)
+
+
+def _cast_to(x, dtype):
+    """``x`` as ``dtype``: a constant is folded into a constant of that type (as TVM's
+    ``cast`` does), anything else gets a Cast."""
+    if x.dtype == dtype:
+        return x
+    if isinstance(x, (IntImm, FloatImm)):
+        if is_float(dtype):
+            if dtype == "float16" and np.isfinite(float(x.value)) and abs(float(x.value)) > _FLOAT16_MAX:
+                raise InvalidArgument("the constant %r does not fit float16 (largest %g)" % (x.value, _FLOAT16_MAX))
+            return FloatImm(float(x.value), dtype)
+        if isinstance(x, IntImm):
+            if x.value < 0 and (dtype == "bool" or dtype.startswith("uint")):
+                raise InvalidArgument("the constant %d cannot be %s" % (x.value, dtype))
+            # a Python int keeps its implicit mark: the payload writes it as a plain number
+            return IntImm(x.value, dtype, implicit=x.implicit and dtype != "bool")
+    return Cast(dtype, x)
+
+
+def match_types(a, b):
+    """Both operands of a binary operation, converted to their common type (TVM's rules:
+    a Python int is an int32 constant (int64 when it does not fit), a Python float a
+    float32 constant; ``i * 0.5`` is ``float32(i) * 0.5f``, ``A_int8[i] + 1`` is int32)."""
+    dt = _common(a.dtype, b.dtype)
+    return _cast_to(a, dt), _cast_to(b, dt)
 
 
 def convert(v, dtype=None):
@@ -86,16 +127,8 @@ def const(value, dtype=None):
 
 
 def _binary(op, a, b):
-    a, b = convert(a), convert(b)
-    if isinstance(a, (IntImm, FloatImm)) and a.implicit and not (isinstance(b, (IntImm, FloatImm)) and b.implicit):
-        a = convert(a.value, b.dtype) if a.dtype != b.dtype else a
-    if isinstance(b, (IntImm, FloatImm)) and b.implicit and not (isinstance(a, (IntImm, FloatImm)) and a.implicit):
-        b = convert(b.value, a.dtype) if a.dtype != b.dtype else b
-    dt = _promote(a, b)
-    if a.dtype != dt:
-        a = Cast(dt, a)
-    if b.dtype != dt:
-        b = Cast(dt, b)
+    a, b = match_types(convert(_unwrap(a)), convert(_unwrap(b)))
+    dt = a.dtype
     if op in ("floordiv", "floormod", "truncdiv", "truncmod") and not is_int(dt):
         if op == "floordiv":
             return Call("floor", [BinaryOp("div", a, b, dt)], dt)
@@ -277,11 +310,9 @@ class Select(PrimExpr):
     def __init__(self, cond, t, f):
         t, f = _unwrap(t), _unwrap(f)
         t, f = convert(t), convert(f)
-        dt = _promote(t, f)
         self.cond = _as_bool(cond)
-        self.t = t if t.dtype == dt else (convert(t.value, dt) if isinstance(t, (IntImm, FloatImm)) else Cast(dt, t))
-        self.f = f if f.dtype == dt else (convert(f.value, dt) if isinstance(f, (IntImm, FloatImm)) else Cast(dt, f))
-        self.dtype = dt
+        self.t, self.f = match_types(t, f)
+        self.dtype = self.t.dtype
 
 
 class Cast(PrimExpr):

@@ -4,7 +4,7 @@ import itertools
 
 from ..errors import InvalidArgument
 from .expr import (PrimExpr, IntImm, FloatImm, Var, SizeVar, Call, TensorLoad, Reduce, Range, IterVar, Select,
-                   Logical, BinaryOp, convert, as_expr, check_dtype, is_float, _unwrap)
+                   Logical, BinaryOp, convert, as_expr, check_dtype, is_float, _unwrap, match_types)
 
 __all__ = ["Tensor", "Operation", "PlaceholderOp", "ComputeOp", "var", "size_var", "placeholder", "compute",
            "reduce_axis", "thread_axis", "sum", "max", "min", "prod", "comm_reducer", "if_then_else", "all",
@@ -332,13 +332,13 @@ def _math(name, nargs=1):
         if len(args) != nargs:
             raise InvalidArgument("te.%s takes %d argument%s" % (name, nargs, "s" if nargs > 1 else ""))
         xs = [as_expr(a) for a in args]
+        if nargs == 2:
+            xs = list(match_types(*xs))   # TVM's pow and fmod meet at the common type
         dt = xs[0].dtype
         if not is_float(dt):
             if name in ("abs",):
                 return Call(name, xs, dt)
             raise InvalidArgument("te.%s needs a float operand, not %s (cast with .astype)" % (name, dt))
-        if nargs == 2 and xs[1].dtype != dt:
-            xs[1] = convert(xs[1].value, dt) if isinstance(xs[1], (IntImm, FloatImm)) else xs[1].astype(dt)
         return Call(name, xs, dt)
     f.__name__ = name
     return f
