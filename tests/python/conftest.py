@@ -1,7 +1,9 @@
 """Fixtures: one real kilnd per test session, started with --ready-fd in its own temp dir.
 
 kilnd is $KILND, else build*/server/kilnd of this repository. The package under test is
-clients/python (put on sys.path here, so PYTHONPATH is optional).
+clients/python (put on sys.path here, so PYTHONPATH is optional), or with
+KILN_TEST_INSTALLED=1 the installed package (.ci/install), which must then not be the
+source tree's.
 """
 
 import os
@@ -10,9 +12,16 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+INSTALLED = os.environ.get("KILN_TEST_INSTALLED") == "1"
+if not INSTALLED:
+    sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 
 import kiln  # noqa: E402
+
+if INSTALLED and os.path.abspath(kiln.__file__).startswith(ROOT + os.sep):
+    raise RuntimeError("KILN_TEST_INSTALLED=1 but kiln is imported from the source tree (%s)" % kiln.__file__)
+# what child processes of the tests put on PYTHONPATH to import the package under test
+PKG_PYTHONPATH = "" if INSTALLED else os.path.join(ROOT, "clients", "python")
 
 
 def kilnd_path():

@@ -8,12 +8,14 @@ import sys
 
 import pytest
 
+from conftest import PKG_PYTHONPATH
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "clients", "python", "examples")
 
 
 def run_example(url, name, *args):
-    env = dict(os.environ, KILN_URL=url, PYTHONPATH=os.path.join(ROOT, "clients", "python"))
+    env = dict(os.environ, KILN_URL=url, PYTHONPATH=PKG_PYTHONPATH)
     r = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)] + list(args), env=env,
                        capture_output=True, text=True, timeout=300)
     if r.returncode == 77:

@@ -16,7 +16,7 @@ onnx = pytest.importorskip("onnx", reason="the onnx package is not installed (De
 import kiln.onnx  # noqa: E402
 from onnx import helper, numpy_helper, TensorProto  # noqa: E402
 
-from conftest import ROOT  # noqa: E402
+from conftest import PKG_PYTHONPATH  # noqa: E402
 
 RNG = np.random.default_rng(7)
 
@@ -290,7 +290,7 @@ def test_cli(sess, tmp_path, unix_url):
     onnx.save(m, str(path))
     x = RNG.standard_normal((1, 8, 10, 10)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    env = dict(os.environ, KILN_URL=unix_url, PYTHONPATH=os.path.join(ROOT, "clients", "python"))
+    env = dict(os.environ, KILN_URL=unix_url, PYTHONPATH=PKG_PYTHONPATH)
     r = subprocess.run([sys.executable, "-m", "kiln.onnx", str(path), "--input", str(tmp_path / "x.npy"), "--time",
                         "--save", str(tmp_path / "out.npz")], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -5,7 +5,7 @@ kernel dialect, sent to kilnd, run on a device and checked against numpy.
     python3 c_kernel.py [DEVICE]          # DEVICE default: cpu:0
 
 clang: $KILN_CLANG, else clang-22 .. clang-19 (or LLVM 22's bin directory), else clang.
-kernel.h: $KILN_INCLUDE, else the repository's clients/include, else the system's.
+kernel.h: $KILN_INCLUDE, else the one the kiln package ships (kiln.get_include()).
 Exit status 77 means "skipped" (no clang, no kernel.h, or the daemon lacks a method).
 """
 
@@ -40,8 +40,7 @@ def find_clang():
 
 
 def find_include():
-    for d in (os.environ.get("KILN_INCLUDE"), os.path.join(HERE, "..", "..", "include"), "/usr/local/include",
-              "/usr/include"):
+    for d in (os.environ.get("KILN_INCLUDE"), kiln.get_include()):
         if d and os.path.isfile(os.path.join(d, "kiln", "kernel.h")):
             return os.path.abspath(d)
     return None

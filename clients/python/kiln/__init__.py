@@ -25,6 +25,14 @@ from .te.export import load_module
 __version__ = "0.1.0"
 
 
+def get_include():
+    """The folder holding ``kiln/kernel.h`` (shipped with the package): pass it to the C
+    compiler as ``-I`` to write kernels in C on a machine without kiln's sources
+    (``clang -I$(python3 -m kiln --include) ...``)."""
+    import os
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
 def cpu(n=0):
     """``default_session().cpu(n)``: TVM's ``tvm.cpu(0)``."""
     return default_session().cpu(n)
@@ -49,7 +57,7 @@ def wait(futures, timeout=None):
 
 __all__ = ["te", "build", "connect", "Session", "Device", "Module", "Function", "Kernel", "KernelArg", "BenchmarkResult",
            "Future", "Daemon", "start_daemon", "find_kilnd", "default_session", "nd", "dtypes",
-           "cpu", "rocm", "cuda", "device", "wait",
+           "cpu", "rocm", "cuda", "device", "wait", "get_include",
            "KilnError", "InvalidArgument", "NoMethod", "Unauthenticated", "PermissionDenied", "NotFound",
            "ResourceExhausted", "CompileError", "CompilerCrashed", "DeviceError", "DeviceFault", "Timeout",
            "Cancelled", "Unavailable", "InternalError", "ERROR_CLASSES"]
