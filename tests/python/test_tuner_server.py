@@ -83,11 +83,13 @@ def test_long_time_with_short_deadline_is_not_killed(s, dev):
     per_run = f.time(y, 100000, grid=1, block=1, number=20, repeat=1).mean
     n = int(100000 * 0.001 / max(per_run, 1e-9)) + 1  # about 1 ms a run
     call_s = f.time(y, n, grid=1, block=1, number=100, repeat=3).min * 100
-    repeat = min(2000, int(8.0 / call_s) + 1)  # about 8 s in all, each call about 0.1 s
+    repeat = min(2000, int(10.0 / call_s) + 1)  # about 10 s in all, each call about 0.1 s
     t0 = time.monotonic()
     r = f.time(y, n, grid=1, block=1, number=100, repeat=repeat, timeout_ms=1500)
+    took = time.monotonic() - t0
     assert len(r.results) == repeat
-    assert time.monotonic() - t0 > 1.5 + 5
+    if took <= 1.5 + 5:  # the load changed between calibration and run: nothing was shown
+        pytest.skip("the timing took %.1f s, under the watchdog's bound of 6.5 s" % took)
 
 
 def test_compile_batch_sends_progress(s, dev):

@@ -255,17 +255,22 @@ class TeModule:
 
     def __call__(self, *args):
         """Runs the kernels on the arguments' device and waits until they finished."""
+        self.run(*args)
+
+    def run(self, *args, timeout_ms=None):
+        """As calling it, with each kernel's deadline (``launch``'s ``timeout_ms``)."""
         launches, dev = self._params(args)
         futs = []
         for name, params, grid, block in launches:
             if min(grid) < 1 or min(block) < 1:
                 continue   # an empty tensor: nothing to compute
-            futs.append(self.module.get_function(name).launch_async(*params, grid=grid, block=block, device=dev))
+            futs.append(self.module.get_function(name).launch_async(*params, grid=grid, block=block, device=dev,
+                                                                    timeout_ms=timeout_ms))
         for f in futs:
             f.result()
 
     def time_evaluator(self, func_name=None, dev=None, number=10, repeat=3, min_repeat_ms=0, warmup=None,
-                       flush=None):
+                       flush=None, timeout_ms=None):
         """TVM's time_evaluator: ``evaluator(*args)`` -> BenchmarkResult; with several
         kernels (intermediate stages at the root), each repeat is the sum of theirs."""
         from ..module import BenchmarkResult
@@ -278,7 +283,7 @@ class TeModule:
             for name, params, grid, block in launches:
                 r = self.module.get_function(name).time(*params, grid=grid, block=block, device=dev or d,
                                                         number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
-                                                        warmup=warmup, flush=flush)
+                                                        warmup=warmup, flush=flush, timeout_ms=timeout_ms)
                 per = list(r.results) if per is None else [x + y for x, y in zip(per, r.results)]
             if len(launches) == 1:
                 return r

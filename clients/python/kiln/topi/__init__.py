@@ -20,6 +20,7 @@ from .nn import (group_conv2d_nchw, conv2d_pointwise, gemm, matmul_broadcast, po
                  softmax_axis, transpose, concatenate, pad_mode, depth_to_space, resize2d, gather, slice_nd, cast,
                  conv2d_transpose_nchw, pooled_size)
 from .fused import schedule_fused, schedule_generic, anchor_of
+from .space import space, Space
 
 __all__ = ["matmul", "dense", "batch_matmul", "pad", "conv2d_nchw", "depthwise_conv2d_nchw", "pool2d", "softmax",
            "layer_norm", "elementwise", "broadcast", "add", "subtract", "multiply", "divide", "maximum", "minimum",
@@ -31,4 +32,6 @@ __all__ = ["matmul", "dense", "batch_matmul", "pad", "conv2d_nchw", "depthwise_c
            "group_conv2d_nchw", "conv2d_pointwise", "gemm", "matmul_broadcast", "pool2d_nchw", "global_pool",
            "reduce", "softmax_axis", "transpose", "concatenate", "pad_mode", "depth_to_space", "resize2d", "gather",
            "slice_nd", "cast", "conv2d_transpose_nchw", "pooled_size", "schedule_fused", "schedule_generic",
-           "anchor_of"]
+           "anchor_of",
+           # search spaces (space.py)
+           "space", "Space"]

@@ -52,8 +52,19 @@ def knobs(template, target="cpu"):
     return dict(KNOBS[template]["gpu" if is_gpu(target) else "cpu"])
 
 
-def _knobs(template, target, given):
+# Where tuned knobs come from (kiln.autotune.apply): fn(template, "cpu"|"gpu", out) -> a dict
+# of knobs, or None. The last one that answers wins; knobs given to a schedule win over it.
+KNOB_PROVIDERS = []
+
+
+def _knobs(template, target, given, out=None):
     k = knobs(template, target)
+    if out is not None:
+        for fn in reversed(KNOB_PROVIDERS):
+            tuned = fn(template, "gpu" if is_gpu(target) else "cpu", out)
+            if tuned:
+                k.update({n: v for n, v in tuned.items() if n in k})
+                break
     for name, v in given.items():
         if name not in k:
             raise InvalidArgument("%s (%s) has no knob %r; its knobs are %s"
@@ -122,7 +133,7 @@ def schedule_matmul(C, target="cpu", **kw):
     pool. GPU: block_m x block_n tiles per work-group of thread_m x thread_n work-items,
     A and B tiles staged in shared memory per k_tile step, accumulators in registers."""
     gpu = is_gpu(target)
-    k = _knobs("matmul", target, kw)
+    k = _knobs("matmul", target, kw, C)
     A, B = C.op.input_tensors
     s = te.create_schedule(C.op)
     pack = C.op.attrs.get("pack")
@@ -214,7 +225,7 @@ def schedule_batch_matmul(C, target="cpu", **kw):
     """CPU: batch and row tiles over the pool, the column loop vectorized. GPU: tile x tile
     outputs per work-group, one per work-item, the batch on blockIdx.z."""
     gpu = is_gpu(target)
-    k = _knobs("batch_matmul", target, kw)
+    k = _knobs("batch_matmul", target, kw, C)
     s = te.create_schedule(C.op)
     b, y, x = C.op.axis
     (kaxis,) = C.op.reduce_axis
@@ -263,7 +274,7 @@ def schedule_conv2d_nchw(C, target="cpu", **kw):
     if C.op.tag != "conv2d_nchw":
         return _fused(C, target, kw)
     gpu = is_gpu(target)
-    k = _knobs("conv2d_nchw", target, kw)
+    k = _knobs("conv2d_nchw", target, kw, C)
     s = te.create_schedule(C.op)
     if gpu:
         _inline_pads(s)
@@ -326,7 +337,7 @@ def _fused(out, target, kw):
 
 def _window_op(C, target, kw, template):
     gpu = is_gpu(target)
-    k = _knobs(template, target, kw)
+    k = _knobs(template, target, kw, C)
     s = te.create_schedule(C.op)
     _inline_pads(s)
     for st in _computes(s):
@@ -386,7 +397,7 @@ def _rows(s, target, k, template):
 
 
 def schedule_softmax(C, target="cpu", **kw):
-    k = _knobs("softmax", target, kw)
+    k = _knobs("softmax", target, kw, C)
     return _rows(te.create_schedule(C.op), target, k, "softmax")
 
 

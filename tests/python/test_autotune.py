@@ -1,0 +1,212 @@
+"""kiln.topi.space and kiln.autotune (issue 15): spaces keep their rules, records round trip
+and resume, a tiny tuning run on cpu:0 whose correctness check catches a wrong template, the
+model tuner, apply(), the CLI."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import te, topi
+from kiln import autotune as at
+from kiln.topi import schedules as S
+from kiln.topi.space import Space
+
+SPACES = [("matmul", (64, 48, 32)), ("dense", (16, 64, 32)), ("batch_matmul", (2, 32, 32, 16)),
+          ("conv2d", (1, 8, 10, 10, 16, 3, 3, 1, 1)), ("depthwise", (1, 8, 12, 12, 3, 3, 1, 1)),
+          ("pool", (1, 4, 8, 8, 2)), ("softmax", (8, 40))]
+
+
+@pytest.mark.parametrize("op,shapes", SPACES)
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_space_candidates_keep_the_rules(op, shapes, target):
+    sp = topi.space(op, target, shapes)
+    cfgs = list(sp.configs())
+    assert cfgs and len(cfgs) == len(sp)
+    assert sp.check(sp.default()) is None, sp.check(sp.default())
+    for c in cfgs:
+        assert sp.check(c) is None
+        assert all(fn(c) for _, _, fn in sp.rules)
+    for _ in range(20):
+        assert sp.valid(sp.sample())
+    s, args = sp.build(cfgs[-1])
+    assert len(args) == len(sp.tensors()[0]) + 1
+
+
+def test_space_rules_are_enforced():
+    sp = topi.space("matmul", "gpu", (256, 256, 256))
+    bad = dict(sp.default(), block_m=16, thread_m=32)  # 16 rows over 32 threads
+    assert "divisible" in sp.check(bad)
+    with pytest.raises(kiln.InvalidArgument):
+        sp.build(bad)
+    assert "not one of its candidates" in sp.check(dict(sp.default(), k_tile=3))
+    assert "no knob" in sp.check(dict(sp.default(), nope=1))
+    # the device's limits: 256 work-items a group and 8 KiB of shared memory
+    small = topi.space("matmul", "gpu", (256, 256, 256), device={"max_block": 256, "max_shared": 8192,
+                                                                 "wave_size": 64})
+    assert len(small) < len(sp)
+    for c in small.configs():
+        assert 64 <= c["thread_m"] * c["thread_n"] <= 256
+        assert (c["block_m"] + c["block_n"]) * c["k_tile"] * 4 <= 8192
+    cpu = topi.space("matmul", "cpu", (256, 256, 256))
+    assert "registers" in cpu.check(dict(cpu.default(), bm=32, bn=128))
+    with pytest.raises(kiln.InvalidArgument):
+        topi.space("nope", "cpu", (1,))
+    with pytest.raises(kiln.InvalidArgument):
+        topi.space("matmul", "cpu", (4, 4))
+
+
+def test_space_reference_matches_default_build(s, dev):
+    for op, shapes in SPACES:
+        sp = topi.space(op, "cpu", shapes)
+        sch, args = sp.build(sp.default())
+        m = kiln.build(sch, args, "llvm", session=s)
+        ins = sp.inputs()
+        xs = [kiln.nd.array(a, dev) for a in ins] + [kiln.nd.empty(sp.output_shape(), "float32", dev)]
+        m(*xs)
+        np.testing.assert_allclose(xs[-1].numpy(), sp.reference(ins), rtol=1e-4, atol=1e-4, err_msg=op)
+
+
+class WrongWhenBm4(Space):
+    """matmul whose schedule with bm=4 computes 1.5 * A @ B: a template bug the check must catch."""
+
+    def build(self, cfg, tensors=None):
+        if cfg["bm"] != 4:
+            return super().build(cfg, tensors)
+        ins, _ = self.tensors()
+        A, B = ins
+        k = te.reduce_axis((0, A.shape[1]), name="k")
+        C = te.compute((A.shape[0], B.shape[1]), lambda i, j: te.sum(A[i, k] * B[k, j] * 1.5, axis=k),
+                       name="matmul", tag="matmul")
+        return S.schedule_matmul(C, "cpu", **cfg), [A, B, C]
+
+
+def small_space(target="cpu"):
+    sp = WrongWhenBm4("matmul", target, (32, 32, 16), "float32", topi.space("matmul", "cpu", (1, 1, 1)).limits)
+    sp.knobs = {"bm": [2, 4, 8], "bn": [8, 32], "bk": [4], "order": ["ji"], "unroll_k": [False]}
+    return sp
+
+
+def test_tiny_tuning_run_catches_a_wrong_template(s, dev, tmp_path):
+    rec = str(tmp_path / "r.jsonl")
+    task = at.Task("matmul", (32, 32, 16), "float32", dev, space=small_space())
+    r = at.tune(task, s, trials=6, tuner="grid", records=rec, batch=3, repeat=2, min_repeat_ms=1,
+                lease_s=10, progress=None)
+    assert len(r.trials) == 6  # the default and the five others: the whole space
+    wrong = [x for x in r.records if x["knobs"]["bm"] == 4]
+    assert wrong and all(x["result"]["ok"] is False and x["result"]["error"] == "wrong" for x in wrong)
+    assert "differ from numpy" in wrong[0]["result"]["message"]
+    good = [x for x in r.records if x["knobs"]["bm"] != 4]
+    assert all(x["result"]["ok"] for x in good), good
+    assert r.best["knobs"]["bm"] != 4
+    assert r.default["knobs"] == task.space.default() and r.speedup >= 1.0
+    for x in good:
+        res = x["result"]
+        assert len(res["times"]) == 2 and res["mean"] > 0 and res["gflops"] > 0
+    # records: one JSON line per trial, versioned, with the task key
+    lines = open(rec).read().splitlines()
+    assert len(lines) == 6
+    one = json.loads(lines[0])
+    assert one["v"] == at.SCHEMA_VERSION and one["tuner"] == "default"
+    assert {"op", "shapes", "dtype", "target", "arch", "device", "device_name", "signature", "kiln"} <= set(one["task"])
+    assert one["task"]["device"] == "cpu:0" and one["task"]["arch"] == "cpu"
+
+
+def test_records_round_trip_and_resume(s, dev, tmp_path):
+    rec = str(tmp_path / "r.jsonl")
+    task = at.Task("matmul", (32, 32, 16), "float32", dev, space=small_space())
+    first = at.tune(task, s, trials=3, tuner="random", records=rec, batch=2, repeat=1, min_repeat_ms=0,
+                    lease_s=0, progress=None)
+    assert len(first.trials) == 3
+    with open(rec, "a") as f:  # a line of another schema and a torn line are skipped
+        f.write(json.dumps({"v": 999, "task": {}, "knobs": {}}) + "\n{\"v\": 1, \"task")
+    loaded = at.load(rec)
+    assert [x["knobs"] for x in loaded] == [x["knobs"] for x in first.trials]
+    with open(rec, "a") as f:
+        f.write("\n")
+    again = at.tune(task, s, trials=5, tuner="random", records=rec, batch=2, repeat=1, min_repeat_ms=0,
+                    lease_s=0, progress=None)
+    assert len(again.trials) == 2  # resumed: 3 there, 2 more
+    keys = [json.dumps(x["knobs"], sort_keys=True) for x in at.load(rec)]
+    assert len(keys) == len(set(keys)) == 5  # nothing measured twice
+    b = at.best(rec, task)
+    oks = [x for x in at.load(rec) if x["result"]["ok"]]
+    assert b["result"]["mean"] == min(x["result"]["mean"] for x in oks)
+    other = at.Task("matmul", (64, 64, 64), "float32", dev)
+    assert at.best(rec, other) is None
+
+
+def test_apply_makes_topi_use_the_best_knobs(tmp_path):
+    sp = topi.space("matmul", "cpu", (64, 48, 32))
+    task_key = {"op": "matmul", "shapes": [64, 48, 32], "dtype": "float32", "target": "cpu",
+                "signature": json.loads(json.dumps(sp.signature()))}
+    best = dict(sp.default(), bm=2, bn=16, bk=8)
+    recs = [{"v": 1, "task": task_key, "knobs": best, "result": {"ok": True, "mean": 1e-4}},
+            {"v": 1, "task": task_key, "knobs": dict(best, bm=16), "result": {"ok": True, "mean": 2e-4}},
+            {"v": 1, "task": task_key, "knobs": dict(best, bm=32), "result": {"ok": False, "error": "wrong"}}]
+    _, C = sp.tensors()
+    assert S._knobs("matmul", "cpu", {}, C)["bm"] == 8
+    with at.apply(recs):
+        k = S._knobs("matmul", "cpu", {}, C)
+        assert (k["bm"], k["bn"], k["bk"]) == (2, 16, 8)
+        assert S._knobs("matmul", "cpu", {"bm": 4}, C)["bm"] == 4  # given knobs win
+        assert S._knobs("matmul", "gpu", {}, C) == S.knobs("matmul", "gpu")  # other target: defaults
+        _, other = topi.space("matmul", "cpu", (64, 64, 64)).tensors()
+        assert S._knobs("matmul", "cpu", {}, other)["bm"] == 8  # other shapes: defaults
+        topi.schedule_matmul(C, "cpu")
+    assert S._knobs("matmul", "cpu", {}, C)["bm"] == 8
+
+
+@pytest.mark.skipif(not at.have_sklearn(), reason="scikit-learn is not installed (Debian: python3-sklearn)")
+def test_model_tuner_learns_a_synthetic_cost():
+    sp = topi.space("matmul", "cpu", (512, 512, 512))
+
+    def score(c):  # fastest at bm=8, bn=64, bk=8
+        return 100.0 / (1 + abs(np.log2(c["bm"] / 8)) + abs(np.log2(c["bn"] / 64)) + abs(np.log2(c["bk"] / 8)))
+    best = max(score(c) for c in sp.configs())
+    model = at.ModelTuner(sp, seed=1)
+    rnd = at.RandomTuner(sp, seed=1)
+    found = {}
+    for name, tn in (("model", model), ("random", rnd)):
+        got = []
+        for _ in range(6):
+            b = tn.next_batch(8)
+            assert all(sp.valid(c) for c in b)
+            res = [(c, score(c)) for c in b]
+            tn.update(res)
+            got += [x for _, x in res]
+        found[name] = max(got)
+        assert len(tn.tried) == 48
+    assert found["model"] >= found["random"] and found["model"] >= 0.8 * best
+
+
+def test_grid_tuner_walks_the_space_once():
+    sp = topi.space("softmax", "gpu", (8, 40))
+    g = at.GridTuner(sp)
+    seen = []
+    while True:
+        b = g.next_batch(4)
+        if not b:
+            break
+        seen += b
+    assert seen == list(sp.configs())
+
+
+def test_cli(unix_url, tmp_path, capsys):
+    from kiln.autotune.__main__ import main
+    rec = str(tmp_path / "r.jsonl")
+    args = ["--op", "softmax", "--shape", "16,64", "--device", "cpu:0", "--trials", "3", "--records", rec,
+            "--url", unix_url, "--tuner", "random", "--repeat", "1", "--min-repeat-ms", "0", "--lease", "5"]
+    try:
+        import matplotlib  # noqa: F401
+        args += ["--plot", str(tmp_path / "best.png")]
+    except ImportError:
+        pass
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "best     {" in out and "GFLOP/s" in out and "default  {" in out
+    assert len(at.load(rec)) == 3
+    if "--plot" in args:
+        assert os.path.getsize(str(tmp_path / "best.png")) > 1000
