@@ -107,6 +107,10 @@ class Space:
         if not self.gpu:
             self.knobs = {"bm": _fit([1, 2, 4, 8, 16, 32], M), "bn": _fit([8, 16, 32, 64, 128], N),
                           "bk": _fit([1, 2, 4, 8, 16, 32], K), "order": ["ji", "ij"], "unroll_k": [False, True]}
+            if self.op == "matmul":
+                # B copied into bn-wide column panels first (topi.matmul(A, B, pack=bn)): a
+                # second kernel, timed with the product; the best CPU layout (bench/results/te.md)
+                self.knobs["pack"] = [False, True]
             # bm rows x bn/8 vectors of accumulators, plus a row of B: beyond ~32 vector
             # registers (AVX-512 has 32, AVX2 16) they spill every k step
             self._rule("registers", "bm * bn <= 512 (accumulators in vector registers)",
@@ -232,7 +236,7 @@ class Space:
 
     def default(self):
         """The template's default knobs (kiln.topi's), as this space's knobs."""
-        d = _sch.knobs(self.template, self.target)
+        d = dict(_sch.knobs(self.template, self.target), pack=False)
         return {k: d[k] for k in self.knobs}
 
     def configs(self):
@@ -348,7 +352,12 @@ class Space:
         why = self.check(cfg)
         if why:
             raise InvalidArgument("%s %s: %s" % (self.op, self.target, why))
-        ins, out = tensors or self.tensors()
+        cfg = dict(cfg)
+        if cfg.pop("pack", False):
+            ins, _ = tensors or self.tensors()
+            out = _ops.matmul(ins[0], ins[1], pack=cfg["bn"])
+        else:
+            ins, out = tensors or self.tensors()
         fn = {"matmul": _sch.schedule_matmul, "batch_matmul": _sch.schedule_batch_matmul,
               "conv2d_nchw": _sch.schedule_conv2d_nchw, "depthwise_conv2d_nchw": _sch.schedule_depthwise_conv2d_nchw,
               "pool2d": _sch.schedule_pool2d, "softmax": _sch.schedule_softmax}[self.template]
