@@ -126,7 +126,8 @@ def _measure(runner, task, cfgs, opts, lease_s):
         except KilnError as e:
             built.append(e)
     schedules = [b for b in built if not isinstance(b, Exception)]
-    mods = build_batch(schedules, runner.device, session=runner.session) if schedules else []
+    mods = build_batch(schedules, runner.device, session=runner.session, options=opts["options"]) \
+        if schedules else []
     compile_s = time.monotonic() - t0
     it = iter(mods)
     mods = [b if isinstance(b, Exception) else next(it) for b in built]
@@ -152,7 +153,9 @@ def _measure(runner, task, cfgs, opts, lease_s):
                 continue
             m = r.pop("module")
             try:
+                t1 = time.monotonic()
                 why = runner.check(m, opts["timeout_ms"])
+                t2 = time.monotonic()
                 if why:
                     out[i] = {"ok": False, "error": "wrong", "message": why, "stage": "check"}
                     continue
@@ -163,7 +166,8 @@ def _measure(runner, task, cfgs, opts, lease_s):
                 out[i] = {"ok": True, "times": list(b.results), "mean": mean, "median": float(b.median),
                           "min": float(b.min), "cv": float(b.cv), "number": int(b.raw.get("number", opts["number"])),
                           "repeat": len(b.results), "gflops": task.space.flops / mean / 1e9 if mean > 0 else None,
-                          "compile_ms": r.get("compile_ms")}
+                          "compile_ms": r.get("compile_ms"), "check_s": round(t2 - t1, 4),
+                          "time_s": round(time.monotonic() - t2, 4)}
             except (Timeout, DeviceFault, NotFound) as e:
                 runner.lost()
                 out[i] = {"ok": False, "error": _error_kind(e), "message": str(e)[:500], "stage": "run"}
@@ -214,13 +218,14 @@ class _Progress:
 
 def tune(task, runners, trials=100, tuner="model", records=None, batch=None, number=None, repeat=3,
          min_repeat_ms=50, flush=False, timeout_ms=10000, lease_s=60, seed=0, progress=sys.stderr,
-         callback=None):
+         callback=None, options=None):
     """Tunes ``task`` on ``runners`` (a Session measuring on task.device, a (session, device)
     pair, or a list of them: each round's batch is split between them) until the records hold
     ``trials`` trials of the task (a records file resumes: its trials count, its
     configurations are not tried again, and the model learns from them). The default knobs are
     measured first (tuner "default"). ``batch``: configurations per round (default 8, or 2
-    per runner if more). Returns a TuneResult."""
+    per runner if more). ``options``: the compile options (default ``{"fast_math": True}``:
+    fused multiply-adds, as TVM's LLVM backend makes). Returns a TuneResult."""
     if hasattr(runners, "call") or isinstance(runners, Runner) or (
             isinstance(runners, tuple) and len(runners) == 2 and hasattr(runners[0], "call")):
         runners = [runners]  # one session, or one (session, device)
@@ -247,7 +252,7 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
     if batch is None:
         batch = max(8, 2 * len(rs))
     opts = {"number": number or 1, "repeat": repeat, "min_repeat_ms": min_repeat_ms, "flush": flush,
-            "timeout_ms": timeout_ms}
+            "timeout_ms": timeout_ms, "options": {"fast_math": True} if options is None else options}
     all_recs = list(old)
     new = []
     left = trials - len(old)
@@ -259,6 +264,7 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
     if d is not None:
         prog.default_mean = d["result"].get("mean")
     trial_no = len(old)
+    round_no = max([r.get("round", 0) for r in old] + [0])
     first = True
     while left > 0:
         if first and not have_default:
@@ -271,6 +277,7 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
         first = False
         if not cfgs:
             break  # the space is exhausted
+        round_no += 1
         shares = [cfgs[i::len(rs)] for i in range(len(rs))]
         results = [None] * len(rs)
 
@@ -290,8 +297,10 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
                 trial_no += 1
                 k = dict(key)
                 k["device"] = rs[i].device.id
+                k["options"] = opts["options"]
                 rec = {"v": R.SCHEMA_VERSION, "task": k, "knobs": cfg, "result": res,
                        "tuner": who[cfgs.index(cfg)] if cfg in cfgs else tn.name, "trial": trial_no,
+                       "round": round_no, "runner": i,
                        "t": round(time.time(), 3), "elapsed_s": round(time.time() - t_start, 3)}
                 if records:
                     R.append(records, rec)
