@@ -7,7 +7,6 @@ import sys
 
 import kiln
 
-from . import records as R
 from .tune import Task, tune
 
 

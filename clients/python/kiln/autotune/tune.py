@@ -8,7 +8,6 @@ number, min_repeat_ms, flush). Compile errors, timeouts and faults are recorded 
 """
 
 import json
-import math
 import sys
 import threading
 import time
