@@ -12,6 +12,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#ifdef KILN_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
 #include "base/log.h"
 #include "base/util.h"
 #include "server/compile.h"
@@ -71,6 +75,8 @@ static void usage(FILE *f) {
           "                        uids; default: every worker as nobody)\n"
           "  --allow-prebuilt-cpu  accept prebuilt cpu shared objects (their code cannot be\n"
           "                        checked; they run inside the device worker's sandbox)\n"
+          "  --config FILE         options as `key = value` lines (a flag: `key = true`), read\n"
+          "                        before the command line, which wins (docs/operations.md)\n"
           "  --version, --help\n");
 }
 
@@ -111,7 +117,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
          O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_LTIMEOUT, O_CMEM,
          O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_CPUMEM, O_HSALIB,
          O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER, O_WUIDS, O_PREBUILT, O_TLS_CERT,
-         O_TLS_KEY, O_TLS_CA, O_HANDSHAKE, O_INSECURE };
+         O_TLS_KEY, O_TLS_CA, O_HANDSHAKE, O_INSECURE, O_CONFIG };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -146,6 +152,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"tls-client-ca", required_argument, 0, O_TLS_CA},
       {"handshake-timeout", required_argument, 0, O_HANDSHAKE},
       {"insecure-tcp", no_argument, 0, O_INSECURE},
+      {"config", required_argument, 0, O_CONFIG},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -255,6 +262,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
           goto bad;
         break;
       case O_INSECURE: cfg->insecure_tcp = true; break;
+      case O_CONFIG: break; /* read before the command line (load_config) */
       case O_VERSION: printf("kilnd %s\n", KILN_VERSION); exit(0);
       case O_HELP: usage(stdout); exit(0);
       default: usage(stderr); return 2;
@@ -270,6 +278,88 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
     return 2;
   }
   return 0;
+}
+
+/* --config FILE (docs/operations.md "Configuration file"): every long option as a
+ * `key = value` line, a flag as `key = true` (false: absent), '#' starts a comment line.
+ * Each line goes through parse_args as "--key=value", so a file accepts exactly what the
+ * command line does and checks it the same way. The file is read first and the command line
+ * after it: the command line wins, and a repeatable option given there (--listen, --pin)
+ * replaces the file's. The argument strings live as long as the process (cfg and
+ * metrics_spec keep pointers into them). */
+static const char *config_path(int argc, char **argv) {
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strcmp(argv[i], "--config") == 0) return i + 1 < argc ? argv[i + 1] : "";
+    if (strncmp(argv[i], "--config=", 9) == 0) return argv[i] + 9;
+  }
+  return NULL;
+}
+
+static bool on_command_line(int argc, char **argv, const char *name) {
+  size_t n = strlen(name);
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+    if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, n) == 0 &&
+        (argv[i][2 + n] == 0 || argv[i][2 + n] == '='))
+      return true;
+  return false;
+}
+
+static char *trim(char *p) {
+  while (*p == ' ' || *p == '\t') p++;
+  char *e = p + strlen(p);
+  while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) *--e = 0;
+  return p;
+}
+
+static int load_config(const char *path, kiln_config_t *cfg) {
+  FILE *f = path[0] ? fopen(path, "r") : NULL;
+  if (!f) {
+    fprintf(stderr, "kilnd: --config %s: %s\n", path, path[0] ? strerror(errno) : "no file named");
+    return 2;
+  }
+  char line[4096];
+  int lineno = 0, rc = 0;
+  while (!rc && fgets(line, sizeof(line), f)) {
+    lineno++;
+    const char *why = NULL;
+    size_t len = strlen(line);
+    char *p = trim(line), *eq = strchr(p, '=');
+    if (len == sizeof(line) - 1 && line[len - 1] != '\n') why = "line longer than 4095 bytes";
+    else if (!p[0] || p[0] == '#') continue;
+    else if (!eq) why = "expected `key = value`";
+    if (!why) {
+      *eq = 0;
+      char *key = trim(p), *val = trim(eq + 1);
+      size_t vl = strlen(val);
+      if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') val[vl - 1] = 0, val++;
+      if (!key[0] || strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(key))
+        why = "a key is an option's long name (listen, cache-dir, ...)";
+      else if (!strcmp(key, "config") || !strcmp(key, "help") || !strcmp(key, "version"))
+        why = "this option has no place in a configuration file";
+      else if (!strcmp(val, "false") || !strcmp(val, "no") || !strcmp(val, "off"))
+        continue;
+      if (!why) {
+        bool flag = !strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "on");
+        size_t cap = strlen(key) + strlen(val) + 4;
+        char *arg = malloc(cap); /* kept: see above */
+        if (!arg) why = "out of memory";
+        else {
+          snprintf(arg, cap, flag ? "--%s" : "--%s=%s", key, val);
+          char kilnd_name[] = "kilnd";
+          char *args[] = {kilnd_name, arg, NULL};
+          optind = 0; /* glibc: start getopt afresh */
+          rc = parse_args(2, args, cfg);
+          if (rc) fprintf(stderr, "kilnd: %s:%d: the line above is `%s = %s`\n", path, lineno, key, val);
+        }
+      }
+    }
+    if (why) {
+      fprintf(stderr, "kilnd: %s:%d: %s\n", path, lineno, why);
+      rc = 2;
+    }
+  }
+  fclose(f);
+  return rc;
 }
 
 /* Every connection, worker channel, payload and cache write holds a descriptor: the soft
@@ -373,6 +463,9 @@ static void on_signal(uv_signal_t *h, int signum) {
   KILN_LOG_INFO("drain", "signal=%d inflight=%llu grace_s=%.1f", signum,
                 (unsigned long long)s->total_inflight, s->cfg.grace_s);
   s->draining = true;
+#ifdef KILN_HAVE_SYSTEMD
+  sd_notify(0, "STOPPING=1");
+#endif
   kiln_listeners_close(s);
   uv_timer_stop(&s->sweep_timer);
   uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)(s->cfg.grace_s * 1000), 0);
@@ -429,6 +522,14 @@ int main(int argc, char **argv) {
   cfg->compile_max_memory = 8ull << 30;
   cfg->cache_max_bytes = 4ull << 30;
   default_cache_dir(cfg->cache_dir, sizeof(cfg->cache_dir));
+  const char *conf = config_path(argc, argv);
+  if (conf) {
+    int rc = load_config(conf, cfg);
+    if (rc) return rc;
+    if (on_command_line(argc, argv, "listen")) cfg->num_listen = 0;
+    if (on_command_line(argc, argv, "pin")) cfg->num_pins = 0;
+    optind = 0;
+  }
   int rc = parse_args(argc, argv, cfg);
   if (rc) return rc;
   /* A str is bounded like a bin, by the message limit: `ir` may come as either, and the
@@ -505,6 +606,10 @@ int main(int argc, char **argv) {
   }
   KILN_LOG_INFO("ready", "version=%s devices=%u listeners=%d", KILN_VERSION, s->num_devices,
                 s->num_listeners);
+#ifdef KILN_HAVE_SYSTEMD
+  /* Type=notify: systemd orders dependent units after this, not after the fork. */
+  sd_notify(0, "READY=1");
+#endif
 
   uv_run(s->loop, UV_RUN_DEFAULT);
   KILN_LOG_INFO("exit", "requests=%llu", (unsigned long long)s->total_requests);
