@@ -1,17 +1,29 @@
-/* kiln: the command-line client of kilnd. `kiln --help` documents commands and exit codes. */
+/* kiln: the command-line client of kilnd. `kiln --help` lists the commands, `kiln CMD
+ * --help` documents one; docs/client.md is the reference.
+ *
+ * A command is one entry of COMMANDS: its name, its arguments and help text, the options it
+ * takes (bits of the one option table below), how many positional arguments it wants,
+ * whether it needs a connection, and its function. Options are parsed with getopt_long over
+ * the whole command line, so they may come before or after the command (`--url=X` too). */
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "kiln/client.h"
 #include "npy.h"
-#include "stats.h"
 #include "protocol/rpc.h"
+#include "stats.h"
 
 enum {
   EXIT_OK = 0,
@@ -21,46 +33,80 @@ enum {
   EXIT_FILE = 4,    /* a local file could not be read or written */
 };
 
-static const char USAGE[] =
-    "usage: kiln [--url URL] [--tls-ca FILE] [--timeout MS] COMMAND [ARGS]\n"
-    "\n"
-    "commands:\n"
-    "  ping                          round trip to kilnd; prints the time it took\n"
-    "  devices [--absent] [--json]   the devices kilnd serves (--absent: and missing backends)\n"
-    "  put FILE.npy [--device D] [--dtype T]\n"
-    "                                upload an array; prints the new tensor's id. --dtype\n"
-    "                                reinterprets the data as another dtype of the same size\n"
-    "                                (e.g. bfloat16 bits saved as uint16)\n"
-    "  get ID FILE.npy               download tensor ID into FILE.npy (bfloat16 is written as\n"
-    "                                its uint16 bits)\n"
-    "  free ID                       free tensor ID\n"
-    "  stats [--json]                tenants, queues, devices, compiles and cache as tables\n"
-    "                                (--json: the whole `stats` reply as JSON)\n"
-    "  token new [TENANT ...]        make a fresh token for each TENANT (no connection): prints\n"
-    "                                `token for TENANT: TOKEN` (give it to the tenant; nothing\n"
-    "                                keeps it) and the tokens-file line `blake2b:HASH TENANT`\n"
-    "\n"
-    "options:\n"
-    "  --url URL      tcp:HOST:PORT, tls:HOST:PORT or unix:PATH (default: $KILN_URL, else\n"
-    "                 the default socket)\n"
-    "  --tls-ca FILE  for tls: URLs, the CA (PEM) to trust instead of the system's\n"
-    "                 (default: $KILN_TLS_CA)\n"
-    "  --tls-cert FILE, --tls-key FILE\n"
-    "                 client certificate and key (PEM) for a daemon that requires one\n"
-    "                 (default: $KILN_TLS_CERT, $KILN_TLS_KEY)\n"
-    "  --timeout MS   give up waiting for a reply after MS milliseconds\n"
-    "  KILN_TOKEN     (environment) sent with hello when set\n"
-    "\n"
-    ".npy files: little-endian, C-order arrays of float16 float32 float64 int8 int16 int32\n"
-    "int64 uint8 uint16 uint32 uint64 bool.\n"
-    "\n"
-    "exit status: 0 success, 1 kilnd answered with an error, 2 usage error, 3 kilnd cannot be\n"
-    "reached or the connection broke, 4 a local file could not be read or written.\n";
+/* --- options ------------------------------------------------------------------------------- */
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "kiln: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nrun `kiln --help` for usage\n");
+enum {
+  O_URL, O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TIMEOUT, O_HELP, O_VERSION, O_COMPLETE, /* global */
+  O_JSON, O_ABSENT, O_DEVICE, O_DTYPE, O_TARGET, O_FORMAT, O_OPT_LEVEL, O_FAST_MATH, O_MAX_BLOCK,
+  O_GRID, O_BLOCK, O_SHARED, O_LAUNCH_TIMEOUT, O_NUMBER, O_REPEAT, O_MIN_REPEAT_MS, O_WARMUP,
+  O_FLUSH, O_KIND, O_OUTPUT, O_SECONDS, O_NO_WAIT, O_COUNT_
+};
+#define BIT(o) (1ull << (o))
+#define GLOBAL_OPTS \
+  (BIT(O_URL) | BIT(O_TLS_CA) | BIT(O_TLS_CERT) | BIT(O_TLS_KEY) | BIT(O_TIMEOUT) | BIT(O_HELP))
+#define RUN_OPTS (BIT(O_DEVICE) | BIT(O_GRID) | BIT(O_BLOCK) | BIT(O_SHARED) | BIT(O_LAUNCH_TIMEOUT))
+
+/* getopt_long returns OPT(o); 256 up, so that no option is 0, which is getopt's optopt for
+ * an unknown option */
+#define OPT(o) ((o) + 256)
+static const struct option LONG_OPTS[O_COUNT_ + 1] = { /* indexed by O_*; the last is zeros */
+    [O_URL] = {"url", required_argument, 0, OPT(O_URL)},
+    [O_TLS_CA] = {"tls-ca", required_argument, 0, OPT(O_TLS_CA)},
+    [O_TLS_CERT] = {"tls-cert", required_argument, 0, OPT(O_TLS_CERT)},
+    [O_TLS_KEY] = {"tls-key", required_argument, 0, OPT(O_TLS_KEY)},
+    [O_TIMEOUT] = {"timeout", required_argument, 0, OPT(O_TIMEOUT)},
+    [O_HELP] = {"help", no_argument, 0, OPT(O_HELP)},
+    [O_VERSION] = {"version", no_argument, 0, OPT(O_VERSION)},
+    [O_COMPLETE] = {"complete", no_argument, 0, OPT(O_COMPLETE)},
+    [O_JSON] = {"json", no_argument, 0, OPT(O_JSON)},
+    [O_ABSENT] = {"absent", no_argument, 0, OPT(O_ABSENT)},
+    [O_DEVICE] = {"device", required_argument, 0, OPT(O_DEVICE)},
+    [O_DTYPE] = {"dtype", required_argument, 0, OPT(O_DTYPE)},
+    [O_TARGET] = {"target", required_argument, 0, OPT(O_TARGET)},
+    [O_FORMAT] = {"format", required_argument, 0, OPT(O_FORMAT)},
+    [O_OPT_LEVEL] = {"opt-level", required_argument, 0, OPT(O_OPT_LEVEL)},
+    [O_FAST_MATH] = {"fast-math", no_argument, 0, OPT(O_FAST_MATH)},
+    [O_MAX_BLOCK] = {"max-block", required_argument, 0, OPT(O_MAX_BLOCK)},
+    [O_GRID] = {"grid", required_argument, 0, OPT(O_GRID)},
+    [O_BLOCK] = {"block", required_argument, 0, OPT(O_BLOCK)},
+    [O_SHARED] = {"shared", required_argument, 0, OPT(O_SHARED)},
+    [O_LAUNCH_TIMEOUT] = {"launch-timeout", required_argument, 0, OPT(O_LAUNCH_TIMEOUT)},
+    [O_NUMBER] = {"number", required_argument, 0, OPT(O_NUMBER)},
+    [O_REPEAT] = {"repeat", required_argument, 0, OPT(O_REPEAT)},
+    [O_MIN_REPEAT_MS] = {"min-repeat-ms", required_argument, 0, OPT(O_MIN_REPEAT_MS)},
+    [O_WARMUP] = {"warmup", required_argument, 0, OPT(O_WARMUP)},
+    [O_FLUSH] = {"flush", no_argument, 0, OPT(O_FLUSH)},
+    [O_KIND] = {"kind", required_argument, 0, OPT(O_KIND)},
+    [O_OUTPUT] = {"output", required_argument, 0, OPT(O_OUTPUT)},
+    [O_SECONDS] = {"seconds", required_argument, 0, OPT(O_SECONDS)},
+    [O_NO_WAIT] = {"no-wait", no_argument, 0, OPT(O_NO_WAIT)},
+};
+
+typedef struct cli {
+  const char *opt[O_COUNT_]; /* an option's argument ("" for a flag); NULL when not given */
+  const char *name;          /* the command's name, for messages */
+  kiln_client_t *c;          /* the connection, for commands that need one */
+} cli_t;
+
+typedef struct command {
+  const char *name;
+  const char *args; /* the synopsis after the name */
+  const char *help; /* what it does, its options */
+  uint64_t opts;    /* BIT(O_...) it takes besides the global ones */
+  int min_args, max_args; /* positional arguments after the name; max -1: any number */
+  bool local;       /* runs without a connection */
+  int (*run)(cli_t *cli, int argc, char **argv); /* argv[0] is the name */
+} command_t;
+
+static int usage_error(const cli_t *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const cli_t *cli, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "kiln: %s%s", cli && cli->name ? cli->name : "", cli && cli->name ? ": " : "");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nrun `kiln %s%s--help` for usage\n", cli && cli->name ? cli->name : "",
+          cli && cli->name ? " " : "");
   return EXIT_USAGE;
 }
 
@@ -76,21 +122,182 @@ static int report(const char *what, kiln_status_t s, int local_code) {
   return local_code;
 }
 
-static bool parse_id(const char *s, uint64_t *out) {
+/* A whole decimal number in [lo, hi]; nothing else (no sign, no suffix, no blank). */
+static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
   char *end;
+  if (!s || !isdigit((unsigned char)s[0])) return false;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s || *end || s[0] == '-') return false;
+  if (errno || *end || v < lo || v > hi) return false;
   *out = v;
   return true;
 }
 
-static int cmd_ping(kiln_client_t *c, int argc, char **argv) {
-  if (argc != 1) return usage_error("ping takes no arguments%s", "");
+/* An option's number, or the default when it is absent; false (after a usage message) when
+ * it is not a number in range. */
+static bool opt_u64(const cli_t *cli, int o, uint64_t lo, uint64_t hi, uint64_t dflt, uint64_t *out) {
+  *out = dflt;
+  if (!cli->opt[o]) return true;
+  if (parse_u64(cli->opt[o], lo, hi, out)) return true;
+  usage_error(cli, "--%s '%s' is not a whole number from %llu to %llu", LONG_OPTS[o].name,
+              cli->opt[o], (unsigned long long)lo, (unsigned long long)hi);
+  return false;
+}
+
+/* "X[,Y[,Z]]" (also "XxYxZ"): 1 to 3 dimensions, each 1 .. 2^32 - 1. */
+static bool parse_dims(const cli_t *cli, int o, uint64_t out[3], int *out_n) {
+  const char *s = cli->opt[o];
+  if (!s) return usage_error(cli, "--%s is required", LONG_OPTS[o].name), false;
+  char buf[96];
+  snprintf(buf, sizeof(buf), "%s", s);
+  int n = 0;
+  for (char *save, *t = strtok_r(buf, ",x", &save); t; t = strtok_r(NULL, ",x", &save)) {
+    if (n == 3 || !parse_u64(t, 1, UINT32_MAX, &out[n])) n = 4;
+    if (n == 4) break;
+    n++;
+  }
+  if (n < 1 || n > 3 || strlen(s) >= sizeof(buf))
+    return usage_error(cli, "--%s '%s' is not 1 to 3 sizes like 64 or 8,8", LONG_OPTS[o].name, s), false;
+  *out_n = n;
+  return true;
+}
+
+/* --- progress ------------------------------------------------------------------------------ */
+
+/* A transfer's progress on stderr, once it has taken a second, at most ten times a second. */
+typedef struct progress {
+  const char *what;
+  uint64_t total, t0, last;
+  bool shown;
+} progress_t;
+
+static void progress_init(progress_t *p, const char *what, uint64_t total) {
+  *p = (progress_t){.what = what, .total = total, .t0 = kiln_now_ns()};
+}
+
+static void progress_show(progress_t *p, uint64_t done) {
+  uint64_t now = kiln_now_ns();
+  if (now - p->t0 < 1000000000ull || (now - p->last < 100000000ull && done < p->total)) return;
+  p->last = now;
+  p->shown = true;
+  double s = (double)(now - p->t0) / 1e9;
+  fprintf(stderr, "\rkiln: %s: %.0f of %.0f MB (%.0f%%), %.0f MB/s ", p->what, (double)done / 1e6,
+          (double)p->total / 1e6, p->total ? 100.0 * (double)done / (double)p->total : 100.0,
+          (double)done / 1e6 / s);
+}
+
+static void progress_done(progress_t *p) {
+  if (p->shown) fputc('\n', stderr);
+}
+
+/* --- tensors ------------------------------------------------------------------------------- */
+
+/* Uploads a .npy file as alloc + write chunks (so that a large one shows progress). */
+static int upload_npy(cli_t *cli, const char *file, const char *device, const char *dtype,
+                      uint64_t *out_id) {
+  kiln_npy_t npy;
+  kiln_status_t s = kiln_npy_open(file, &npy);
+  if (s) return report(cli->name, s, EXIT_FILE);
+  if (dtype) {
+    kiln_dtype_t d = kiln_dtype_parse(dtype, strlen(dtype));
+    if (!d || kiln_dtype_size(d) != kiln_dtype_size(npy.desc.dtype)) {
+      kiln_npy_close(&npy);
+      return usage_error(cli, "--dtype %s is not a dtype of the file's element size", dtype);
+    }
+    npy.desc.dtype = d;
+  }
+  uint64_t id;
+  if (npy.desc.nbytes < (64u << 20)) {
+    s = kiln_client_upload(cli->c, device, &npy.desc, npy.data, &id);
+  } else {
+    s = kiln_client_alloc(cli->c, device, npy.desc.dtype, npy.desc.shape, npy.desc.ndim, &id);
+    progress_t p;
+    progress_init(&p, file, npy.desc.nbytes);
+    for (uint64_t off = 0; !s && off < npy.desc.nbytes; off += 32u << 20) {
+      size_t n = (size_t)KILN_MIN(npy.desc.nbytes - off, 32u << 20);
+      s = kiln_client_write(cli->c, id, off, (const uint8_t *)npy.data + off, n);
+      progress_show(&p, off + n);
+    }
+    progress_done(&p);
+    if (s) {
+      kiln_status_t f = kiln_client_free_tensor(cli->c, id);
+      kiln_status_free(f); /* the write's error is the one to report */
+    }
+  }
+  kiln_npy_close(&npy);
+  if (s) return report(cli->name, s, EXIT_SERVER);
+  *out_id = id;
+  return EXIT_OK;
+}
+
+static int cmd_put(cli_t *cli, int argc, char **argv) {
+  uint64_t id;
+  int rc = upload_npy(cli, argv[1], cli->opt[O_DEVICE], cli->opt[O_DTYPE], &id);
+  if (rc) return rc;
+  printf("%llu\n", (unsigned long long)id);
+  return EXIT_OK;
+}
+
+static int cmd_alloc(cli_t *cli, int argc, char **argv) {
+  kiln_dtype_t d = kiln_dtype_parse(argv[1], strlen(argv[1]));
+  if (!d) return usage_error(cli, "'%s' is not a dtype (float32, int32, ...)", argv[1]);
+  uint64_t shape[KILN_MAX_DIMS];
+  uint32_t ndim = 0;
+  for (int i = 2; i < argc; i++) {
+    if (ndim == KILN_MAX_DIMS || !parse_u64(argv[i], 0, UINT32_MAX, &shape[ndim]))
+      return usage_error(cli, "'%s' is not a dimension (at most %d of them)", argv[i], KILN_MAX_DIMS);
+    ndim++;
+  }
+  uint64_t id;
+  kiln_status_t s = kiln_client_alloc(cli->c, cli->opt[O_DEVICE], d, shape, ndim, &id);
+  if (s) return report(cli->name, s, EXIT_SERVER);
+  printf("%llu\n", (unsigned long long)id);
+  return EXIT_OK;
+}
+
+static int cmd_get(cli_t *cli, int argc, char **argv) {
+  uint64_t id;
+  if (!parse_u64(argv[1], 0, UINT64_MAX, &id)) return usage_error(cli, "'%s' is not a tensor id", argv[1]);
+  kiln_reply_t *r;
   uint64_t t0 = kiln_now_ns();
-  kiln_status_t s = kiln_client_ping(c);
+  kiln_status_t s = kiln_client_download(cli->c, id, &r);
+  if (s) return report(cli->name, s, EXIT_SERVER);
+  kiln_tensor_desc_t desc;
+  const void *data;
+  s = kiln_reply_tensor(r, &desc, &data);
+  if (!s) s = kiln_npy_write(argv[2], &desc, data);
+  kiln_reply_free(r);
+  if (s) return report(cli->name, s, EXIT_FILE);
+  double secs = (double)(kiln_now_ns() - t0) / 1e9;
+  if (secs >= 1)
+    fprintf(stderr, "kiln: get: %.0f MB in %.1f s (%.0f MB/s)\n", (double)desc.nbytes / 1e6, secs,
+            (double)desc.nbytes / 1e6 / secs);
+  if (desc.dtype == KILN_BFLOAT16)
+    fprintf(stderr, "kiln: note: bfloat16 has no numpy dtype; %s holds its bits as uint16 "
+                    "(arr.view(ml_dtypes.bfloat16) restores it)\n", argv[2]);
+  return EXIT_OK;
+}
+
+static int cmd_free(cli_t *cli, int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    uint64_t id;
+    if (!parse_u64(argv[i], 0, UINT64_MAX, &id)) return usage_error(cli, "'%s' is not a tensor id", argv[i]);
+  }
+  for (int i = 1; i < argc; i++) {
+    uint64_t id = strtoull(argv[i], NULL, 10);
+    kiln_status_t s = kiln_client_free_tensor(cli->c, id);
+    if (s) return report(cli->name, s, EXIT_SERVER);
+  }
+  return EXIT_OK;
+}
+
+/* --- info ---------------------------------------------------------------------------------- */
+
+static int cmd_ping(cli_t *cli, int argc, char **argv) {
+  uint64_t t0 = kiln_now_ns();
+  kiln_status_t s = kiln_client_ping(cli->c);
   if (s) return report("ping", s, EXIT_SERVER);
-  printf("pong from %s in %.1f us\n", kiln_client_url(c), (double)(kiln_now_ns() - t0) / 1e3);
+  printf("pong from %s in %.1f us\n", kiln_client_url(cli->c), (double)(kiln_now_ns() - t0) / 1e3);
   return EXIT_OK;
 }
 
@@ -99,25 +306,23 @@ static void pack_absent(msgpack_packer *pk, void *ctx) {
   kiln_pack_kv_bool(pk, "absent", true);
 }
 
-static int cmd_devices(kiln_client_t *c, int argc, char **argv) {
-  bool absent = false, json = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--absent")) absent = true;
-    else if (!strcmp(argv[i], "--json")) json = true;
-    else return usage_error("devices: unknown option %s", argv[i]);
-  }
-  if (json) {
+static int print_json_reply(kiln_reply_t *r) {
+  kiln_object_print_json(stdout, kiln_reply_result(r), true);
+  putchar('\n');
+  kiln_reply_free(r);
+  return EXIT_OK;
+}
+
+static int cmd_devices(cli_t *cli, int argc, char **argv) {
+  bool absent = cli->opt[O_ABSENT] != NULL;
+  if (cli->opt[O_JSON]) {
     kiln_reply_t *r;
-    kiln_status_t s = kiln_client_call(c, "devices", absent ? pack_absent : NULL, NULL, &r);
-    if (s) return report("devices", s, EXIT_SERVER);
-    kiln_object_print_json(stdout, kiln_reply_result(r), true);
-    putchar('\n');
-    kiln_reply_free(r);
-    return EXIT_OK;
+    kiln_status_t s = kiln_client_call(cli->c, "devices", absent ? pack_absent : NULL, NULL, &r);
+    return s ? report("devices", s, EXIT_SERVER) : print_json_reply(r);
   }
   kiln_device_info_t devs[64];
   size_t n;
-  kiln_status_t s = kiln_client_devices(c, absent, devs, 64, &n);
+  kiln_status_t s = kiln_client_devices(cli->c, absent, devs, 64, &n);
   if (s) return report("devices", s, EXIT_SERVER);
   printf("%-10s %-5s %-24s %10s %5s  %s\n", "ID", "KIND", "ARCH", "MEMORY", "CUS", "NAME");
   for (size_t i = 0; i < n && i < 64; i++) {
@@ -132,85 +337,458 @@ static int cmd_devices(kiln_client_t *c, int argc, char **argv) {
   return EXIT_OK;
 }
 
-static int cmd_put(kiln_client_t *c, int argc, char **argv) {
-  const char *file = NULL, *device = NULL, *dtype = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
-    else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
-    else if (argv[i][0] == '-' && argv[i][1]) return usage_error("put: unknown option %s", argv[i]);
-    else if (!file) file = argv[i];
-    else return usage_error("put: unexpected argument %s", argv[i]);
-  }
-  if (!file) return usage_error("put needs a FILE.npy%s", "");
-  kiln_npy_t npy;
-  kiln_status_t s = kiln_npy_open(file, &npy);
-  if (s) return report("put", s, EXIT_FILE);
-  if (dtype) {
-    kiln_dtype_t d = kiln_dtype_parse(dtype, strlen(dtype));
-    if (!d || kiln_dtype_size(d) != kiln_dtype_size(npy.desc.dtype)) {
-      kiln_npy_close(&npy);
-      return usage_error("put: --dtype %s is not a dtype of the file's element size", dtype);
-    }
-    npy.desc.dtype = d;
-  }
-  uint64_t id;
-  s = kiln_client_upload(c, device, &npy.desc, npy.data, &id);
-  kiln_npy_close(&npy);
-  if (s) return report("put", s, EXIT_SERVER);
-  printf("%llu\n", (unsigned long long)id);
-  return EXIT_OK;
-}
-
-static int cmd_get(kiln_client_t *c, int argc, char **argv) {
-  if (argc != 3) return usage_error("get needs ID and FILE.npy%s", "");
-  uint64_t id;
-  if (!parse_id(argv[1], &id)) return usage_error("get: '%s' is not a tensor id", argv[1]);
+static int cmd_stats(cli_t *cli, int argc, char **argv) {
   kiln_reply_t *r;
-  kiln_status_t s = kiln_client_download(c, id, &r);
-  if (s) return report("get", s, EXIT_SERVER);
-  kiln_tensor_desc_t desc;
-  const void *data;
-  s = kiln_reply_tensor(r, &desc, &data);
-  if (!s) s = kiln_npy_write(argv[2], &desc, data);
-  kiln_reply_free(r);
-  if (s) return report("get", s, EXIT_FILE);
-  if (desc.dtype == KILN_BFLOAT16)
-    fprintf(stderr, "kiln: note: bfloat16 has no numpy dtype; %s holds its bits as uint16 "
-                    "(arr.view(ml_dtypes.bfloat16) restores it)\n", argv[2]);
-  return EXIT_OK;
-}
-
-static int cmd_free(kiln_client_t *c, int argc, char **argv) {
-  uint64_t id;
-  if (argc != 2 || !parse_id(argv[1], &id)) return usage_error("free needs one tensor ID%s", "");
-  kiln_status_t s = kiln_client_free_tensor(c, id);
-  return s ? report("free", s, EXIT_SERVER) : EXIT_OK;
-}
-
-static int cmd_stats(kiln_client_t *c, int argc, char **argv) {
-  bool json = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = true;
-    else return usage_error("stats: unknown option %s", argv[i]);
-  }
-  kiln_reply_t *r;
-  kiln_status_t s = kiln_client_stats(c, &r);
+  kiln_status_t s = kiln_client_stats(cli->c, &r);
   if (s) return report("stats", s, EXIT_SERVER);
-  if (json) {
-    kiln_object_print_json(stdout, kiln_reply_result(r), true);
+  if (cli->opt[O_JSON]) return print_json_reply(r);
+  kiln_cli_print_stats(stdout, kiln_reply_result(r));
+  kiln_reply_free(r);
+  return EXIT_OK;
+}
+
+static uint64_t u64_field(const msgpack_object *m, const char *key) {
+  const msgpack_object *o = m ? kiln_object_get(m, key) : NULL;
+  return o && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? o->via.u64 : 0;
+}
+
+/* `kiln cache`: what the protocol tells of the artifact cache (the `stats` counters). The
+ * entries themselves are kilnd's: no method lists or prunes them (docs/cache.md says how the
+ * operator does that on the box). */
+static int cmd_cache(cli_t *cli, int argc, char **argv) {
+  kiln_reply_t *r;
+  kiln_status_t s = kiln_client_stats(cli->c, &r);
+  if (s) return report("cache", s, EXIT_SERVER);
+  const msgpack_object *cache = kiln_object_get(kiln_reply_result(r), "cache");
+  const msgpack_object *comp = kiln_object_get(kiln_reply_result(r), "compile");
+  if (cli->opt[O_JSON]) {
+    kiln_object_print_json(stdout, cache, true);
     putchar('\n');
   } else {
-    kiln_cli_print_stats(stdout, kiln_reply_result(r));
+    printf("disk:    %llu entries, %.1f MB\n", (unsigned long long)u64_field(cache, "entries_disk"),
+           (double)u64_field(cache, "bytes_disk") / 1e6);
+    printf("memory:  %.1f MB of artifacts, %llu modules (%.1f MB of kernel tables)\n",
+           (double)u64_field(cache, "bytes_memory") / 1e6, (unsigned long long)u64_field(comp, "modules"),
+           (double)u64_field(comp, "module_bytes") / 1e6);
+    printf("lookups: %llu memory hits, %llu disk hits, %llu misses; %llu evictions, %llu corrupt, "
+           "%llu write errors\n",
+           (unsigned long long)u64_field(cache, "hits_memory"), (unsigned long long)u64_field(cache, "hits_disk"),
+           (unsigned long long)u64_field(cache, "misses"), (unsigned long long)u64_field(cache, "evictions"),
+           (unsigned long long)u64_field(cache, "corrupt"), (unsigned long long)u64_field(cache, "write_errors"));
   }
   kiln_reply_free(r);
   return EXIT_OK;
 }
+
+/* --- compile ------------------------------------------------------------------------------- */
+
+/* A whole file in memory (a compile payload is at most 256 MiB). */
+static int read_file(cli_t *cli, const char *path, char **out, size_t *out_n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "kiln: %s: %s: %s\n", cli->name, path, strerror(errno));
+    return EXIT_FILE;
+  }
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+    n += got;
+    if (n == cap) {
+      char *nb = cap < (512u << 20) ? realloc(buf, cap *= 2) : NULL;
+      if (!nb) free(buf);
+      buf = nb;
+    }
+  }
+  bool bad = ferror(f) || !buf;
+  fclose(f);
+  if (bad) {
+    free(buf);
+    fprintf(stderr, "kiln: %s: cannot read %s (or it is over 512 MiB)\n", cli->name, path);
+    return EXIT_FILE;
+  }
+  *out = buf;
+  *out_n = n;
+  return EXIT_OK;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* kiln/kernel.h's folder: $KILN_INCLUDE, the installed one, else this source tree's. */
+static const char *kernel_include(void) {
+  static const char *const cands[] = {KILN_INSTALLED_INCLUDE, KILN_SOURCE_INCLUDE};
+  const char *e = getenv("KILN_INCLUDE");
+  if (e && *e) return e;
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(cands); i++) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s/kiln/kernel.h", cands[i]);
+    if (access(p, R_OK) == 0) return cands[i];
+  }
+  return NULL;
+}
+
+/* A C kernel (FILE.c) becomes LLVM bitcode here, as docs/kernels.md does it by hand:
+ * `clang -O2 -emit-llvm -c -I INCLUDE` ($KILN_CLANG, else clang-22 .. clang-19, else clang). */
+static int compile_c(cli_t *cli, const char *path, char **out, size_t *out_n) {
+  const char *inc = kernel_include();
+  if (!inc) {
+    fprintf(stderr, "kiln: compile: kiln/kernel.h not found; set KILN_INCLUDE to its folder\n");
+    return EXIT_FILE;
+  }
+  static const char *const clangs[] = {"clang-22", "/usr/lib/llvm-22/bin/clang", "clang-21", "clang-20",
+                                       "clang-19", "clang"};
+  const char *clang = getenv("KILN_CLANG");
+  char tmp[] = "/tmp/kiln-cc-XXXXXX";
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    fprintf(stderr, "kiln: compile: mkstemp: %s\n", strerror(errno));
+    return EXIT_FILE;
+  }
+  close(fd);
+  int status = -1;
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(clangs) && status != 0; i++) {
+    const char *cc = clang && *clang ? clang : clangs[i];
+    pid_t pid = fork();
+    if (pid == 0) {
+      execlp(cc, cc, "-O2", "-emit-llvm", "-c", "-I", inc, "-o", tmp, path, (char *)NULL);
+      _exit(127);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) status = -1;
+    if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 127 && !(clang && *clang)) {
+      status = -1; /* not installed under this name: the next one */
+      continue;
+    }
+    break;
+  }
+  int rc = EXIT_OK;
+  if (status != 0) {
+    fprintf(stderr, "kiln: compile: clang could not compile %s (set KILN_CLANG to a clang)\n", path);
+    rc = EXIT_FILE;
+  } else {
+    rc = read_file(cli, tmp, out, out_n);
+  }
+  unlink(tmp);
+  return rc;
+}
+
+typedef struct compile_ctx {
+  const cli_t *cli;
+  const char *ir;
+  size_t n;
+  uint64_t opt_level, max_block;
+} compile_ctx_t;
+
+static void pack_compile(msgpack_packer *pk, void *arg) {
+  const compile_ctx_t *x = arg;
+  const cli_t *cli = x->cli;
+  bool has_opts = cli->opt[O_OPT_LEVEL] || cli->opt[O_FAST_MATH] || cli->opt[O_MAX_BLOCK];
+  msgpack_pack_map(pk, 1 + (cli->opt[O_TARGET] != NULL) + (cli->opt[O_FORMAT] != NULL) + has_opts);
+  kiln_pack_cstr(pk, "ir");
+  msgpack_pack_bin_with_body(pk, x->ir, x->n);
+  if (cli->opt[O_TARGET]) kiln_pack_kv_str(pk, "target", cli->opt[O_TARGET]);
+  if (cli->opt[O_FORMAT]) kiln_pack_kv_str(pk, "format", cli->opt[O_FORMAT]);
+  if (has_opts) {
+    kiln_pack_cstr(pk, "options");
+    msgpack_pack_map(pk, (cli->opt[O_OPT_LEVEL] != NULL) + (cli->opt[O_FAST_MATH] != NULL) +
+                             (cli->opt[O_MAX_BLOCK] != NULL));
+    if (cli->opt[O_OPT_LEVEL]) kiln_pack_kv_u64(pk, "opt_level", x->opt_level);
+    if (cli->opt[O_FAST_MATH]) kiln_pack_kv_bool(pk, "fast_math", true);
+    if (cli->opt[O_MAX_BLOCK]) kiln_pack_kv_u64(pk, "max_block", x->max_block);
+  }
+}
+
+static void print_str(const msgpack_object *o) {
+  if (o && o->type == MSGPACK_OBJECT_STR) fwrite(o->via.str.ptr, 1, o->via.str.size, stdout);
+}
+
+static int cmd_compile(cli_t *cli, int argc, char **argv) {
+  compile_ctx_t x = {.cli = cli};
+  if (!opt_u64(cli, O_OPT_LEVEL, 0, 3, 3, &x.opt_level) ||
+      !opt_u64(cli, O_MAX_BLOCK, 1, 1u << 20, 0, &x.max_block))
+    return EXIT_USAGE;
+  char *ir;
+  int rc = ends_with(argv[1], ".c") ? compile_c(cli, argv[1], &ir, &x.n) : read_file(cli, argv[1], &ir, &x.n);
+  if (rc) return rc;
+  x.ir = ir;
+  kiln_reply_t *r;
+  kiln_status_t s = kiln_client_call(cli->c, "compile", pack_compile, &x, &r);
+  free(ir);
+  if (s) return report("compile", s, EXIT_SERVER);
+  if (cli->opt[O_JSON]) return print_json_reply(r);
+  /* line 1: the module id alone (M=$(kiln compile f.ll | head -n 1)); then a kernel a line */
+  const msgpack_object *res = kiln_reply_result(r), *kernels = kiln_object_get(res, "kernels");
+  print_str(kiln_object_get(res, "module"));
+  putchar('\n');
+  for (uint32_t i = 0; kernels && kernels->type == MSGPACK_OBJECT_ARRAY && i < kernels->via.array.size; i++) {
+    const msgpack_object *k = &kernels->via.array.ptr[i], *args = kiln_object_get(k, "args");
+    printf("kernel ");
+    print_str(kiln_object_get(k, "name"));
+    putchar('(');
+    for (uint32_t j = 0; args && args->type == MSGPACK_OBJECT_ARRAY && j < args->via.array.size; j++) {
+      if (j) printf(", ");
+      print_str(kiln_object_get(&args->via.array.ptr[j], "type"));
+      putchar(' ');
+      print_str(kiln_object_get(&args->via.array.ptr[j], "name"));
+    }
+    printf(")\n");
+  }
+  const msgpack_object *cached = kiln_object_get(res, "cached"), *ms = kiln_object_get(res, "compile_ms");
+  const msgpack_object *log = kiln_object_get(res, "log"), *target = kiln_object_get(res, "target");
+  fprintf(stderr, "kiln: compile: ");
+  if (target && target->type == MSGPACK_OBJECT_STR)
+    fprintf(stderr, "%.*s, ", (int)target->via.str.size, target->via.str.ptr);
+  if (cached && cached->type == MSGPACK_OBJECT_BOOLEAN && cached->via.boolean) fprintf(stderr, "cached\n");
+  else fprintf(stderr, "%.1f ms\n", ms && ms->type == MSGPACK_OBJECT_FLOAT64 ? ms->via.f64 : 0.0);
+  if (log && log->type == MSGPACK_OBJECT_STR && log->via.str.size)
+    fprintf(stderr, "%.*s\n", (int)log->via.str.size, log->via.str.ptr);
+  kiln_reply_free(r);
+  return EXIT_OK;
+}
+
+typedef struct source_ctx {
+  const char *module, *kind;
+} source_ctx_t;
+
+static void pack_source(msgpack_packer *pk, void *arg) {
+  const source_ctx_t *x = arg;
+  msgpack_pack_map(pk, 2);
+  kiln_pack_kv_str(pk, "module", x->module);
+  kiln_pack_kv_str(pk, "kind", x->kind);
+}
+
+static int cmd_source(cli_t *cli, int argc, char **argv) {
+  source_ctx_t x = {argv[1], cli->opt[O_KIND] ? cli->opt[O_KIND] : "llvm"};
+  if (strcmp(x.kind, "llvm") && strcmp(x.kind, "asm") && strcmp(x.kind, "binary"))
+    return usage_error(cli, "--kind is llvm, asm or binary, not '%s'", x.kind);
+  const char *out = cli->opt[O_OUTPUT];
+  if (!strcmp(x.kind, "binary") && !out && isatty(STDOUT_FILENO))
+    return usage_error(cli, "a binary goes to a file (--output FILE) or a pipe, not a terminal");
+  kiln_reply_t *r;
+  kiln_status_t s = kiln_client_call(cli->c, "source", pack_source, &x, &r);
+  if (s) return report("source", s, EXIT_SERVER);
+  const msgpack_object *o = kiln_reply_result(r);
+  const char *p = NULL;
+  size_t n = 0;
+  if (o->type == MSGPACK_OBJECT_STR) p = o->via.str.ptr, n = o->via.str.size;
+  else if (o->type == MSGPACK_OBJECT_BIN) p = o->via.bin.ptr, n = o->via.bin.size;
+  FILE *f = out ? fopen(out, "wb") : stdout;
+  bool ok = f && fwrite(p ? p : "", 1, n, f) == n;
+  if (f && f != stdout) ok = fclose(f) == 0 && ok;
+  else if (f) ok = fflush(f) == 0 && ok;
+  kiln_reply_free(r);
+  if (!ok) {
+    fprintf(stderr, "kiln: source: cannot write %s: %s\n", out ? out : "stdout", strerror(errno));
+    return EXIT_FILE;
+  }
+  return EXIT_OK;
+}
+
+/* --- launch and time ------------------------------------------------------------------------ */
+
+typedef struct arg {
+  enum { ARG_TENSOR, ARG_INT, ARG_UINT, ARG_FLOAT } kind;
+  union { uint64_t u; int64_t i; double f; };
+} arg_t;
+
+typedef struct run_ctx {
+  const cli_t *cli;
+  const char *module, *kernel;
+  uint64_t grid[3], block[3], shared, timeout_ms, number, repeat, min_repeat_ms, warmup;
+  int ngrid, nblock, nargs;
+  bool timing;
+  arg_t *args;
+} run_ctx_t;
+
+static void pack_dims(msgpack_packer *pk, const char *key, const uint64_t *d, int n) {
+  kiln_pack_cstr(pk, key);
+  msgpack_pack_array(pk, (size_t)n);
+  for (int i = 0; i < n; i++) msgpack_pack_uint64(pk, d[i]);
+}
+
+static void pack_run(msgpack_packer *pk, void *arg) {
+  const run_ctx_t *x = arg;
+  const cli_t *cli = x->cli;
+  bool dev = cli->opt[O_DEVICE], sh = cli->opt[O_SHARED], to = cli->opt[O_LAUNCH_TIMEOUT];
+  size_t n = 5 + dev + sh + to + (x->timing ? 5 : 0);
+  msgpack_pack_map(pk, n);
+  kiln_pack_kv_str(pk, "module", x->module);
+  kiln_pack_kv_str(pk, "kernel", x->kernel);
+  pack_dims(pk, "grid", x->grid, x->ngrid);
+  pack_dims(pk, "block", x->block, x->nblock);
+  if (dev) kiln_pack_kv_str(pk, "device", cli->opt[O_DEVICE]);
+  if (sh) kiln_pack_kv_u64(pk, "shared", x->shared);
+  if (to) kiln_pack_kv_u64(pk, "timeout_ms", x->timeout_ms);
+  if (x->timing) {
+    kiln_pack_kv_u64(pk, "number", x->number);
+    kiln_pack_kv_u64(pk, "repeat", x->repeat);
+    kiln_pack_kv_u64(pk, "min_repeat_ms", x->min_repeat_ms);
+    kiln_pack_kv_u64(pk, "warmup", x->warmup);
+    kiln_pack_kv_bool(pk, "flush", cli->opt[O_FLUSH] != NULL);
+  }
+  kiln_pack_cstr(pk, "args");
+  msgpack_pack_array(pk, (size_t)x->nargs);
+  for (int i = 0; i < x->nargs; i++) {
+    const arg_t *a = &x->args[i];
+    switch (a->kind) {
+      case ARG_TENSOR:
+        msgpack_pack_map(pk, 1);
+        kiln_pack_kv_u64(pk, "tensor", a->u);
+        break;
+      case ARG_INT: msgpack_pack_int64(pk, a->i); break;
+      case ARG_UINT: msgpack_pack_uint64(pk, a->u); break;
+      case ARG_FLOAT: msgpack_pack_double(pk, a->f); break;
+    }
+  }
+}
+
+/* One kernel argument: t:ID (a tensor), @FILE.npy (uploaded now, freed after), an integer, or
+ * a number with a point or exponent (a float). */
+static int parse_arg(cli_t *cli, const char *s, arg_t *a, uint64_t *uploaded, int *nup) {
+  char *end;
+  if (s[0] == '@') {
+    int rc = upload_npy(cli, s + 1, cli->opt[O_DEVICE], NULL, &a->u);
+    if (rc) return rc;
+    a->kind = ARG_TENSOR;
+    uploaded[(*nup)++] = a->u;
+    fprintf(stderr, "kiln: %s: %s is tensor %llu\n", cli->name, s + 1, (unsigned long long)a->u);
+    return EXIT_OK;
+  }
+  if (!strncmp(s, "t:", 2)) {
+    a->kind = ARG_TENSOR;
+    return parse_u64(s + 2, 0, UINT64_MAX, &a->u) ? EXIT_OK : usage_error(cli, "'%s' is not t:ID", s);
+  }
+  errno = 0;
+  if (strpbrk(s, ".eEnN")) { /* 1.5, 1e3, inf, nan */
+    a->kind = ARG_FLOAT;
+    a->f = strtod(s, &end);
+  } else if (s[0] == '-') {
+    a->kind = ARG_INT;
+    a->i = strtoll(s, &end, 10);
+  } else {
+    a->kind = ARG_UINT;
+    a->u = strtoull(s, &end, 10);
+  }
+  if (errno || end == s || *end)
+    return usage_error(cli, "argument '%s' is not t:ID, @FILE.npy or a number", s);
+  return EXIT_OK;
+}
+
+static int run_kernel(cli_t *cli, int argc, char **argv, bool timing) {
+  run_ctx_t x = {.cli = cli, .module = argv[1], .kernel = argv[2], .timing = timing};
+  if (!parse_dims(cli, O_GRID, x.grid, &x.ngrid) || !parse_dims(cli, O_BLOCK, x.block, &x.nblock) ||
+      !opt_u64(cli, O_SHARED, 0, UINT32_MAX, 0, &x.shared) ||
+      !opt_u64(cli, O_LAUNCH_TIMEOUT, 1, 7ull * 86400 * 1000, 0, &x.timeout_ms) ||
+      !opt_u64(cli, O_NUMBER, 1, UINT32_MAX, 1, &x.number) ||
+      !opt_u64(cli, O_REPEAT, 1, UINT32_MAX, 3, &x.repeat) ||
+      !opt_u64(cli, O_MIN_REPEAT_MS, 0, UINT32_MAX, 0, &x.min_repeat_ms) ||
+      !opt_u64(cli, O_WARMUP, 0, UINT32_MAX, 1, &x.warmup))
+    return EXIT_USAGE;
+  x.nargs = argc - 3;
+  arg_t args[256];
+  uint64_t uploaded[256];
+  int nup = 0, rc = EXIT_OK;
+  if (x.nargs > 256) return usage_error(cli, "at most 256 kernel arguments");
+  x.args = args;
+  for (int i = 0; i < x.nargs && !rc; i++) rc = parse_arg(cli, argv[3 + i], &args[i], uploaded, &nup);
+  if (!rc) {
+    kiln_reply_t *r;
+    kiln_status_t s = kiln_client_call(cli->c, timing ? "time" : "launch", pack_run, &x, &r);
+    if (s) {
+      rc = report(cli->name, s, EXIT_SERVER);
+    } else if (cli->opt[O_JSON]) {
+      rc = print_json_reply(r);
+    } else {
+      const msgpack_object *res = kiln_reply_result(r);
+      double v[4] = {0};
+      static const char *const keys[] = {"elapsed", "mean", "median", "min"};
+      for (int k = 0; k < 4; k++) {
+        const msgpack_object *o = kiln_object_get(res, keys[k]);
+        if (o && o->type == MSGPACK_OBJECT_FLOAT64) v[k] = o->via.f64;
+      }
+      if (timing)
+        printf("mean %.6f ms  median %.6f ms  min %.6f ms  (%llu runs x %llu repeats)\n", v[1] * 1e3,
+               v[2] * 1e3, v[3] * 1e3, (unsigned long long)u64_field(res, "number"),
+               (unsigned long long)u64_field(res, "repeat"));
+      else
+        printf("elapsed %.6f ms\n", v[0] * 1e3);
+      kiln_reply_free(r);
+    }
+  }
+  /* @FILE uploads are the command's own: freed, unless the kernel's results are wanted
+   * (then pass t:ID of a tensor made with put or alloc) */
+  for (int i = 0; i < nup; i++) kiln_status_free(kiln_client_free_tensor(cli->c, uploaded[i]));
+  return rc;
+}
+
+static int cmd_launch(cli_t *cli, int argc, char **argv) { return run_kernel(cli, argc, argv, false); }
+static int cmd_time(cli_t *cli, int argc, char **argv) { return run_kernel(cli, argc, argv, true); }
+
+/* --- lease ---------------------------------------------------------------------------------- */
+
+typedef struct lease_ctx {
+  const cli_t *cli;
+  uint64_t seconds;
+} lease_ctx_t;
+
+static void pack_lease(msgpack_packer *pk, void *arg) {
+  const lease_ctx_t *x = arg;
+  const cli_t *cli = x->cli;
+  msgpack_pack_map(pk, 2 + (cli->opt[O_DEVICE] != NULL));
+  if (cli->opt[O_DEVICE]) kiln_pack_kv_str(pk, "device", cli->opt[O_DEVICE]);
+  kiln_pack_kv_u64(pk, "seconds", x->seconds);
+  kiln_pack_kv_bool(pk, "wait", cli->opt[O_NO_WAIT] == NULL);
+}
+
+static void pack_release(msgpack_packer *pk, void *arg) {
+  msgpack_pack_map(pk, 1);
+  kiln_pack_kv_u64(pk, "lease", *(const uint64_t *)arg);
+}
+
+/* `kiln lease [--device D] [--seconds S] [-- CMD ...]`: a lease ends when its connection
+ * closes, so the CLI holds it: while CMD runs (its exit status is kiln's), else until the
+ * lease runs out or kiln is interrupted. Other connections of the tenant use the device. */
+static int cmd_lease(cli_t *cli, int argc, char **argv) {
+  lease_ctx_t x = {.cli = cli};
+  if (!opt_u64(cli, O_SECONDS, 1, 3600, 60, &x.seconds)) return EXIT_USAGE;
+  kiln_reply_t *r;
+  kiln_status_t s = kiln_client_call(cli->c, "lease", pack_lease, &x, &r);
+  if (s) return report("lease", s, EXIT_SERVER);
+  const msgpack_object *res = kiln_reply_result(r), *dev = kiln_object_get(res, "device");
+  uint64_t lease = u64_field(res, "lease"), secs = u64_field(res, "seconds");
+  fprintf(stderr, "kiln: lease %llu of %.*s for %llu s\n", (unsigned long long)lease,
+          dev && dev->type == MSGPACK_OBJECT_STR ? (int)dev->via.str.size : 1,
+          dev && dev->type == MSGPACK_OBJECT_STR ? dev->via.str.ptr : "?", (unsigned long long)secs);
+  kiln_reply_free(r);
+  int rc = EXIT_OK;
+  if (argc > 1) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      execvp(argv[1], argv + 1);
+      fprintf(stderr, "kiln: lease: %s: %s\n", argv[1], strerror(errno));
+      _exit(127);
+    }
+    int st = 0;
+    while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    rc = pid < 0 ? EXIT_FILE : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  } else {
+    sleep((unsigned)secs); /* SIGINT/SIGTERM end kiln, and the lease with its connection */
+  }
+  s = kiln_client_call(cli->c, "release", pack_release, &lease, &r);
+  if (s) kiln_status_free(s); /* already over: ran out while the command ran */
+  else kiln_reply_free(r);
+  return rc;
+}
+
+/* --- token --------------------------------------------------------------------------------- */
 
 /* `kiln token new [TENANT ...]`: 32 random bytes as URL-safe base64 behind "kiln_" (48
  * characters, a prefix secret scanners can match), and the line for kilnd's tokens file with
  * the token's BLAKE2b-256, which is all kilnd compares (docs/operations.md). */
-static int cmd_token(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "new") != 0) return usage_error("token: the subcommand is `new`%s", "");
+static int cmd_token(cli_t *cli, int argc, char **argv) {
+  if (strcmp(argv[1], "new") != 0) return usage_error(cli, "the subcommand is `new`, not '%s'", argv[1]);
   kiln_status_t s = kiln_crypto_init();
   if (s) return report("token", s, EXIT_USAGE);
   static const char *const placeholder[] = {"TENANT"};
@@ -221,7 +799,7 @@ static int cmd_token(int argc, char **argv) {
     size_t len = strlen(t);
     bool ok = len > 0 && len < 64;
     for (size_t k = 0; ok && k < len; k++) ok = isalnum((unsigned char)t[k]) || strchr("_-.", t[k]);
-    if (!ok) return usage_error("token new: '%s' is not a tenant name (1-63 of A-Z a-z 0-9 _ - .)", t);
+    if (!ok) return usage_error(cli, "'%s' is not a tenant name (1-63 of A-Z a-z 0-9 _ - .)", t);
   }
   for (int i = 0; i < n; i++) {
     uint8_t raw[32], hash[KILN_HASH_BYTES];
@@ -237,47 +815,192 @@ static int cmd_token(int argc, char **argv) {
   return fflush(stdout) == 0 ? EXIT_OK : EXIT_FILE;
 }
 
-static const struct {
-  const char *name;
-  int (*run)(kiln_client_t *c, int argc, char **argv);
-} COMMANDS[] = {
-    {"ping", cmd_ping}, {"devices", cmd_devices}, {"put", cmd_put},
-    {"get", cmd_get},   {"free", cmd_free},       {"stats", cmd_stats},
+/* --- the table ------------------------------------------------------------------------------ */
+
+#define RUN_HELP                                                                                   \
+  "  --grid X[,Y[,Z]]     work-groups per dimension (required)\n"                                  \
+  "  --block X[,Y[,Z]]    work-items per work-group (required)\n"                                  \
+  "  --device D           the device (default cpu:0); @FILE uploads go there\n"                   \
+  "  --shared BYTES       dynamic work-group memory\n"                                             \
+  "  --launch-timeout MS  the kernel's deadline (default: kilnd's)\n"                              \
+  "  --json               print the whole reply\n"                                                 \
+  "ARGS, one per kernel parameter: t:ID (a tensor, from put or alloc), @FILE.npy (uploaded for\n" \
+  "this call and freed after it), an integer, or a float (1.5, 1e-3). Negative numbers after\n"  \
+  "`--`.\n"
+
+static const command_t COMMANDS[] = {
+    {"ping", "", "Round trip to kilnd; prints the time it took.\n", 0, 0, 0, false, cmd_ping},
+    {"devices", "[--absent] [--json]",
+     "The devices kilnd serves (--absent: also the backends that found none, and why).\n",
+     BIT(O_ABSENT) | BIT(O_JSON), 0, 0, false, cmd_devices},
+    {"compile", "FILE [--target T] [--format F] [--opt-level N] [--fast-math] [--max-block N] [--json]",
+     "Compiles FILE (LLVM IR text or bitcode, a code object, or C: FILE.c is compiled here with\n"
+     "clang and kiln/kernel.h first) and prints the module id on the first line, then one line\n"
+     "per kernel with its parameters; the target and compile time (or `cached`) go to stderr.\n"
+     "  --target T      cpu (default), gfx942, sm_90, a device id (cuda:0), ...\n"
+     "  --format F      auto (default), llvm, hsaco, ptx, cpu-so, te\n"
+     "  --opt-level N   0 to 3 (default 3)\n"
+     "  --fast-math     fast-math flags and libraries\n"
+     "  --max-block N   the largest work-group the kernels will be launched with\n"
+     "  --json          print the whole reply\n"
+     "Environment: KILN_CLANG (the clang for FILE.c), KILN_INCLUDE (kiln/kernel.h's folder).\n",
+     BIT(O_TARGET) | BIT(O_FORMAT) | BIT(O_OPT_LEVEL) | BIT(O_FAST_MATH) | BIT(O_MAX_BLOCK) | BIT(O_JSON), 1, 1,
+     false, cmd_compile},
+    {"launch", "MODULE KERNEL --grid G --block B [ARGS...]",
+     "Launches KERNEL of MODULE and waits; prints the device time.\n" RUN_HELP, RUN_OPTS | BIT(O_JSON), 2, -1,
+     false, cmd_launch},
+    {"time", "MODULE KERNEL --grid G --block B [--number N] [--repeat R] [ARGS...]",
+     "Times KERNEL of MODULE on the device (TVM's time_evaluator); prints mean, median and min.\n"
+     "  --number N         runs per repeat (default 1)\n"
+     "  --repeat R         repeats (default 3)\n"
+     "  --min-repeat-ms MS grow --number until a repeat takes this long\n"
+     "  --warmup W         unmeasured runs first (default 1)\n"
+     "  --flush            evict caches before each repeat\n" RUN_HELP,
+     RUN_OPTS | BIT(O_JSON) | BIT(O_NUMBER) | BIT(O_REPEAT) | BIT(O_MIN_REPEAT_MS) | BIT(O_WARMUP) | BIT(O_FLUSH),
+     2, -1, false, cmd_time},
+    {"source", "MODULE [--kind llvm|asm|binary] [--output FILE]",
+     "Prints what kilnd built for MODULE: the optimised LLVM IR (default), the target assembly,\n"
+     "or the code object (binary: to --output FILE or a pipe).\n",
+     BIT(O_KIND) | BIT(O_OUTPUT), 1, 1, false, cmd_source},
+    {"put", "FILE.npy [--device D] [--dtype T]",
+     "Uploads an array; prints the new tensor's id. --dtype reinterprets the data as another\n"
+     "dtype of the same size (e.g. bfloat16 bits saved as uint16).\n",
+     BIT(O_DEVICE) | BIT(O_DTYPE), 1, 1, false, cmd_put},
+    {"alloc", "DTYPE DIM... [--device D]", "Allocates a zero-filled tensor; prints its id.\n", BIT(O_DEVICE), 1, -1,
+     false, cmd_alloc},
+    {"get", "ID FILE.npy",
+     "Downloads tensor ID into FILE.npy (bfloat16 is written as its uint16 bits).\n", 0, 2, 2, false, cmd_get},
+    {"free", "ID...", "Frees tensors.\n", 0, 1, -1, false, cmd_free},
+    {"lease", "[--device D] [--seconds S] [--no-wait] [-- CMD [ARGS...]]",
+     "Takes the device for the tenant alone (clean timings) and holds the lease while CMD runs\n"
+     "(kiln exits with CMD's status), or for --seconds (default 60; up to 3600) without one.\n"
+     "--no-wait: fail at once when the device is busy or leased.\n",
+     BIT(O_DEVICE) | BIT(O_SECONDS) | BIT(O_NO_WAIT), 0, -1, false, cmd_lease},
+    {"stats", "[--json]", "Tenants, queues, devices, compiles and cache as tables.\n", BIT(O_JSON), 0, 0, false,
+     cmd_stats},
+    {"cache", "[--json]",
+     "The artifact cache as the protocol shows it: entries and bytes on disk and in memory,\n"
+     "hits, misses, evictions. Listing and pruning entries is the operator's, on the box\n"
+     "(docs/cache.md).\n",
+     BIT(O_JSON), 0, 0, false, cmd_cache},
+    {"token", "new [TENANT...]",
+     "Makes a fresh token for each TENANT (no connection): prints `token for TENANT: TOKEN`\n"
+     "(give it to the tenant; nothing keeps it) and the tokens-file line `blake2b:HASH TENANT`.\n",
+     0, 1, -1, true, cmd_token},
 };
 
+static const char GLOBAL_HELP[] =
+    "options (before or after the command):\n"
+    "  --url URL       unix:PATH, tcp:HOST:PORT, tls:HOST:PORT (also tcp://HOST:PORT,\n"
+    "                  unix:///PATH); default $KILN_URL, else the default socket\n"
+    "  --tls-ca FILE   for tls: URLs, the CA (PEM) to trust (default $KILN_TLS_CA)\n"
+    "  --tls-cert FILE, --tls-key FILE\n"
+    "                  a client certificate and key (default $KILN_TLS_CERT, $KILN_TLS_KEY)\n"
+    "  --timeout MS    give up waiting for a reply after MS milliseconds\n"
+    "  --help, --version\n"
+    "KILN_TOKEN (environment) is sent with hello when set.\n"
+    "\n"
+    "exit status: 0 success, 1 kilnd answered with an error, 2 usage error, 3 kilnd cannot be\n"
+    "reached or the connection broke, 4 a local file could not be read or written.\n";
+
+static void usage_all(FILE *f) {
+  fprintf(f, "usage: kiln [OPTIONS] COMMAND [ARGS]\n\ncommands (kiln COMMAND --help for one):\n");
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(COMMANDS); i++)
+    fprintf(f, "  %-8s %s\n", COMMANDS[i].name, COMMANDS[i].args);
+  fprintf(f, "\n%s", GLOBAL_HELP);
+}
+
+static void usage_one(FILE *f, const command_t *cmd) {
+  fprintf(f, "usage: kiln %s %s\n\n%s\n%s", cmd->name, cmd->args, cmd->help, GLOBAL_HELP);
+}
+
+/* `kiln --complete`: a line per command, its name then its options, for the bash completion
+ * (kiln.bash), so a new table entry completes without an edit there. */
+static void print_completion(void) {
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(COMMANDS); i++) {
+    printf("%s", COMMANDS[i].name);
+    for (int o = 0; o < O_COUNT_; o++)
+      if ((COMMANDS[i].opts | GLOBAL_OPTS) & BIT(o)) printf(" --%s", LONG_OPTS[o].name);
+    putchar('\n');
+  }
+}
+
+/* Accepts the URL spellings of the Python client: tcp://HOST:PORT, tls://..., unix:///PATH. */
+static const char *plain_url(const char *url, char *buf, size_t cap) {
+  static const char *const schemes[] = {"tcp:", "tls:", "unix:"};
+  for (size_t i = 0; url && i < KILN_ARRAY_SIZE(schemes); i++) {
+    size_t n = strlen(schemes[i]);
+    if (strncmp(url, schemes[i], n) || strncmp(url + n, "//", 2)) continue;
+    snprintf(buf, cap, "%s%s", schemes[i], url + n + 2);
+    size_t len = strlen(buf);
+    if (i < 2 && len > n && buf[len - 1] == '/') buf[len - 1] = 0;
+    return buf;
+  }
+  return url;
+}
+
 int main(int argc, char **argv) {
-  const char *url = NULL;
-  kiln_client_options_t opts = {0};
-  int timeout_ms = 0;
-  int i = 1;
-  for (; i < argc && argv[i][0] == '-'; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      fputs(USAGE, stdout);
+  cli_t cli = {0};
+  opterr = 0;
+  int o;
+  /* GNU getopt_long permutes: options may follow the command, and the positional arguments
+   * (the command first) end up at argv[optind..] in their order; after `--` nothing is an
+   * option (negative numbers, lease's command line). */
+  while ((o = getopt_long(argc, argv, "h", LONG_OPTS, NULL)) != -1) {
+    if (o == 'h') o = OPT(O_HELP);
+    if (o == '?' || o == ':') {
+      if (optopt >= OPT(0) && optopt < OPT(O_COUNT_))
+        return usage_error(NULL, "--%s needs a value", LONG_OPTS[optopt - OPT(0)].name);
+      return usage_error(NULL, "unknown option %s", argv[optind - 1]);
+    }
+    cli.opt[o - OPT(0)] = optarg ? optarg : "";
+  }
+  if (cli.opt[O_VERSION]) {
+    printf("kiln %s\n", KILN_VERSION);
+    return EXIT_OK;
+  }
+  if (cli.opt[O_COMPLETE]) {
+    print_completion();
+    return EXIT_OK;
+  }
+  if (optind == argc) {
+    if (cli.opt[O_HELP]) {
+      usage_all(stdout);
       return EXIT_OK;
     }
-    if (!strcmp(argv[i], "--url") && i + 1 < argc) url = argv[++i];
-    else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) timeout_ms = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--tls-ca") && i + 1 < argc) opts.tls_ca = argv[++i];
-    else if (!strcmp(argv[i], "--tls-cert") && i + 1 < argc) opts.tls_cert = argv[++i];
-    else if (!strcmp(argv[i], "--tls-key") && i + 1 < argc) opts.tls_key = argv[++i];
-    else return usage_error("unknown option %s", argv[i]);
+    return usage_error(NULL, "no command given");
   }
-  if (i == argc) return usage_error("no command given%s", "");
-  if (!strcmp(argv[i], "token")) return cmd_token(argc - i, argv + i); /* local: no connection */
-  for (size_t k = 0; k < KILN_ARRAY_SIZE(COMMANDS); k++) {
-    if (strcmp(argv[i], COMMANDS[k].name) != 0) continue;
-    kiln_client_t *c;
-    kiln_status_t s = kiln_client_create_with(url, &opts, &c);
-    if (s) return report("connect", s, EXIT_USAGE);
-    kiln_client_set_timeout(c, timeout_ms);
-    const char *token = getenv("KILN_TOKEN");
-    if (token && *token && (s = kiln_client_hello(c, token, "kiln-cli", NULL))) {
-      kiln_client_destroy(c);
-      return report("hello", s, EXIT_SERVER);
-    }
-    int rc = COMMANDS[k].run(c, argc - i, argv + i);
-    kiln_client_destroy(c);
-    return rc;
+  const command_t *cmd = NULL;
+  for (size_t k = 0; k < KILN_ARRAY_SIZE(COMMANDS) && !cmd; k++)
+    if (!strcmp(argv[optind], COMMANDS[k].name)) cmd = &COMMANDS[k];
+  if (!cmd) return usage_error(NULL, "unknown command '%s'", argv[optind]);
+  cli.name = cmd->name;
+  if (cli.opt[O_HELP]) {
+    usage_one(stdout, cmd);
+    return EXIT_OK;
   }
-  return usage_error("unknown command '%s'", argv[i]);
+  for (int k = 0; k < O_COUNT_; k++)
+    if (cli.opt[k] && !((cmd->opts | GLOBAL_OPTS) & BIT(k)))
+      return usage_error(&cli, "takes no --%s", LONG_OPTS[k].name);
+  int nargs = argc - optind - 1;
+  if (nargs < cmd->min_args || (cmd->max_args >= 0 && nargs > cmd->max_args))
+    return usage_error(&cli, "wants %s", *cmd->args ? cmd->args : "no arguments");
+  uint64_t timeout_ms;
+  if (!opt_u64(&cli, O_TIMEOUT, 0, INT_MAX, 0, &timeout_ms)) return EXIT_USAGE;
+  if (cmd->local) return cmd->run(&cli, nargs + 1, argv + optind);
+
+  char urlbuf[4096];
+  kiln_client_options_t opts = {.tls_ca = cli.opt[O_TLS_CA], .tls_cert = cli.opt[O_TLS_CERT],
+                                .tls_key = cli.opt[O_TLS_KEY]};
+  kiln_status_t s = kiln_client_create_with(plain_url(cli.opt[O_URL], urlbuf, sizeof(urlbuf)), &opts, &cli.c);
+  if (s) return report("connect", s, EXIT_USAGE);
+  kiln_client_set_timeout(cli.c, (int)timeout_ms);
+  const char *token = getenv("KILN_TOKEN");
+  if (token && *token && (s = kiln_client_hello(cli.c, token, "kiln-cli", NULL))) {
+    kiln_client_destroy(cli.c);
+    return report("hello", s, EXIT_SERVER);
+  }
+  int rc = cmd->run(&cli, nargs + 1, argv + optind);
+  kiln_client_destroy(cli.c);
+  return rc;
 }

@@ -1,0 +1,152 @@
+"""The kiln CLI does the whole job (issue 16, item 10): the README's quick start (compile,
+launch, download and time of a C kernel) run as written, and the command line itself:
+getopt_long everywhere, `kiln CMD --help`, numbers checked, the Python client's URL forms,
+source, lease, cache, completion."""
+
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def kiln_bin(kilnd_bin):
+    p = os.path.join(os.path.dirname(os.path.dirname(kilnd_bin)), "clients", "c", "kiln")
+    if not os.access(p, os.X_OK):
+        pytest.skip("no kiln CLI beside %s" % kilnd_bin)
+    return p
+
+
+def kiln(kiln_bin, url, *args, check=True, **kw):
+    env = dict(os.environ, **kw.pop("env", {}))
+    env.pop("KILN_URL", None)
+    r = subprocess.run([kiln_bin] + ([] if url is None else ["--url", url]) + list(args), capture_output=True,
+                       text=True, timeout=120, env=env, **kw)
+    if check:
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r
+
+
+def test_readme_quick_start_cli(kiln_bin, unix_url, tmp_path):
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    block = re.search(r"<!-- cli-quick-start -->\n```sh\n(.*?)```", readme, re.S).group(1)
+    env = dict(os.environ, KILN_URL=unix_url)
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    out = re.search(r"^(/tmp/\S+)$", r.stdout, re.M)
+    assert "elapsed" in r.stdout and "mean" in r.stdout, r.stdout
+    c = np.load(os.path.join(out.group(1), "c.npy"))
+    np.testing.assert_array_equal(c, np.arange(1024, dtype=np.float32) + 1)
+
+
+def test_options_anywhere_and_help(kiln_bin, unix_url):
+    r = kiln(kiln_bin, None, "ping", "--url=" + unix_url)
+    assert r.stdout.startswith("pong from " + unix_url)
+    r = kiln(kiln_bin, None, "--url", unix_url, "devices", "--json")
+    assert '"cpu:0"' in r.stdout
+    assert kiln(kiln_bin, None, "--version").stdout.strip().startswith("kiln ")
+    r = kiln(kiln_bin, None, "launch", "--help")
+    assert r.stdout.startswith("usage: kiln launch MODULE KERNEL") and "@FILE.npy" in r.stdout
+    r = kiln(kiln_bin, None, "--help")
+    for c in ("compile", "launch", "time", "source", "lease", "cache", "token", "alloc"):
+        assert "\n  %s " % c in r.stdout
+    comp = kiln(kiln_bin, None, "--complete").stdout
+    assert re.search(r"^launch .*--grid .*--block", comp, re.M) and re.search(r"^ping --url", comp, re.M)
+
+
+@pytest.mark.parametrize("args,why", [
+    (["bogus"], "unknown command 'bogus'"),
+    (["ping", "--bogus"], "unknown option --bogus"),
+    (["ping", "--json"], "takes no --json"),
+    (["ping", "extra"], "wants no arguments"),
+    (["--timeout", "soon", "ping"], "--timeout 'soon' is not a whole number"),
+    (["--timeout", "-5", "ping"], "is not a whole number"),
+    (["launch", "m", "k", "--grid", "0", "--block", "1"], "--grid '0' is not 1 to 3 sizes"),
+    (["launch", "m", "k", "--grid", "1,2,3,4", "--block", "1"], "is not 1 to 3 sizes"),
+    (["launch", "m", "k", "--block", "1"], "--grid is required"),
+    (["launch", "m", "k", "--grid", "1", "--block", "1", "x1"], "argument 'x1' is not t:ID"),
+    (["time", "m", "k", "--grid", "1", "--block", "1", "--repeat", "1.5"], "--repeat '1.5'"),
+    (["compile", "f.ll", "--opt-level", "4"], "--opt-level '4'"),
+    (["source", "m", "--kind", "ptx"], "--kind is llvm, asm or binary"),
+    (["lease", "--seconds", "0"], "--seconds '0'"),
+    (["get", "x", "f.npy"], "'x' is not a tensor id"),
+    (["ping", "--url"], "--url needs a value"),
+    (["alloc", "float33", "4"], "'float33' is not a dtype"),
+])
+def test_usage_errors_exit_2(kiln_bin, unix_url, args, why):
+    r = kiln(kiln_bin, unix_url, *args, check=False)
+    assert r.returncode == 2 and why in r.stderr, (r.returncode, r.stderr)
+
+
+def test_url_forms(kiln_bin, unix_url, tcp_url):
+    path = unix_url[len("unix:"):]
+    kiln(kiln_bin, "unix://" + path, "ping")
+    host_port = tcp_url[len("tcp:"):]
+    kiln(kiln_bin, "tcp://" + host_port, "ping")
+    kiln(kiln_bin, "tcp://" + host_port + "/", "ping")
+    r = kiln(kiln_bin, "http://" + host_port, "ping", check=False)
+    assert r.returncode == 2
+
+
+def test_compile_launch_source_and_errors(kiln_bin, unix_url, tmp_path):
+    vadd = os.path.join(ROOT, "clients", "python", "examples", "vadd.ll")
+    r = kiln(kiln_bin, unix_url, "compile", vadd, "--target", "cpu")
+    mod = r.stdout.splitlines()[0]
+    assert re.fullmatch(r"[0-9a-f]{64}", mod) and "kernel " in r.stdout
+    asm = kiln(kiln_bin, unix_url, "source", mod, "--kind", "asm").stdout
+    assert len(asm) > 100
+    kiln(kiln_bin, unix_url, "source", mod, "--kind", "binary", "--output", str(tmp_path / "m.so"))
+    assert (tmp_path / "m.so").read_bytes()[:4] == b"\x7fELF"
+    bad = tmp_path / "bad.ll"
+    bad.write_text("this is not IR\n")
+    r = kiln(kiln_bin, unix_url, "compile", str(bad), check=False)
+    assert r.returncode == 1 and "E_COMPILE" in r.stderr
+    r = kiln(kiln_bin, unix_url, "compile", str(tmp_path / "missing.ll"), check=False)
+    assert r.returncode == 4
+    r = kiln(kiln_bin, unix_url, "launch", "0" * 64, "k", "--grid", "1", "--block", "1", check=False)
+    assert r.returncode == 1 and "E_NOT_FOUND" in r.stderr
+
+
+def test_launch_with_uploads_and_numbers(kiln_bin, unix_url, tmp_path):
+    src = os.path.join(ROOT, "clients", "include", "kiln", "examples", "vadd.c")
+    mod = kiln(kiln_bin, unix_url, "compile", src).stdout.splitlines()[0]
+    np.save(tmp_path / "a.npy", np.full(64, 2, np.float32))
+    c = kiln(kiln_bin, unix_url, "alloc", "float32", "64").stdout.strip()
+    kiln(kiln_bin, unix_url, "launch", mod, "vadd", "--grid=1", "--block=64", "@%s" % (tmp_path / "a.npy"),
+         "@%s" % (tmp_path / "a.npy"), "t:" + c, "64")
+    kiln(kiln_bin, unix_url, "get", c, str(tmp_path / "c.npy"))
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(64, 4, np.float32))
+    # a negative count after `--`: no element is written
+    kiln(kiln_bin, unix_url, "launch", mod, "vadd", "--grid", "1", "--block", "64", "t:" + c, "t:" + c, "t:" + c,
+         "--", "-1")
+    kiln(kiln_bin, unix_url, "free", c)
+
+
+def test_lease_holds_while_a_command_runs(kiln_bin, unix_url):
+    r = kiln(kiln_bin, unix_url, "lease", "--device", "cpu:0", "--seconds", "30", "--",
+             kiln_bin, "--url", unix_url, "stats", "--json", check=False)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"lease \d+ of cpu:0 for 30 s", r.stderr)
+    r = kiln(kiln_bin, unix_url, "lease", "--seconds", "5", "--", "sh", "-c", "exit 7", check=False)
+    assert r.returncode == 7
+
+
+def test_cache(kiln_bin, unix_url):
+    r = kiln(kiln_bin, unix_url, "cache")
+    assert r.stdout.startswith("disk: ") and "hits" in r.stdout
+    assert '"entries_disk"' in kiln(kiln_bin, unix_url, "cache", "--json").stdout
+
+
+def test_bash_completion(kiln_bin, tmp_path):
+    comp = os.path.join(ROOT, "clients", "c", "kiln.bash")
+    script = ("source %s\nCOMP_WORDS=(%s l); COMP_CWORD=1; _kiln; echo \"${COMPREPLY[*]}\"\n"
+              "COMP_WORDS=(%s launch --gr); COMP_CWORD=2; _kiln; echo \"${COMPREPLY[*]}\"\n"
+              % (comp, kiln_bin, kiln_bin))
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert r.stdout.splitlines() == ["launch lease", "--grid"], r.stdout + r.stderr
+
