@@ -150,3 +150,22 @@ def test_bash_completion(kiln_bin, tmp_path):
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
     assert r.stdout.splitlines() == ["launch lease", "--grid"], r.stdout + r.stderr
 
+
+def test_readme_running_kilnd(kilnd_bin, tmp_path):
+    # the README's block as written, in a shell whose XDG_RUNTIME_DIR and TMPDIR are private
+    import socket
+    with socket.socket() as so:
+        if so.connect_ex(("127.0.0.1", 7070)) == 0:
+            pytest.skip("something listens on 127.0.0.1:7070, kilnd's default port, on this machine")
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    block = re.search(r"<!-- running-kilnd -->\n```sh\n(.*?)```", readme, re.S).group(1)
+    build = os.path.dirname(os.path.dirname(kilnd_bin))
+    if build != os.path.join(ROOT, "build"):
+        block = block.replace("build/", build + "/")
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path), TMPDIR=str(tmp_path), XDG_CACHE_HOME=str(tmp_path))
+    env.pop("KILN_URL", None)
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", block + "wait $! || true\n"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "tcp:127.0.0.1:7070\nunix:%s/kiln.sock\n" % tmp_path in r.stdout
+    assert "pong from unix:%s/kiln.sock" % tmp_path in r.stdout

@@ -79,6 +79,9 @@ class Daemon:
         return self.proc.poll() is None
 
     def log(self):
+        """kilnd's stderr so far; after stop() what it had written (its folder is gone)."""
+        if getattr(self, "_final_log", None) is not None:
+            return self._final_log
         try:
             with open(self.log_path, "r", errors="replace") as f:
                 return f.read()
@@ -98,6 +101,7 @@ class Daemon:
                 except ProcessLookupError:
                     pass
             if self._own_tmpdir and self.tmpdir:
+                self._final_log = self.log()
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
                 self.tmpdir = None
             return self.proc.returncode

@@ -22,12 +22,22 @@ _INT_TYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "u
 _FLOAT_TYPES = {"float16", "bfloat16", "float32", "float64"}
 
 
+_PATH_SUFFIXES = (".ll", ".bc", ".c", ".hsaco", ".co", ".ptx", ".cubin", ".so", ".o", ".te")
+
+
+def _looks_like_path(s):
+    # one word with a folder or a payload's file suffix: IR text always has a blank
+    return (len(s) < 4096 and s and not any(c.isspace() for c in s)
+            and (os.sep in s or s.endswith(_PATH_SUFFIXES)))
+
+
 def _read_payload(ir, fmt):
-    """str IR text, bytes, or a path (os.PathLike, or a str naming an existing file)."""
+    """str IR text, bytes, or a path (os.PathLike, a str naming an existing file, or a str
+    that looks like a path: one that does not exist raises FileNotFoundError)."""
     path = None
     if isinstance(ir, os.PathLike):
         path = os.fspath(ir)
-    elif isinstance(ir, str) and "\n" not in ir and len(ir) < 4096 and os.path.isfile(ir):
+    elif isinstance(ir, str) and "\n" not in ir and len(ir) < 4096 and (os.path.isfile(ir) or _looks_like_path(ir)):
         path = ir
     if path is not None:
         with open(path, "rb") as f:
@@ -121,6 +131,16 @@ class BenchmarkResult:
         self.max = pick("max", max)
         self.std = pick("std", lambda r: float(np.std(r)))
         self.cv = pick("cv", lambda r: (float(np.std(r)) / float(np.mean(r))) if np.mean(r) else float("nan"))
+
+    def to_dict(self):
+        """The numbers as a plain dict (seconds): ``mean median min max std cv`` and
+        ``results``, plus ``number`` and ``repeat`` as kilnd ran them (for JSON, pandas)."""
+        d = {k: getattr(self, k) for k in ("mean", "median", "min", "max", "std", "cv")}
+        d["results"] = list(self.results)
+        for k in ("number", "repeat"):
+            if self.raw.get(k) is not None:
+                d[k] = int(self.raw[k])
+        return d
 
     def __repr__(self):
         return ("BenchmarkResult(min=%.6g, mean=%.6g, median=%.6g, max=%.6g, std=%.6g, results=%r)"

@@ -97,6 +97,12 @@ class NDArray:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __str__(self):
+        """The values, as numpy prints them (downloads the tensor)."""
+        if self._freed:
+            return repr(self)
+        return str(self.numpy())
+
     def __repr__(self):
         state = " freed" if self._freed else ""
         return "<kiln.NDArray id=%d shape=%s dtype=%s device=%s%s>" % (

@@ -176,6 +176,9 @@ class Session:
         kind, _, n = device_id.partition(":")
         n = n or "0"
         kind = {"rocm": "hsa", "amd": "hsa", "llvm": "cpu", "host": "cpu", "nvidia": "cuda"}.get(kind, kind)
+        if kind not in ("cpu", "hsa", "cuda", "gpu") or not n.isdigit():
+            raise InvalidArgument("%r is not a device id: 'cpu:0', 'hsa:N', 'cuda:N' (also 'rocm:N', 'gpu:N', "
+                                  "'llvm')" % device_id)
         if kind == "gpu":
             gpus = [d for d in self._device_info() if not d.startswith("cpu:")]
             if not gpus:

@@ -139,7 +139,18 @@ class Program:
         self.shape_vars = shape_vars
         self.names = names
 
+    schedule = None   # set by lower(): what __str__ prints the loop nests of
+    name = "default_function"
+
     def __str__(self):
+        """The loop nests after scheduling, as TVM's simple mode prints them (printer.py);
+        ``summary()`` is the payload a line per tensor, primitive and kernel."""
+        if self.schedule is None:
+            return self.summary()
+        from .printer import loop_nest
+        return loop_nest(self.schedule, self.args, self.name)
+
+    def summary(self):
         import json
         p = self.program
         lines = ["te program: vars %s" % [v["name"] for v in p["vars"]]]
@@ -279,7 +290,9 @@ def lower(s, args, name="default_function", simple_mode=False, binds=None):
                "tensors": tensors, "schedule": schedule, "kernels": kernels}
     names = dict(tensor_names)
     names.update(var_names)
-    return Program(program, args, temps, shape_vars, names)
+    prog = Program(program, args, temps, shape_vars, names)
+    prog.schedule, prog.name = s, name
+    return prog
 
 
 def _encode_schedule(s, tensor_names, top):

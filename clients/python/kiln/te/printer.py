@@ -35,3 +35,155 @@ def expr_str(e):
         return "%s(%s, axis=[%s]%s)" % (e.combiner, expr_str(e.source), ", ".join(a.var.name for a in e.axis),
                                         "" if e.where is None else ", where=" + expr_str(e.where))
     return object.__repr__(e)
+
+
+# -- the loop nest (``print(te.lower(s, args))``, TVM's simple mode) ----------------------------
+
+_COMBINE = {"sum": "(%s + %s)", "prod": "(%s*%s)", "max": "max(%s, %s)", "min": "min(%s, %s)"}
+_KIND = {"unroll": "unrolled", "vectorize": "vectorized", "parallel": "parallel"}
+
+
+def _divides(ext, k):
+    return isinstance(ext, X.IntImm) and isinstance(k, X.IntImm) and k.value and ext.value % k.value == 0
+
+
+def _stage_values(st):
+    """Each loop variable of ``st`` (original axes included) as an expression over its leaf
+    loops (a bound leaf is its thread axis), and the original axes whose range a split that
+    does not divide overruns (they need a guard)."""
+    from .schedule import Split, Fuse
+    val = {}
+    for iv in st.leaf_iter_vars:
+        a = st.attrs.get(iv)
+        val[iv] = X.Var(a[1].thread_tag, iv.var.dtype) if a and a[0] == "bind" else iv.var
+    parent_of = {}
+    loose = set()
+    for r in reversed(st.relations):
+        if isinstance(r, Split):
+            k = X.as_expr(r.factor if r.factor is not None else r.nparts)
+            ext = st._extent(r.parent)
+            inner_ext = k if r.factor is not None else X.simplify((ext + (k - 1)) // k)
+            val[r.parent] = X.simplify(val[r.outer] * inner_ext + val[r.inner])
+            parent_of[r.outer] = parent_of[r.inner] = r.parent
+            if not _divides(ext, k):
+                loose.add(r.parent)
+        elif isinstance(r, Fuse):
+            e = st._extent(r.inner)
+            val[r.outer] = val[r.fused] // e
+            val[r.inner] = val[r.fused] % e
+            parent_of[r.fused] = None
+    guards = []
+    for iv in loose:
+        root = iv
+        while parent_of.get(root) is not None:
+            root = parent_of[root]
+        guards.append(iv)
+    return val, guards
+
+
+def _inline(e, sched):
+    """Loads of inlined stages replaced by their bodies (as TVM's lowering shows them)."""
+    from .schedule import _rebuild, _substitute
+
+    def fn(x):
+        if isinstance(x, X.TensorLoad):
+            st = sched._by_op.get(x.tensor.op)
+            if st is not None and st.attach == "inline":
+                idx = [_inline(i, sched) for i in x.indices]
+                body = _substitute(st.op.body, {a.var: i for a, i in zip(st.op.axis, idx)})
+                return _inline(body, sched)
+        return None
+    return _rebuild(e, fn)
+
+
+def _emit_stage(st, sched, attached, out, depth):
+    from .schedule import _substitute
+    from .expr import IterVar
+    op = st.op
+    pad = "  " * depth
+    val, guards = _stage_values(st)
+    sub = {iv.var: v for iv, v in val.items() if v is not iv.var}
+    target = "%s[%s]" % (op.name, ", ".join(expr_str(_substitute(a.var, sub)) for a in op.axis))
+    body = _inline(op.body, sched)
+    red = body if isinstance(body, X.Reduce) else None
+    cond = [_substitute(g.var, sub) < st._extent(g) for g in guards]
+    if red is not None and red.where is not None:
+        cond.append(red.where)
+    cond_s = " && ".join(expr_str(_substitute(c, sub)) for c in cond)
+    if red is not None:
+        src = expr_str(_substitute(red.source, sub))
+        stmt = "%s = %s" % (target, _COMBINE[red.combiner] % (target, src))
+        ident = {"sum": 0, "prod": 1}.get(red.combiner)
+        ident = red.init if red.init is not None else X.convert(ident, red.dtype) if ident is not None else None
+        init = "%s = %s" % (target, expr_str(ident) if ident is not None else
+                            "%s_value(%s)" % ("min" if red.combiner == "max" else "max", red.dtype))
+    else:
+        stmt = "%s = %s" % (target, expr_str(_substitute(body, sub)))
+        init = None
+    note = ""
+    if isinstance(st.attach, tuple):
+        note = ("  // inside %s's loop %s: the loops show %s's whole domain; kilnd narrows them to the "
+                "part read there" % (st.attach[1].op.name, st.attach[2].var.name, op.name))
+    out.append("%sproduce %s {%s" % (pad, op.name, note))
+    depth += 1
+    opened = 0
+    leaves = st.leaf_iter_vars
+    for n_iv, iv in enumerate(leaves):
+        pad = "  " * depth
+        if init is not None and iv.iter_type == IterVar.REDUCE:
+            # the identity is stored over the data-parallel loops still to come, as TVM's init nest
+            rest = [v for v in leaves[n_iv:] if v.iter_type != IterVar.REDUCE and not
+                    (st.attrs.get(v) and st.attrs[v][0] == "bind")]
+            for k, v in enumerate(rest):
+                out.append("%sfor (%s, 0, %s) {" % (pad + "  " * k, v.var.name, expr_str(st._extent(v))))
+            out.append(pad + "  " * len(rest) + init)
+            for k in reversed(range(len(rest))):
+                out.append(pad + "  " * k + "}")
+            init = None
+        a = st.attrs.get(iv)
+        ext = expr_str(st._extent(iv))
+        if a and a[0] == "bind":
+            out.append("%s// attr [iter_var(%s, , %s)] thread_extent = %s" % (pad, a[1].thread_tag,
+                                                                            a[1].thread_tag, ext))
+        else:
+            kind = _KIND.get(a[0], "for") if a else "for"
+            out.append("%s%s (%s, 0, %s) {" % (pad, kind, iv.var.name, ext))
+            depth += 1
+            opened += 1
+        for child in attached.get((id(st), id(iv)), []):
+            _emit_stage(child, sched, attached, out, depth)
+    pad = "  " * depth
+    if init is not None:
+        out.append(pad + init)
+    out.append("%sif (likely(%s)) {" % (pad, cond_s) if cond_s else pad + stmt)
+    if cond_s:
+        out.append("  " + pad + stmt)
+        out.append(pad + "}")
+    for _ in range(opened):
+        depth -= 1
+        out.append("  " * depth + "}")
+    out.append("  " * (depth - 1) + "}")
+
+
+def loop_nest(sched, args, name):
+    """The loop nests of a schedule as TVM's ``lower(..., simple_mode=True)`` prints them:
+    a ``produce`` block per stage at the root, its leaf loops after split, fuse, reorder (``for``,
+    ``parallel``, ``unrolled``, ``vectorized``; a bound loop is a ``thread_extent`` attribute),
+    stages computed at a loop inside it, inlined stages substituted, the guards of splits that
+    do not divide. It is what the schedule says; kilnd's lowering (compiler/te) makes the code."""
+    from .tensor import ComputeOp, Tensor
+    params = []
+    for a in args:
+        if isinstance(a, Tensor):
+            params.append("%s: %s[%s]" % (a.name, a.dtype, ", ".join(expr_str(X.as_expr(d)) for d in a.shape)))
+        else:
+            params.append("%s: %s" % (a.name, a.dtype))
+    out = ["// %s(%s)" % (name, ", ".join(params))]
+    attached = {}
+    for st in sched.stages:
+        if isinstance(st.attach, tuple):
+            attached.setdefault((id(st.attach[1]), id(st.attach[2])), []).append(st)
+    for st in sched.stages:
+        if st.attach == "root" and isinstance(st.op, ComputeOp):
+            _emit_stage(st, sched, attached, out, 0)
+    return "\n".join(out)

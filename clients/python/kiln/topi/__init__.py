@@ -1,9 +1,17 @@
 """kiln.topi: operator templates on kiln.te, each with a CPU and a GPU schedule and named
 tuning knobs (docs/te_python.md lists them).
 
-    C = topi.matmul(A, B)
-    s = topi.schedule_matmul(C, "gpu", block=64, thread=4, k_tile=8)
-    f = kiln.build(s, [A, B, C], "cuda")
+    >>> import kiln
+    >>> from kiln import te, topi
+    >>> A = te.placeholder((256, 256), name="A")
+    >>> B = te.placeholder((256, 256), name="B")
+    >>> C = topi.matmul(A, B)
+    >>> topi.knobs("matmul", "gpu")
+    {'block_m': 64, 'block_n': 64, 'thread_m': 16, 'thread_n': 16, 'k_tile': 8}
+    >>> s = topi.schedule_matmul(C, "gpu", block_m=64, block_n=64, thread_m=4, thread_n=4, k_tile=8)
+    >>> f = kiln.build(s, [A, B, C], "sm_90")   # compiled by kilnd; runs where a CUDA GPU is
+    >>> f.module.target
+    'sm_90'
 
 Every ``schedule_*`` takes the op's output tensor, ``target`` ("cpu", or "gpu" for AMD and
 NVIDIA; TVM target strings "llvm", "rocm", "cuda" also work) and its knobs as keywords;

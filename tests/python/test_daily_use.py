@@ -1,0 +1,110 @@
+"""Small things daily users hit (issue 16, items 13 and the list after 14)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import kiln
+from conftest import ROOT
+
+
+def test_a_malformed_device_id_raises(s):
+    for bad in ("cpu0", "cpu:x", "tpu:0", "cuda:-1", ""):
+        with pytest.raises(kiln.InvalidArgument, match="is not a device id"):
+            s.device(bad)
+    assert s.device("cpu:0").id == "cpu:0" and s.device("llvm").id == "cpu:0" and s.device("rocm:1").id == "hsa:1"
+
+
+def test_compile_of_a_missing_file_raises_file_not_found(s, tmp_path):
+    for path in (str(tmp_path / "kernel.ll"), "kernel.ll", "build/x.bc", tmp_path / "k.ll"):
+        with pytest.raises(FileNotFoundError):
+            s.compile(path)
+    # text is still text: one line of IR has blanks
+    with pytest.raises(kiln.CompileError):
+        s.compile("this is not IR")
+
+
+def test_str_of_an_ndarray_is_its_values(s):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a = kiln.nd.array(x, s.cpu(0))
+    assert str(a) == str(x)
+    assert repr(a).startswith("<kiln.NDArray id=")
+
+
+def test_benchmark_result_to_dict(s):
+    vadd = os.path.join(ROOT, "clients", "python", "examples", "vadd.ll")
+    m = s.compile(vadd)
+    dev = s.cpu(0)
+    n = 64
+    a = kiln.nd.array(np.ones(n, np.float32), dev)
+    c = kiln.nd.empty((n,), "float32", dev)
+    r = m.time_evaluator(m.kernels[0].name, dev, number=3, repeat=2)(a, a, c, n, grid=1, block=n)
+    d = r.to_dict()
+    assert set(d) >= {"mean", "median", "min", "max", "std", "cv", "results", "number", "repeat"}
+    assert d["number"] == 3 and len(d["results"]) == 2 and d["min"] <= d["mean"]
+    json.dumps(d)
+
+
+def test_daemon_log_after_stop(kilnd_bin):
+    d = kiln.start_daemon(kilnd_bin)
+    try:
+        assert "ready" in d.log()
+    finally:
+        d.stop()
+    assert "ready" in d.log()
+
+
+def test_lower_prints_the_loop_nest():
+    from kiln import te
+    from te_helpers import vadd_schedule
+    s, (A, B, C) = vadd_schedule()
+    bx, tx = s[C].split(C.op.axis[0], factor=64)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    text = str(te.lower(s, [A, B, C], name="myadd"))
+    assert text.splitlines() == [
+        "// myadd(A: float32[n], B: float32[n], C: float32[n])",
+        "produce C {",
+        "  // attr [iter_var(blockIdx.x, , blockIdx.x)] thread_extent = ((n + 63) // 64)",
+        "  // attr [iter_var(threadIdx.x, , threadIdx.x)] thread_extent = 64",
+        "  if (likely((((blockIdx.x * 64) + threadIdx.x) < n))) {",
+        "    C[((blockIdx.x * 64) + threadIdx.x)] = (A[((blockIdx.x * 64) + threadIdx.x)] + "
+        "B[((blockIdx.x * 64) + threadIdx.x)])",
+        "  }",
+        "}"]
+    # a reduction: the identity over the loops inside the reduce loops, then the update
+    M = 64
+    k = te.reduce_axis((0, M), "k")
+    X = te.placeholder((M, M), name="X")
+    Y = te.placeholder((M, M), name="Y")
+    Z = te.compute((M, M), lambda x, y: te.sum(X[x, k] * Y[k, y], axis=k), name="Z")
+    s = te.create_schedule(Z.op)
+    xo, yo, xi, yi = s[Z].tile(Z.op.axis[0], Z.op.axis[1], 8, 8)
+    s[Z].reorder(xo, yo, k, xi, yi)
+    s[Z].vectorize(yi)
+    s[Z].parallel(xo)
+    text = str(te.lower(s, [X, Y, Z]))
+    assert "parallel (x.outer, 0, 8) {" in text and "vectorized (y.inner, 0, 8) {" in text
+    init = text.index("= 0.0f")
+    assert text.index("for (x.inner, 0, 8)") < init < text.index("for (k, 0, 64)")
+    assert "(Z[((x.outer * 8) + x.inner), ((y.outer * 8) + y.inner)] + (X[" in text
+    assert te.lower(s, [X, Y, Z]).summary().startswith("te program:")
+
+
+def test_docstring_examples_run(unix_url, monkeypatch):
+    # every >>> example in the package (help(kiln.topi) has one) runs against the test daemon
+    import doctest
+    import importlib
+    import pkgutil
+    monkeypatch.setenv("KILN_URL", unix_url)
+    ran = 0
+    for m in pkgutil.walk_packages(kiln.__path__, "kiln."):
+        if m.name.endswith("__main__"):
+            continue
+        mod = importlib.import_module(m.name)
+        r = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+        assert r.failed == 0, m.name
+        ran += r.attempted
+    assert ran >= 8
