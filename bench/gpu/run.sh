@@ -18,6 +18,7 @@ for f in .gpu/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
 tar -xJf .gpu/kiln.tar.xz
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:/tmp/deps/usr/lib/llvm-22/lib:/tmp/deps/lib/x86_64-linux-gnu
 build=${BUILD:-build}
+export KILN_DEVICE_LIBS=/tmp/deps/usr/lib/x86_64-linux-gnu/amdgcn/bitcode
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 rc=0
 conformance() {

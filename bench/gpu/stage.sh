@@ -22,6 +22,8 @@ pkgs=$(for l in $libs; do dpkg -S "$(readlink -f "$l")" 2>/dev/null | cut -d: -f
        grep -vE '^(libc6|libstdc\+\+6|libgcc-s1|llvm-22-dev)$' || true)
 # libLLVM.so.22.1 resolves through llvm-22-dev's symlink to libllvm22's file.
 pkgs="$pkgs libllvm22"
+# The AMD device libraries (ocml/ockl bitcode): the GPU cases also compile for gfx942 there.
+pkgs="$pkgs rocm-device-libs"
 (cd .gpu/debs && apt-get download $pkgs >/dev/null)
 # The binaries, the test kernels' artifacts and the Python client, with their paths.
 tar -cJf .gpu/kiln.tar.xz "${bins[@]}" $(ls "$build"/tests/device/*.kart) clients/python/kiln \
