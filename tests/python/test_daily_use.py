@@ -108,3 +108,30 @@ def test_docstring_examples_run(unix_url, monkeypatch):
         assert r.failed == 0, m.name
         ran += r.attempted
     assert ran >= 8
+
+
+def test_docs_point_inside_the_repository():
+    # no web links (loopback and example hosts aside), nothing beside the checkout, and
+    # every relative markdown link resolves to a file of the repository
+    import glob
+    import re
+    docs = [os.path.join(ROOT, p) for p in ("README.md", "CONTRIBUTING.md", "CHANGELOG.md",
+                                            os.path.join("clients", "python", "README.md"))]
+    docs += glob.glob(os.path.join(ROOT, "docs", "*.md"))
+    bad = []
+    for path in docs:
+        if not os.path.exists(path):
+            continue
+        text = open(path).read()
+        for m in re.finditer(r"https?://([^\s)>`\"/:]+)", text):
+            if not re.match(r"(127\.0\.0\.1|localhost|HOST|\[::1\]|[\w.-]*example\.(org|com))$", m.group(1)):
+                bad.append("%s: %s" % (os.path.relpath(path, ROOT), m.group(0)))
+        for m in re.finditer(r"\.\./shared|(?<![\w/])shared/(reference|seed)", text):
+            bad.append("%s: %s" % (os.path.relpath(path, ROOT), m.group(0)))
+        for m in re.finditer(r"\]\(([^)#\s]+)(#[^)]*)?\)", text):
+            target = m.group(1)
+            if "://" in target:
+                continue
+            if not os.path.exists(os.path.normpath(os.path.join(os.path.dirname(path), target))):
+                bad.append("%s: link to %s" % (os.path.relpath(path, ROOT), target))
+    assert not bad, bad
