@@ -134,6 +134,15 @@ def test_lease_holds_while_a_command_runs(kiln_bin, unix_url):
     assert re.search(r"lease \d+ of cpu:0 for 30 s", r.stderr)
     r = kiln(kiln_bin, unix_url, "lease", "--seconds", "5", "--", "sh", "-c", "exit 7", check=False)
     assert r.returncode == 7
+    # the tenant's own launches from another connection run under its lease
+    src = os.path.join(ROOT, "clients", "include", "kiln", "examples", "vadd.c")
+    mod = kiln(kiln_bin, unix_url, "compile", src).stdout.splitlines()[0]
+    c = kiln(kiln_bin, unix_url, "alloc", "float32", "8").stdout.strip()
+    r = kiln(kiln_bin, unix_url, "lease", "--seconds", "30", "--no-wait", "--", kiln_bin, "--url", unix_url,
+             "launch", mod, "vadd", "--grid", "1", "--block", "8", "t:" + c, "t:" + c, "t:" + c, "8",
+             "--launch-timeout", "10000")
+    assert "elapsed" in r.stdout
+    kiln(kiln_bin, unix_url, "free", c)
 
 
 def test_cache(kiln_bin, unix_url):
