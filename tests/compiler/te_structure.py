@@ -4,6 +4,8 @@ among its files (file A calls a function defined in file B, which calls back int
 or through others). Reads the sources only; exits 1 naming each offender.
 
     te_structure.py [compiler/te] [--self-test]
+    te_structure.py server --prefix kiln_ --circles   (reports another folder's circles, the
+                                                       edges that close them, exit 0)
 
 Function definitions are found as the C style of the tree writes them: a line at column 0 that
 starts a declaration and opens its body (possibly after a wrapped parameter list), closed by
@@ -116,9 +118,53 @@ def self_test():
     assert check({"d.c": ok}) == [], check({"d.c": ok})
 
 
+def use_prefix(prefix):
+    """Public functions are those named PREFIX*: the default is compiler/te's te_."""
+    global DEF_RE, CALL_RE
+    DEF_RE = re.compile(r"^(?!static\b)(?:[A-Za-z_][\w \t\*]*?[ \t\*])?(%s\w+)\s*\(" % prefix)
+    CALL_RE = re.compile(r"\b(%s\w+)\s*\(" % prefix)
+
+
+def report_circles(files):
+    """Prints each circle among files and the calls inside it; always succeeds."""
+    stripped = {path: strip(src) for path, src in files.items()}
+    defs = {}
+    for path, src in stripped.items():
+        prev = ""
+        for line in src.split("\n"):
+            m = DEF_RE.match(line)
+            if m and not line.rstrip().endswith(";") and not prev.startswith("static"):
+                defs[m.group(1)] = path
+            prev = line
+    calls = {p: {} for p in stripped}
+    for p, src in stripped.items():
+        for c in CALL_RE.findall(src):
+            if defs.get(c, p) != p:
+                calls[p].setdefault(defs[c], set()).add(c)
+    comps = circles({p: sorted(calls[p]) for p in calls})
+    for comp in comps:
+        print("a call circle among %d of %d files: %s" % (len(comp), len(files), ", ".join(sorted(comp))))
+        for p in sorted(comp):
+            for q in sorted(calls[p]):
+                if q in comp:
+                    print("  %s -> %s: %s" % (p, q, " ".join(sorted(calls[p][q]))))
+    if not comps:
+        print("%d files: no call circle" % len(files))
+    return 0
+
+
 def main():
-    args = [a for a in sys.argv[1:] if a != "--self-test"]
+    argv = sys.argv[1:]
+    prefix = None
+    if "--prefix" in argv:
+        i = argv.index("--prefix")
+        prefix = argv[i + 1]
+        del argv[i:i + 2]
+    report = "--circles" in argv
+    args = [a for a in argv if a not in ("--self-test", "--circles")]
     self_test()
+    if prefix:
+        use_prefix(re.escape(prefix))
     if "--self-test" in sys.argv[1:] and not args:
         print("self-test passed")
         return 0
@@ -131,6 +177,8 @@ def main():
     if not files:
         print("no .c files under %s" % root)
         return 1
+    if report:
+        return report_circles(files)
     problems = check(files)
     for p in problems:
         print(p)
