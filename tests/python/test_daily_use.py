@@ -50,10 +50,12 @@ def test_benchmark_result_to_dict(s):
 def test_daemon_log_after_stop(kilnd_bin):
     d = kiln.start_daemon(kilnd_bin)
     try:
-        assert "ready" in d.log()
+        assert "event=listen" in d.log()   # written before the readiness line, unlike event=ready
     finally:
         d.stop()
-    assert "ready" in d.log()
+    assert d.tmpdir is None          # its folder (and the log file) is gone
+    log = d.log()
+    assert "event=listen" in log and "event=exit" in log
 
 
 def test_lower_prints_the_loop_nest():
