@@ -32,6 +32,11 @@ if command -v scdoc >/dev/null; then
   for f in share/man/man8/kilnd.8 share/man/man1/kiln.1; do [ -s "$root/$f" ] || fail "no $f"; done
 fi
 
+# libkiln.so exports the installed headers' functions only (clients/c/libkiln.map)
+extra=$(nm -D --defined-only "$libdir/libkiln.so" | awk '$2 == "T" {print $3}' |
+  grep -v '^kiln_\(client\|reply\|object\|status\|code\|dtype\|tensor\)_' || true)
+[ -z "$extra" ] || fail "libkiln.so exports more than its headers: $(head -n 5 <<<"$extra" | tr '\n' ' ')"
+
 # the program, exactly as docs/client.md shows it
 /usr/bin/python3 - "$top/docs/client.md" "$work/hello_kiln.c" <<'PY'
 import re, sys
