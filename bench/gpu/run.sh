@@ -8,6 +8,8 @@
 #                                   machine's python3 has numpy, msgpack and pytest
 #   bench/gpu/run.sh tls            bench/tls_run.sh (TCP beside TLS on loopback) on this
 #                                   machine's idle cores, written to $OUT/tls.md
+#   bench/gpu/run.sh tune           bench/gpu/tune_gemm.py: SGEMM 1024/2048/4096 tuned by kiln.autotune
+#                                   beside cuBLAS (torch, TF32 off); TUNE_BUDGET=s,s,s
 #   bench/gpu/run.sh all            the five in that order
 # Figures in bench/results name the command that produced them.
 set -uo pipefail
@@ -53,13 +55,19 @@ tls() {
     > "$OUT/tls.log" 2>&1
   [ $? -eq 0 ] || rc=1
 }
+tune() {
+  python3 bench/gpu/tune_gemm.py --kilnd "$PWD/$build/server/kilnd" --budget "${TUNE_BUDGET:-60,60,240}" \
+    --out "$OUT" > "$OUT/tune_gemm.log" 2>&1
+  [ $? -eq 0 ] || rc=1
+}
 case "${1:-all}" in
   conformance) conformance ;;
   server) server ;;
   bench) bench ;;
   python) python ;;
   tls) tls ;;
+  tune) tune ;;
   all) conformance; server; bench; python; tls ;;
-  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|tls|all" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|tls|tune|all" >&2; exit 2 ;;
 esac
 exit $rc

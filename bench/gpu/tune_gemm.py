@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""SGEMM tuned by kiln.autotune on a CUDA device, beside cuBLAS measured in the same run
+(issue 15: >= 85% of cuBLAS at 4096 within 10 minutes of tuning, TF32 off).
+
+Runs on the lent GPU machine (bench/gpu/run.sh tune), with the machine's python3:
+    python3 bench/gpu/tune_gemm.py --kilnd build/server/kilnd --sizes 1024,2048,4096 \
+        --budget 60,60,240 --out $OUT
+It starts one kilnd serving cuda:0, tunes matmul n x n x n (float32) for each size until its
+time budget is spent (rounds of 8 trials; the records file makes each round resume the last),
+measures cuBLAS SGEMM through torch.mm with TF32 off (CUDA events, the median of 3 repeats of
+20 calls, 5 at 4096), and writes tune_gemm.md (the table, the machine, the date) and the
+records (tune_gemm_records.jsonl) to --out. Tuner: model (scikit-learn's gradient boosting
+where it is installed; where not, kiln.autotune's documented fallback)."""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
+
+import kiln  # noqa: E402
+from kiln.autotune import records as R  # noqa: E402
+from kiln.autotune.tune import Task, tune  # noqa: E402
+from kiln.daemon import start_daemon  # noqa: E402
+
+
+def cublas_tflops(n):
+    """cuBLAS SGEMM (torch.mm, TF32 off) in TFLOP/s, or an error string."""
+    try:
+        import torch
+    except ImportError as e:
+        return None, "no torch: %s" % e
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+    c = torch.mm(a, b)
+    torch.cuda.synchronize()
+    reps = 20 if n <= 2048 else 5
+    times = []
+    for _ in range(3):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(reps):
+            torch.mm(a, b, out=c)
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) / 1e3 / reps)
+    t = sorted(times)[1]
+    return 2.0 * n ** 3 / t / 1e12, "torch %s, cuBLAS, TF32 off" % torch.__version__
+
+
+def tune_size(session, dev, n, budget_s, records):
+    task = Task("matmul", [n, n, n], "float32", dev)
+    start = time.time()
+    trials = 0
+    res = None
+    while time.time() - start < budget_s:
+        trials += 8
+        res = tune(task, [(session, dev)], trials=trials, tuner="model", records=records, repeat=3,
+                   min_repeat_ms=20, timeout_ms=10000, lease_s=120, progress=sys.stderr)
+        if len(res.records) < trials:
+            break  # the space is exhausted
+    spent = time.time() - start
+    return res, spent
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kilnd", required=True)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--sizes", default="1024,2048,4096")
+    ap.add_argument("--budget", default="60,60,240", help="seconds of tuning per size")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    sizes = [int(x) for x in a.sizes.split(",")]
+    budgets = [float(x) for x in a.budget.split(",")]
+    os.makedirs(a.out, exist_ok=True)
+    records = os.path.join(a.out, "tune_gemm_records.jsonl")
+    rows = []
+    with start_daemon(kilnd=a.kilnd, log_level="warn") as d:
+        s = kiln.connect(d.urls[0])
+        dev = s.device(a.device)
+        if not dev.exist:
+            sys.exit("tune_gemm: kilnd serves no %s" % a.device)
+        for n, budget in zip(sizes, budgets):
+            res, spent = tune_size(s, dev, n, budget, records)
+            best = res.best if res else None
+            ref, ref_what = cublas_tflops(n)
+            row = {"n": n, "budget_s": budget, "spent_s": round(spent, 1), "trials": len(res.records) if res else 0,
+                   "failed": sum(1 for r in res.records if not r["result"].get("ok")) if res else 0,
+                   "cublas_tflops": ref, "cublas": ref_what}
+            if best:
+                row["best_tflops"] = best["result"]["gflops"] / 1e3
+                row["best_knobs"] = best["knobs"]
+                row["first_best_s"] = best.get("elapsed_s")
+            if res and res.default:
+                row["default_tflops"] = res.default["result"]["gflops"] / 1e3
+            rows.append(row)
+            print(json.dumps(row, sort_keys=True), flush=True)
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip()
+    except OSError:
+        gpu = "%s (no nvidia-smi)" % dev.name
+    with open(os.path.join(a.out, "tune_gemm.md"), "w") as f:
+        f.write("# SGEMM tuned by kiln.autotune beside cuBLAS\n\n")
+        f.write("Written by `bench/gpu/tune_gemm.py` (through `bench/gpu/run.sh tune`) on %s.\n\n"
+                % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        f.write("GPU: %s; host %s, %d cores; Python %s; records schema v%s.\n\n"
+                % (gpu, platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
+                   R.SCHEMA_VERSION))
+        f.write("| n | tuning budget | trials (failed) | default knobs | best found | cuBLAS | best / cuBLAS |\n")
+        f.write("|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            best = r.get("best_tflops")
+            ref = r.get("cublas_tflops")
+            f.write("| %d | %.0f s (spent %.0f s) | %d (%d) | %s | %s | %s | %s |\n" % (
+                r["n"], r["budget_s"], r["spent_s"], r["trials"], r["failed"],
+                "%.1f TFLOP/s" % r["default_tflops"] if r.get("default_tflops") else "-",
+                "%.1f TFLOP/s" % best if best else "none correct",
+                "%.1f TFLOP/s" % ref if ref else r["cublas"],
+                "%.0f%%" % (100 * best / ref) if best and ref else "-"))
+        f.write("\ncuBLAS: %s.\n\nBest knobs:\n\n" % rows[0]["cublas"] if rows else "")
+        for r in rows:
+            f.write("- %d: `%s`\n" % (r["n"], json.dumps(r.get("best_knobs"), sort_keys=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
