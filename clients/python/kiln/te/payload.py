@@ -148,7 +148,10 @@ class Program:
         if self.schedule is None:
             return self.summary()
         from .printer import loop_nest
-        return loop_nest(self.schedule, self.args, self.name)
+        try:
+            return loop_nest(self.schedule, self.args, self.name)
+        except Exception as e:  # noqa: BLE001 (printing must not fail where building works)
+            return "// no loop nest for this schedule (%s: %s)\n%s" % (type(e).__name__, e, self.summary())
 
     def summary(self):
         import json

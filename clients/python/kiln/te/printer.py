@@ -63,14 +63,15 @@ def _stage_values(st):
             k = X.as_expr(r.factor if r.factor is not None else r.nparts)
             ext = st._extent(r.parent)
             inner_ext = k if r.factor is not None else X.simplify((ext + (k - 1)) // k)
-            val[r.parent] = X.simplify(val[r.outer] * inner_ext + val[r.inner])
+            # (rfactor moves a split's loop to the new stage: there it is the var itself)
+            val[r.parent] = X.simplify(val.get(r.outer, r.outer.var) * inner_ext + val.get(r.inner, r.inner.var))
             parent_of[r.outer] = parent_of[r.inner] = r.parent
             if not _divides(ext, k):
                 loose.add(r.parent)
         elif isinstance(r, Fuse):
             e = st._extent(r.inner)
-            val[r.outer] = val[r.fused] // e
-            val[r.inner] = val[r.fused] % e
+            val[r.outer] = val.get(r.fused, r.fused.var) // e
+            val[r.inner] = val.get(r.fused, r.fused.var) % e
             parent_of[r.fused] = None
     guards = []
     for iv in loose:
@@ -79,6 +80,85 @@ def _stage_values(st):
             root = parent_of[root]
         guards.append(iv)
     return val, guards
+
+
+def _linear(e):
+    """``e`` as {id(var): [var, coef]} and a constant when it is an integer affine form of
+    vars (add, sub, mul by a constant), else None."""
+    if isinstance(e, X.IntImm):
+        return {}, e.value
+    if isinstance(e, X.Var):
+        return {id(e): [e, 1]}, 0
+    if isinstance(e, X.BinaryOp) and e.op in ("add", "sub", "mul"):
+        a, b = _linear(e.a), _linear(e.b)
+        if a is None or b is None:
+            return None
+        if e.op == "mul":
+            if not a[0]:
+                a, b = b, a
+            if b[0]:
+                return None
+            return {k: [v, c * b[1]] for k, (v, c) in a[0].items()}, a[1] * b[1]
+        sign = 1 if e.op == "add" else -1
+        out = {k: [v, c] for k, (v, c) in a[0].items()}
+        for k, (v, c) in b[0].items():
+            out.setdefault(k, [v, 0])[1] += sign * c
+        return out, a[1] + sign * b[1]
+    return None
+
+
+def _loads_of(e, tensor, out):
+    if isinstance(e, X.TensorLoad) and e.tensor is tensor:
+        out.append(e)
+    for slot in ("a", "b", "cond", "t", "f", "value", "source", "where"):
+        c = getattr(e, slot, None)
+        if isinstance(c, X.PrimExpr):
+            _loads_of(c, tensor, out)
+    for c in getattr(e, "args", None) or getattr(e, "indices", None) or []:
+        _loads_of(c, tensor, out)
+    return out
+
+
+def _region(st, sched):
+    """For a stage computed at loop ``iv`` of ``consumer``: per axis, the first index the
+    consumer reads inside that loop (an expression of the loops outside it) and how many,
+    as TVM's bound inference gives them for affine reads; None when the reads are not
+    affine in the inner loops with constant extents (then the whole domain is shown)."""
+    from .schedule import _substitute
+    from .expr import IterVar
+    _, consumer, iv = st.attach
+    # its own data-parallel loops must be its axes as they are (a split reduce loop is fine)
+    if any(getattr(r, "parent", None) is not None and r.parent.iter_type != IterVar.REDUCE or
+           getattr(r, "fused", None) is not None and r.outer.iter_type != IterVar.REDUCE for r in st.relations):
+        return None
+    cval, _ = _stage_values(consumer)
+    csub = {v.var: e for v, e in cval.items() if e is not v.var}
+    leaves = consumer.leaf_iter_vars
+    inner = {}
+    for leaf in leaves[leaves.index(iv) + 1:]:
+        ext = X.simplify(X.as_expr(consumer._extent(leaf)))
+        if not isinstance(ext, X.IntImm):
+            return None
+        inner[id(cval[leaf])] = ext.value
+    reads = _loads_of(_inline(consumer.op.body, sched), st.op.output(0), [])
+    if not reads:
+        return None
+    region = []
+    for d in range(len(st.op.axis)):
+        forms = [_linear(X.simplify(_substitute(r.indices[d], csub))) for r in reads]
+        if any(f is None for f in forms):
+            return None
+        coefs = [{k: c for k, (v, c) in f[0].items() if c} for f in forms]
+        if any(c != coefs[0] for c in coefs) or any(c < 0 for k, c in coefs[0].items() if k in inner):
+            return None
+        lo, hi = min(f[1] for f in forms), max(f[1] for f in forms)
+        extent = hi - lo + 1 + sum(c * (inner[k] - 1) for k, c in coefs[0].items() if k in inner)
+        m = X.IntImm(lo)
+        for k, (v, c) in forms[0][0].items():
+            if c and k not in inner:
+                m = m + (v * c if c != 1 else v)
+        region.append((X.simplify(m), extent))
+    return region
 
 
 def _inline(e, sched):
@@ -103,6 +183,13 @@ def _emit_stage(st, sched, attached, out, depth):
     pad = "  " * depth
     val, guards = _stage_values(st)
     sub = {iv.var: v for iv, v in val.items() if v is not iv.var}
+    region = _region(st, sched) if isinstance(st.attach, tuple) else None
+    extents = {}
+    if region is not None:
+        # the part the consumer reads inside the loop it is computed at
+        for a, (m, n) in zip(st.op.axis, region):
+            sub[a.var] = X.simplify(m + a.var) if not (isinstance(m, X.IntImm) and m.value == 0) else a.var
+            extents[a] = X.IntImm(n)
     target = "%s[%s]" % (op.name, ", ".join(expr_str(_substitute(a.var, sub)) for a in op.axis))
     body = _inline(op.body, sched)
     red = body if isinstance(body, X.Reduce) else None
@@ -121,7 +208,7 @@ def _emit_stage(st, sched, attached, out, depth):
         stmt = "%s = %s" % (target, expr_str(_substitute(body, sub)))
         init = None
     note = ""
-    if isinstance(st.attach, tuple):
+    if isinstance(st.attach, tuple) and region is None:
         note = ("  // inside %s's loop %s: the loops show %s's whole domain; kilnd narrows them to the "
                 "part read there" % (st.attach[1].op.name, st.attach[2].var.name, op.name))
     out.append("%sproduce %s {%s" % (pad, op.name, note))
@@ -135,13 +222,14 @@ def _emit_stage(st, sched, attached, out, depth):
             rest = [v for v in leaves[n_iv:] if v.iter_type != IterVar.REDUCE and not
                     (st.attrs.get(v) and st.attrs[v][0] == "bind")]
             for k, v in enumerate(rest):
-                out.append("%sfor (%s, 0, %s) {" % (pad + "  " * k, v.var.name, expr_str(st._extent(v))))
+                out.append("%sfor (%s, 0, %s) {" % (pad + "  " * k, v.var.name,
+                                                       expr_str(extents[v] if v in extents else st._extent(v))))
             out.append(pad + "  " * len(rest) + init)
             for k in reversed(range(len(rest))):
                 out.append(pad + "  " * k + "}")
             init = None
         a = st.attrs.get(iv)
-        ext = expr_str(st._extent(iv))
+        ext = expr_str(extents[iv] if iv in extents else st._extent(iv))
         if a and a[0] == "bind":
             out.append("%s// attr [iter_var(%s, , %s)] thread_extent = %s" % (pad, a[1].thread_tag,
                                                                             a[1].thread_tag, ext))
@@ -169,9 +257,13 @@ def loop_nest(sched, args, name):
     """The loop nests of a schedule as TVM's ``lower(..., simple_mode=True)`` prints them:
     a ``produce`` block per stage at the root, its leaf loops after split, fuse, reorder (``for``,
     ``parallel``, ``unrolled``, ``vectorized``; a bound loop is a ``thread_extent`` attribute),
-    stages computed at a loop inside it, inlined stages substituted, the guards of splits that
-    do not divide. It is what the schedule says; kilnd's lowering (compiler/te) makes the code."""
+    stages computed at a loop inside it (over the part read there, for affine reads), inlined
+    stages substituted, the guards of splits that do not divide. It is what the schedule says;
+    kilnd's lowering (compiler/te) makes the code. rfactor schedules raise NotImplementedError
+    (Program.__str__ then prints the payload listing)."""
     from .tensor import ComputeOp, Tensor
+    if any(st.rfactor_of is not None for st in sched.stages):
+        raise NotImplementedError("the printer does not show rfactor schedules")
     params = []
     for a in args:
         if isinstance(a, Tensor):
