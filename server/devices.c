@@ -4,6 +4,7 @@
  *                 max_shared}], "absent": [{kind, reason}]} */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -32,6 +33,78 @@ static bool wanted(const char *filter, const char *id, const char *kind) {
   return false;
 }
 
+/* The probed devices, served or not, for the start-up checks of --devices and --pin. */
+typedef struct probed {
+  char ids[KILN_MAX_DEVICES][32];
+  char kinds[KILN_MAX_DEVICES][8];
+  uint32_t n;
+} probed_t;
+
+static void probed_list(const probed_t *p, char *out, size_t cap) {
+  size_t n = 0;
+  out[0] = 0;
+  for (uint32_t i = 0; i < p->n && n < cap; i++)
+    n += (size_t)snprintf(out + n, cap - n, "%s%s", i ? ", " : "", p->ids[i]);
+}
+
+/* Every entry of --devices names a device or kind the probe found: a typo or a missing GPU
+ * refuses the start with the reason instead of a daemon whose every call on it fails. */
+static kiln_status_t check_devices_option(const kiln_server_t *s, const probed_t *p) {
+  const char *f = s->cfg.devices;
+  while (*f) {
+    const char *e = strchr(f, ',');
+    size_t n = e ? (size_t)(e - f) : strlen(f);
+    bool found = n == 0;
+    for (uint32_t i = 0; i < p->n && !found; i++)
+      found = (strlen(p->ids[i]) == n && memcmp(p->ids[i], f, n) == 0) ||
+              (strlen(p->kinds[i]) == n && memcmp(p->kinds[i], f, n) == 0);
+    if (!found) {
+      char have[512], why[300] = "";
+      probed_list(p, have, sizeof(have));
+      for (uint32_t i = 0; i < s->num_absent; i++) {
+        size_t k = strlen(s->absent[i].kind);
+        if (n >= k && memcmp(f, s->absent[i].kind, k) == 0 && (n == k || f[k] == ':'))
+          snprintf(why, sizeof(why), "; %s: %s", s->absent[i].kind, s->absent[i].reason);
+      }
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                         "--devices names '%.*s', which this machine does not have (found: %s%s)",
+                         (int)(n < 64 ? n : 64), f, have, why);
+    }
+    if (!e) break;
+    f = e + 1;
+  }
+  return KILN_OK;
+}
+
+/* --pin DEVICE=CPUS: DEVICE is served, and CPUS ("0,2-3") are cores kilnd may run on. */
+static kiln_status_t check_pin(kiln_server_t *s, const char *pin) {
+  const char *eq = strchr(pin, '=');
+  kiln_device_entry_t *d = kiln_device_find(s, pin, (uint32_t)(eq - pin));
+  if (!d)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "--pin %s: kilnd serves no device '%.*s' (`kiln devices` lists them)", pin,
+                       (int)(eq - pin), pin);
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) CPU_ZERO(&allowed);
+  const char *c = eq + 1;
+  while (*c) {
+    char *end;
+    long a = strtol(c, &end, 10), b = a;
+    if (end != c && *end == '-') b = strtol(end + 1, &end, 10);
+    if (end == c || a < 0 || b < a || (*end && *end != ',') || (*end == ',' && !end[1]))
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "--pin %s: '%s' is not a list of cores (0,2-3)",
+                         pin, eq + 1);
+    for (long k = a; k <= b; k++)
+      if (k >= CPU_SETSIZE || !CPU_ISSET((int)k, &allowed))
+        return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                           "--pin %s: core %ld is not one kilnd may run on (it may use %d cores; "
+                           "see `taskset -cp %d`)",
+                           pin, k, CPU_COUNT(&allowed), (int)getpid());
+    c = *end ? end + 1 : end;
+  }
+  return KILN_OK;
+}
+
 /* cpu:0's capacity: --cpu-memory, else the default of memory.c (half of what kilnd may use). */
 static uint64_t host_capacity(const kiln_server_t *s) {
   uint64_t usable;
@@ -52,6 +125,7 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   size_t off = 0;
+  probed_t probed = {.n = 0};
   if (!st && msgpack_unpack_next(&u, (const char *)out.data, out.len, &off) != MSGPACK_UNPACK_SUCCESS)
     st = KILN_STATUS(KILN_E_INTERNAL, "device probe output is not MessagePack");
   const msgpack_object *root = &u.data;
@@ -72,6 +146,10 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
     if (arch && kiln_obj_cstr(arch, "arch", e->arch, sizeof(e->arch))) continue;
     const char *colon = strchr(e->id, ':');
     e->index = colon ? (uint32_t)strtoul(colon + 1, NULL, 10) : 0;
+    if (probed.n < KILN_MAX_DEVICES) {
+      snprintf(probed.ids[probed.n], sizeof(probed.ids[0]), "%s", e->id);
+      snprintf(probed.kinds[probed.n++], sizeof(probed.kinds[0]), "%s", e->kind);
+    }
     if (!wanted(s->cfg.devices, e->id, e->kind)) continue;
     /* The capacity kilnd accounts tensors against (memory.c): a GPU's memory as its probe
      * reports it; for the host, what --cpu-memory grants, which `devices` then reports. */
@@ -114,6 +192,8 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
   kiln_buf_deinit(&out);
   if (!st && (s->num_devices == 0 || strcmp(s->devices[0].id, "cpu:0") != 0))
     st = KILN_STATUS(KILN_E_INTERNAL, "the device probe did not report cpu:0 first");
+  if (!st) st = check_devices_option(s, &probed);
+  for (int i = 0; !st && i < s->cfg.num_pins; i++) st = check_pin(s, s->cfg.pins[i]);
   for (uint32_t i = 0; !st && i < s->num_devices; i++) {
     kiln_map_init(&s->devices[i].slots);
     uv_timer_init(s->loop, &s->devices[i].lease_timer);

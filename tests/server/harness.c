@@ -17,7 +17,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-void daemon_start(daemon_t *d, const char *const *extra) {
+/* Forks kilnd with the test's listeners, cache and readiness pipe; returns the pipe's read
+ * end, whose lines (or EOF) say whether it started. */
+static int spawn(daemon_t *d, const char *const *extra) {
   memset(d, 0, sizeof(*d));
   const char *kilnd = getenv("KILND");
   cr_assert(kilnd, "set KILND to the kilnd binary");
@@ -55,16 +57,45 @@ void daemon_start(daemon_t *d, const char *const *extra) {
   }
   close(p[1]);
   d->pid = pid;
-  /* Readiness: the lines arrive when every listener is up; EOF when kilnd closes the fd. */
-  char buf[1024];
+  return p[0];
+}
+
+/* Readiness: the lines arrive when every listener is up; EOF when kilnd closes the fd. */
+static void read_ready(int fd, char *buf, size_t cap) {
   size_t len = 0;
   for (;;) {
-    ssize_t r = read(p[0], buf + len, sizeof(buf) - 1 - len);
+    ssize_t r = read(fd, buf + len, cap - 1 - len);
     if (r <= 0) break;
     len += (size_t)r;
   }
-  close(p[0]);
+  close(fd);
   buf[len] = 0;
+}
+
+int daemon_start_fails(const char *const *extra, char *log, size_t cap) {
+  daemon_t d;
+  char buf[1024];
+  read_ready(spawn(&d, extra), buf, sizeof(buf));
+  int ws = 0;
+  if (buf[0]) { /* it started */
+    daemon_stop(&d);
+    return 0;
+  }
+  cr_assert(waitpid(d.pid, &ws, 0) == d.pid);
+  char path[128];
+  snprintf(path, sizeof(path), "%s/kilnd.log", d.dir);
+  FILE *f = fopen(path, "r");
+  size_t k = f ? fread(log, 1, cap - 1, f) : 0;
+  log[k] = 0;
+  if (f) fclose(f);
+  d.pid = 0;
+  daemon_stop(&d); /* removes its directory */
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+void daemon_start(daemon_t *d, const char *const *extra) {
+  char buf[1024];
+  read_ready(spawn(d, extra), buf, sizeof(buf));
   char *tls = strstr(buf, "\ntls:");
   if (tls) d->tls_port = atoi(strchr(tls + 5, ':') + 1);
   char *tcp = strstr(buf, "tcp:");

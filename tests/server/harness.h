@@ -24,6 +24,9 @@ typedef struct daemon {
 
 /* Starts kilnd (path from $KILND) with the extra arguments (NULL-terminated). */
 void daemon_start(daemon_t *d, const char *const *extra);
+/* Starts kilnd as daemon_start does and expects it to refuse: returns its exit status (0 when
+ * it started after all, then stopped) with the start of its stderr in log. */
+int daemon_start_fails(const char *const *extra, char *log, size_t cap);
 /* Sends SIGTERM and returns the exit status as from waitpid. */
 int daemon_stop(daemon_t *d);
 
