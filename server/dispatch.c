@@ -24,7 +24,7 @@ static const method_t methods[] = {
     {"lease", kiln_method_lease},       {"release", kiln_method_release},
     {"graph_create", kiln_method_graph_create}, {"graph_run", kiln_method_graph_run},
     {"graph_time", kiln_method_graph_time},     {"graph_free", kiln_method_graph_free},
-    {"quotas", kiln_method_quotas},
+    {"quotas", kiln_method_quotas},           {"tensors", kiln_method_tensors},
 };
 
 int kiln_method_count(void) { return (int)KILN_ARRAY_SIZE(methods); }

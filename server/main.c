@@ -481,6 +481,7 @@ static void sweep_devices(kiln_server_t *s, void *arg) { (void)arg; kiln_devices
 static void sweep_conns(kiln_server_t *s, void *arg) { (void)arg; kiln_conns_sweep(s); }
 static void closed_leases(kiln_server_t *s, void *conn) { kiln_devices_conn_closed(s, conn); }
 static void closed_launches(kiln_server_t *s, void *conn) { kiln_launches_conn_closed(s, conn); }
+static void closed_tensors(kiln_server_t *s, void *conn) { kiln_tensors_conn_closed(s, conn); }
 static void settled(kiln_server_t *s, void *arg) { (void)arg; kiln_server_maybe_finish_drain(s); }
 
 static void add_hooks(kiln_server_t *s) {
@@ -493,6 +494,7 @@ static void add_hooks(kiln_server_t *s) {
   kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, closed_leases);
   kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, closed_launches);
   kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, kiln_graphs_conn_closed);
+  kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, closed_tensors); /* after its launches: they used them */
   kiln_hook_add(s, KILN_EVENT_SETTLED, settled);
 }
 

@@ -7,7 +7,7 @@
 #include "server/compile.h"
 
 kiln_status_t kiln_method_hello(kiln_call_t *call) {
-  static const char *const fields[] = {"version", "token", "client", NULL};
+  static const char *const fields[] = {"version", "token", "client", "tensors", NULL};
   KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "hello", fields));
   uint64_t version = 1;
   KILN_RETURN_IF_ERROR(kiln_params_u64(call->params, "version", false, &version));
@@ -21,6 +21,13 @@ kiln_status_t kiln_method_hello(kiln_call_t *call) {
   KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "token", false, &token, &token_len));
   if (client_len > 128)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "client name is longer than 128 bytes");
+  const char *life = NULL;
+  uint32_t life_len = 0;
+  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "tensors", false, &life, &life_len));
+  bool session = life && life_len == 7 && memcmp(life, "session", 7) == 0;
+  if (life && !session && !(life_len == 6 && memcmp(life, "tenant", 6) == 0))
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "'tensors' is \"session\" or \"tenant\" (who the new tensors belong to)");
   kiln_server_t *s = call->server;
   kiln_conn_t *c = call->conn;
   /* Without a tokens file every connection is the "default" tenant and a token is
@@ -43,13 +50,17 @@ kiln_status_t kiln_method_hello(kiln_call_t *call) {
     }
     memcpy(c->token_hash, hash, sizeof(hash));
   }
+  /* Only a successful hello changes them: tensors made from now on follow the choice. */
+  if (client) snprintf(c->client, sizeof(c->client), "%.*s", (int)client_len, client);
+  if (life) c->session_tensors = session;
   /* The tenant's message quota tightens this connection's framing limit. */
   if (c->tenant->quotas.message < c->reader.limits.max_message)
     c->reader.limits.max_message = c->tenant->quotas.message;
   const kiln_config_t *cfg = &s->cfg;
   msgpack_packer *pk = call->pk;
-  msgpack_pack_map(pk, 4);
+  msgpack_pack_map(pk, 5);
   kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
+  kiln_pack_kv_str(pk, "tensors", c->session_tensors ? "session" : "tenant");
   kiln_pack_kv_u64(pk, "version", 1);
   kiln_pack_kv_str(pk, "tenant", c->tenant->name);
   kiln_pack_cstr(pk, "limits");

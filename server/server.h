@@ -138,6 +138,8 @@ struct kiln_conn {
   bool anonymous;             /* on a tokens server, until hello authenticates */
   kiln_conn_t *anon_prev, *anon_next; /* server's anonymous list, oldest first */
   kiln_req_t *reqs;           /* requests in flight (dispatch.c) */
+  char client[129];           /* hello's `client` name ("" when none) */
+  bool session_tensors;       /* hello {"tensors": "session"}: its tensors end with it */
   struct kiln_conn_tls *tls;  /* NULL on plain connections (conn_tls.c) */
 };
 
@@ -265,6 +267,7 @@ KILN_MUST_USE kiln_status_t kiln_method_write(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_read(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_download(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_free(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_tensors(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_launch(kiln_call_t *call); /* launch.c */
 KILN_MUST_USE kiln_status_t kiln_method_time(kiln_call_t *call);
 /* For graph.c (launch.c): sends module m to the slot's worker unless this worker process
@@ -490,6 +493,9 @@ typedef struct kiln_tensor {
   kiln_tenant_t *tenant;
   uint32_t pending; /* operations in flight on it */
   bool freed;       /* free requested; the entry goes when pending drops to 0 */
+  uint64_t created_ns;
+  uint64_t session; /* the id of the connection whose closing frees it; 0: the tenant's */
+  char client[129]; /* the creating connection's hello `client` name, for `tensors` */
 } kiln_tensor_t;
 
 /* The tensor `id` of the calling tenant; E_NOT_FOUND if absent, another tenant's, or lost
@@ -510,6 +516,8 @@ void kiln_tensors_sweep(kiln_server_t *s);
 /* Gives up the tensors of device workers that died since the last call (their bytes go back
  * to the quotas and capacities at once; their ids answer "lost" when next used). */
 void kiln_tensors_reap(kiln_server_t *s);
+/* A connection closed: the tensors bound to it (hello {"tensors": "session"}) are freed. */
+void kiln_tensors_conn_closed(kiln_server_t *s, kiln_conn_t *c);
 
 /* --- the server --------------------------------------------------------------------------- */
 

@@ -188,7 +188,7 @@ kiln_status_t kiln_tensor_adopt(kiln_server_t *s, kiln_dslot_t *slot, uint32_t g
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   }
   *t = (kiln_tensor_t){.id = id, .desc = *desc, .slot = slot, .device = slot->device, .generation = generation,
-                       .tenant = slot->tenant};
+                       .tenant = slot->tenant, .created_ns = kiln_now_ns()};
   s->tensor_bytes += desc->nbytes;
   return KILN_OK;
 }
@@ -294,6 +294,10 @@ static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *r
         kiln_req_fail(op->req, st);
         break;
       }
+      kiln_tensor_t *t = kiln_map_get(&s->tensors, op->id);
+      kiln_conn_t *c = op->req->conn;
+      t->session = c->session_tensors ? c->id : 0;
+      memcpy(t->client, c->client, sizeof(t->client));
       op->reserved = false; /* the tensor holds the charge now */
       msgpack_pack_map(&pk.pk, 1);
       kiln_pack_kv_u64(&pk.pk, "id", op->id);
@@ -571,9 +575,111 @@ kiln_status_t kiln_method_download(kiln_call_t *call) {
   return start_read(call, t, OP_DOWNLOAD, 0, t->desc.nbytes);
 }
 
+/* A free that does not wait for its answer (free of many, a session's end): the id goes at
+ * once; the worker frees the bytes after what the tenant queued before on the device. */
+typedef struct quiet_free {
+  kiln_dslot_t *slot;
+  uint32_t generation;
+  uint64_t id;
+} quiet_free_t;
+
+static void quiet_free_go(void *ctx, kiln_status_t st) {
+  quiet_free_t *f = ctx;
+  /* Sent even when what it followed was dropped (st): the bytes must go all the same. */
+  kiln_status_free(st);
+  kiln_worker_t *w = f->slot->worker;
+  if (w && f->generation == kiln_worker_generation(w)) {
+    kiln_buf_t params;
+    kiln_buf_init(&params);
+    st = pack_job(&params, &(kiln_tensor_job_t){.kind = KILN_JOB_FREE, .handle = f->id});
+    if (!st) st = kiln_worker_call(w, kiln_job_name(KILN_JOB_FREE), &params, NULL, 0, worker_ignore, NULL);
+    kiln_buf_deinit(&params);
+    kiln_status_free(st); /* the worker died meanwhile: the bytes went with it */
+  }
+  free(f);
+}
+
+static void free_quietly(kiln_server_t *s, kiln_tensor_t *t) {
+  quiet_free_t *f = malloc(sizeof(*f));
+  if (f) *f = (quiet_free_t){.slot = t->slot, .generation = t->generation, .id = t->id};
+  kiln_dslot_t *slot = t->slot;
+  kiln_tenant_t *owner = t->tenant;
+  forget(s, t);
+  bool queued = false;
+  if (f && kiln_device_follow(s, slot->device, owner, NULL, quiet_free_go, f, &queued) == KILN_OK &&
+      !queued)
+    quiet_free_go(f, KILN_OK);
+  /* Without memory for the note the worker keeps the bytes until it ends; kilnd has given
+   * back the charge already (it cannot fail the caller for it). */
+}
+
+void kiln_tensors_conn_closed(kiln_server_t *s, kiln_conn_t *c) {
+  /* Past the drain the workers are gone, and every tensor with them. */
+  if (!c->session_tensors || s->drain_finished) return;
+  kiln_tensors_reap(s);
+  size_t it = 0;
+  void *v;
+  uint32_t n = 0;
+  while (kiln_map_next(&s->tensors, &it, NULL, &v)) {
+    kiln_tensor_t *t = v;
+    if (t->session != c->id) continue;
+    free_quietly(s, t); /* removing the entry just returned is allowed */
+    n++;
+  }
+  if (n) KILN_LOG_DEBUG("session_tensors_freed", "conn=%llu tensors=%u", (unsigned long long)c->id, n);
+}
+
+/* free {"ids": [...]} or {"all": true}: every id is checked before any is freed, so a wrong
+ * one frees nothing. */
+static kiln_status_t free_many(kiln_call_t *call, const msgpack_object_array *ids, bool all) {
+  kiln_server_t *s = call->server;
+  kiln_tenant_t *me = call->conn->tenant;
+  uint64_t freed = 0;
+  if (all) {
+    kiln_tensors_reap(s);
+    size_t it = 0;
+    void *v;
+    while (kiln_map_next(&s->tensors, &it, NULL, &v)) {
+      kiln_tensor_t *t = v;
+      if (t->tenant != me || kiln_device_permit(t->device, me) != KILN_OK) continue;
+      free_quietly(s, t);
+      freed++;
+    }
+  } else {
+    for (uint32_t i = 0; i < ids->size; i++)
+      if (ids->ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "'ids' holds unsigned integers (item %u is not one)", i);
+    for (uint32_t i = 0; i < ids->size; i++) {
+      kiln_tensor_t *t;
+      KILN_RETURN_IF_ERROR(kiln_tensor_lookup(call, ids->ptr[i].via.u64, &t));
+    }
+    for (uint32_t i = 0; i < ids->size; i++) {
+      kiln_tensor_t *t = kiln_map_get(&s->tensors, ids->ptr[i].via.u64);
+      if (!t) continue; /* listed twice */
+      free_quietly(s, t);
+      freed++;
+    }
+  }
+  msgpack_pack_map(call->pk, 1);
+  kiln_pack_kv_u64(call->pk, "freed", freed);
+  return KILN_OK;
+}
+
 kiln_status_t kiln_method_free(kiln_call_t *call) {
-  static const char *const fields[] = {"id", NULL};
+  static const char *const fields[] = {"id", "ids", "all", NULL};
   KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "free", fields));
+  const msgpack_object_array *ids = NULL;
+  bool all = false;
+  KILN_RETURN_IF_ERROR(kiln_params_array(call->params, "ids", false, &ids));
+  KILN_RETURN_IF_ERROR(kiln_params_bool(call->params, "all", false, &all));
+  bool one = kiln_params_find(call->params, "id") != NULL;
+  if (one + (ids != NULL) + (kiln_params_find(call->params, "all") != NULL) != 1)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "free takes one of 'id', 'ids' or 'all'");
+  if (!one) {
+    if (kiln_params_find(call->params, "all") && !all)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "'all' must be true when given");
+    return free_many(call, ids, all);
+  }
   kiln_tensor_t *t;
   KILN_RETURN_IF_ERROR(id_param(call, &t));
   op_t *op = op_new(OP_FREE);
@@ -585,4 +691,54 @@ kiln_status_t kiln_method_free(kiln_call_t *call) {
   kiln_status_t st = send_op(call, op, KILN_JOB_FREE, 0, 0, 0, 0);
   if (st) op_free(op);
   return st;
+}
+
+/* tensors {"device"?}: the calling tenant's live tensors (on devices it may still use). */
+kiln_status_t kiln_method_tensors(kiln_call_t *call) {
+  static const char *const fields[] = {"device", NULL};
+  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "tensors", fields));
+  kiln_server_t *s = call->server;
+  kiln_tenant_t *me = call->conn->tenant;
+  const kiln_device_entry_t *only = NULL;
+  const char *dev = NULL;
+  uint32_t dev_len = 0;
+  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "device", false, &dev, &dev_len));
+  if (dev) {
+    only = kiln_device_find(s, dev, dev_len);
+    if (!only)
+      return KILN_STATUS(KILN_E_NOT_FOUND, "no device '%.*s' on this server; `devices` lists them",
+                         (int)(dev_len < 32 ? dev_len : 32), dev);
+    KILN_RETURN_IF_ERROR(kiln_device_permit(only, me));
+  }
+  kiln_tensors_reap(s);
+  uint32_t n = 0;
+  size_t it = 0;
+  void *v;
+  while (kiln_map_next(&s->tensors, &it, NULL, &v)) {
+    const kiln_tensor_t *t = v;
+    n += t->tenant == me && (!only || t->device == only) && kiln_tenant_may_use(me, t->device->id, t->device->kind);
+  }
+  uint64_t now = kiln_now_ns();
+  msgpack_packer *pk = call->pk;
+  msgpack_pack_array(pk, n);
+  it = 0;
+  while (kiln_map_next(&s->tensors, &it, NULL, &v)) {
+    const kiln_tensor_t *t = v;
+    if (t->tenant != me || (only && t->device != only) ||
+        !kiln_tenant_may_use(me, t->device->id, t->device->kind))
+      continue;
+    msgpack_pack_map(pk, 8);
+    kiln_pack_kv_u64(pk, "id", t->id);
+    kiln_pack_kv_str(pk, "device", t->device->id);
+    kiln_pack_kv_str(pk, "dtype", kiln_dtype_name(t->desc.dtype));
+    kiln_pack_cstr(pk, "shape");
+    msgpack_pack_array(pk, t->desc.ndim);
+    for (uint32_t d = 0; d < t->desc.ndim; d++) msgpack_pack_uint64(pk, t->desc.shape[d]);
+    kiln_pack_kv_u64(pk, "bytes", t->desc.nbytes);
+    kiln_pack_cstr(pk, "age_s");
+    msgpack_pack_double(pk, (double)(now - t->created_ns) / 1e9);
+    kiln_pack_kv_str(pk, "client", t->client);
+    kiln_pack_kv_bool(pk, "session", t->session != 0);
+  }
+  return KILN_OK;
 }

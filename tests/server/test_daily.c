@@ -42,3 +42,210 @@ Test(start, pins_of_absent_cores_or_devices_are_refused) {
   refused((const char *const[]){"--pin", "cpu:0=0,", NULL}, "not a list of cores");
   accepted((const char *const[]){"--pin", "cpu:0=0", NULL});
 }
+
+/* --- tensors, free of many, session-bound tensors ---------------------------------------- */
+
+enum { E_INVALID_ARGUMENT = 1, E_NOT_FOUND = 5 };
+#define TOK_A "alpha-token-0123456789"
+#define TOK_B "bravo-token-0123456789"
+
+static daemon_t d;
+static char tokens_path[128];
+
+static void start(void) {
+  snprintf(tokens_path, sizeof(tokens_path), "/tmp/kiln-daily-tokens-%d", (int)getpid());
+  write_text_file(tokens_path, TOK_A " alpha\n" TOK_B " bravo\n");
+  daemon_start(&d, (const char *const[]){"--tokens", tokens_path, NULL});
+}
+
+static void stop(void) {
+  if (d.pid) daemon_stop(&d);
+  unlink(tokens_path);
+}
+
+TestSuite(tensors, .init = start, .fini = stop, .timeout = 120);
+
+static const char *err(const client_t *c) {
+  static char buf[512];
+  return text_of(c, buf, sizeof(buf));
+}
+
+/* hello with a token, a client name and (when not NULL) the tensors' lifetime. */
+static void connect_as(client_t *c, const char *token, const char *name, const char *life) {
+  client_connect_tcp(c, &d);
+  pbuild_t b;
+  pb_begin(&b, life ? 3 : 2);
+  kiln_pack_kv_str(&b.p.pk, "token", token);
+  kiln_pack_kv_str(&b.p.pk, "client", name);
+  if (life) kiln_pack_kv_str(&b.p.pk, "tensors", life);
+  client_call(c, "hello", &b);
+  cr_assert_eq(code_of(c), 0, "hello: %s", err(c));
+  const msgpack_object *l = obj_path(c->msg.result, "tensors");
+  cr_assert(l && kiln_obj_str_eq(l, life ? life : "tenant"), "hello does not echo the lifetime");
+}
+
+static uint64_t alloc_f32(client_t *c, uint32_t n) {
+  pbuild_t b;
+  pb_begin(&b, 2);
+  kiln_pack_kv_str(&b.p.pk, "dtype", "float32");
+  kiln_pack_cstr(&b.p.pk, "shape");
+  msgpack_pack_array(&b.p.pk, 2);
+  msgpack_pack_uint32(&b.p.pk, 2);
+  msgpack_pack_uint32(&b.p.pk, n);
+  client_call(c, "alloc", &b);
+  cr_assert_eq(code_of(c), 0, "alloc: %s", err(c));
+  return obj_path(c->msg.result, "id")->via.u64;
+}
+
+/* The ids `tensors` lists (at most cap); the reply stays in c->msg. */
+static uint32_t list(client_t *c, uint64_t *ids, uint32_t cap) {
+  client_call(c, "tensors", NULL);
+  cr_assert_eq(code_of(c), 0, "tensors: %s", err(c));
+  cr_assert_eq(c->msg.result->type, MSGPACK_OBJECT_ARRAY);
+  uint32_t n = c->msg.result->via.array.size;
+  for (uint32_t i = 0; i < n && i < cap; i++)
+    ids[i] = obj_path(&c->msg.result->via.array.ptr[i], "id")->via.u64;
+  return n;
+}
+
+static void free_ids(client_t *c, const uint64_t *ids, uint32_t n) {
+  pbuild_t b;
+  pb_begin(&b, 1);
+  kiln_pack_cstr(&b.p.pk, "ids");
+  msgpack_pack_array(&b.p.pk, n);
+  for (uint32_t i = 0; i < n; i++) msgpack_pack_uint64(&b.p.pk, ids[i]);
+  client_call(c, "free", &b);
+}
+
+Test(tensors, lists_the_tenants_own_and_frees_many) {
+  client_t a, b;
+  connect_as(&a, TOK_A, "notebook-1", NULL);
+  connect_as(&b, TOK_B, "other", NULL);
+  uint64_t t1 = alloc_f32(&a, 3), t2 = alloc_f32(&a, 5), tb = alloc_f32(&b, 1);
+  uint64_t ids[8];
+  cr_assert_eq(list(&a, ids, 8), 2);
+  const msgpack_object *e = &a.msg.result->via.array.ptr[ids[0] == t1 ? 0 : 1];
+  cr_assert(kiln_obj_str_eq(obj_path(e, "device"), "cpu:0"));
+  cr_assert(kiln_obj_str_eq(obj_path(e, "dtype"), "float32"));
+  cr_assert(kiln_obj_str_eq(obj_path(e, "client"), "notebook-1"));
+  cr_assert_eq(obj_path(e, "bytes")->via.u64, 24);
+  const msgpack_object *shape = obj_path(e, "shape");
+  cr_assert(shape->type == MSGPACK_OBJECT_ARRAY && shape->via.array.size == 2 &&
+            shape->via.array.ptr[1].via.u64 == 3);
+  cr_assert(obj_path(e, "age_s")->via.f64 >= 0);
+  cr_assert_eq(obj_path(e, "session")->via.boolean, false);
+  /* Another tenant's id is unknown to free, and a wrong id frees nothing. */
+  uint64_t mixed[] = {t1, tb};
+  free_ids(&a, mixed, 2);
+  cr_assert_eq(code_of(&a), E_NOT_FOUND, "%s", err(&a));
+  cr_assert_eq(list(&a, ids, 8), 2, "a refused free of many freed some");
+  uint64_t both[] = {t1, t2, t1};
+  free_ids(&a, both, 3);
+  cr_assert_eq(code_of(&a), 0, "%s", err(&a));
+  cr_assert_eq(obj_path(a.msg.result, "freed")->via.u64, 2);
+  cr_assert_eq(list(&a, ids, 8), 0);
+  client_send_id(&a, 9, "download", t1);
+  cr_assert(client_recv(&a, 5000));
+  cr_assert_eq(code_of(&a), E_NOT_FOUND);
+  /* all: only the caller's. */
+  alloc_f32(&a, 2);
+  pbuild_t p;
+  pb_begin(&p, 1);
+  kiln_pack_kv_bool(&p.p.pk, "all", true);
+  client_call(&a, "free", &p);
+  cr_assert_eq(obj_path(a.msg.result, "freed")->via.u64, 1);
+  cr_assert_eq(list(&b, ids, 8), 1);
+  cr_assert_eq(ids[0], tb);
+  client_close(&a);
+  client_close(&b);
+}
+
+Test(tensors, session_tensors_end_with_their_connection) {
+  client_t s1, other;
+  connect_as(&s1, TOK_A, "private", "session");
+  connect_as(&other, TOK_A, "watcher", NULL);
+  uint64_t kept = alloc_f32(&other, 4);
+  alloc_f32(&s1, 4);
+  alloc_f32(&s1, 8);
+  uint64_t ids[8];
+  cr_assert_eq(list(&other, ids, 8), 3, "the tenant sees its session tensors too");
+  client_close(&s1);
+  int tries = 0;
+  while (list(&other, ids, 8) != 1 && tries++ < 500) usleep(10000);
+  cr_assert_eq(list(&other, ids, 8), 1, "the session's tensors outlived it");
+  cr_assert_eq(ids[0], kept);
+  /* Their bytes went back: stats counts the one tensor left. */
+  client_call(&other, "stats", NULL);
+  cr_assert_eq(obj_path(other.msg.result, "tensors")->via.u64, 1);
+  cr_assert_eq(obj_path(other.msg.result, "tensor_bytes")->via.u64, 32);
+  free_ids(&other, ids, 1);
+  client_close(&other);
+}
+
+/* Hostile params: each answers E_INVALID_ARGUMENT (or E_NOT_FOUND) and the connection stays. */
+Test(tensors, bad_params_are_refused) {
+  client_t a;
+  connect_as(&a, TOK_A, "x", NULL);
+  pbuild_t b;
+  pb_begin(&b, 1);
+  kiln_pack_kv_str(&b.p.pk, "ids", "1,2");
+  client_call(&a, "free", &b);
+  cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
+  pb_begin(&b, 1);
+  kiln_pack_cstr(&b.p.pk, "ids");
+  msgpack_pack_array(&b.p.pk, 2);
+  msgpack_pack_uint32(&b.p.pk, 1);
+  msgpack_pack_int32(&b.p.pk, -1);
+  client_call(&a, "free", &b);
+  cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
+  pb_begin(&b, 1);
+  kiln_pack_kv_bool(&b.p.pk, "all", false);
+  client_call(&a, "free", &b);
+  cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
+  pb_begin(&b, 2);
+  kiln_pack_kv_u64(&b.p.pk, "id", 1);
+  kiln_pack_kv_bool(&b.p.pk, "all", true);
+  client_call(&a, "free", &b);
+  cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
+  client_call(&a, "free", NULL);
+  cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
+  pb_begin(&b, 1);
+  kiln_pack_cstr(&b.p.pk, "ids");
+  msgpack_pack_array(&b.p.pk, 0);
+  client_call(&a, "free", &b);
+  cr_assert_eq(code_of(&a), 0, "%s", err(&a));
+  cr_assert_eq(obj_path(a.msg.result, "freed")->via.u64, 0);
+  pb_begin(&b, 1);
+  kiln_pack_kv_str(&b.p.pk, "device", "cuda:9");
+  client_call(&a, "tensors", &b);
+  cr_assert_eq(code_of(&a), E_NOT_FOUND, "%s", err(&a));
+  pb_begin(&b, 1);
+  kiln_pack_kv_u64(&b.p.pk, "limit", 3);
+  client_call(&a, "tensors", &b);
+  cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
+  static const char *const lives[] = {"forever", "Session", ""};
+  for (int i = 0; i < 3; i++) {
+    pb_begin(&b, 2);
+    kiln_pack_kv_str(&b.p.pk, "token", TOK_A);
+    kiln_pack_kv_str(&b.p.pk, "tensors", lives[i]);
+    client_call(&a, "hello", &b);
+    cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "'%s': %s", lives[i], err(&a));
+  }
+  pb_begin(&b, 2);
+  kiln_pack_kv_str(&b.p.pk, "token", TOK_A);
+  kiln_pack_kv_u64(&b.p.pk, "tensors", 1);
+  client_call(&a, "hello", &b);
+  cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
+  client_call(&a, "ping", NULL);
+  cr_assert_eq(code_of(&a), 0);
+  client_close(&a);
+}
+
+/* Before hello on a tokens server `tensors` is refused like every other method. */
+Test(tensors, needs_hello) {
+  client_t a;
+  client_connect_tcp(&a, &d);
+  client_call(&a, "tensors", NULL);
+  cr_assert_eq(code_of(&a), 3, "%s", err(&a));
+  client_close(&a);
+}

@@ -58,7 +58,7 @@ def _shape_tuple(shape):
 class NDArray:
     """A tensor held by kilnd. ``id`` is the daemon's tensor id."""
 
-    __slots__ = ("device", "id", "shape", "dtype", "_freed", "__weakref__")
+    __slots__ = ("device", "id", "shape", "dtype", "_freed", "_borrowed", "__weakref__")
 
     def __init__(self, device, tensor_id, shape, dtype):
         self.device = device
@@ -66,6 +66,23 @@ class NDArray:
         self.shape = tuple(shape)
         self.dtype = dtype
         self._freed = False
+        self._borrowed = False  # attach(own=False): collection does not free it
+
+    @classmethod
+    def attach(cls, session, tensor_id, own=False):
+        """An NDArray for a tensor id made elsewhere: another session or process of the same
+        tenant, ``kiln tensors``. Raises NotFound when the tenant has no such tensor. With
+        ``own=False`` (the default) collecting the NDArray leaves the tensor alone; ``free()``
+        still frees it."""
+        from .errors import NotFound
+        tensor_id = int(tensor_id)
+        for t in session.tensors():
+            if t["id"] == tensor_id:
+                a = cls(session.device(t["device"]), tensor_id, t["shape"], t["dtype"])
+                a._borrowed = not own
+                return a
+        raise NotFound("no tensor %d for tenant %s (freed, never made, or another tenant's)"
+                       % (tensor_id, session.tenant))
 
     # -- properties ------------------------------------------------------------------------
 
@@ -199,7 +216,7 @@ class NDArray:
 
     def __del__(self):
         try:
-            if not self._freed:
+            if not self._freed and not self._borrowed:
                 self._freed = True
                 conn = self.device.session._conn
                 if not conn.closed:

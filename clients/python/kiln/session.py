@@ -95,7 +95,8 @@ class Session:
     ``daemon`` is the private kilnd this session started, if any.
     """
 
-    def __init__(self, url, token=None, client=None, timeout=10.0, daemon=None, tls=None):
+    def __init__(self, url, token=None, client=None, timeout=10.0, daemon=None, tls=None,
+                 tensors=None):
         self.url = url
         self.daemon = daemon
         self._conn = Connection(url, timeout, tls)
@@ -104,6 +105,8 @@ class Session:
         params = {"version": PROTOCOL_VERSION, "client": client or CLIENT_NAME}
         if token is not None:
             params["token"] = token
+        if tensors is not None:  # "session": this session's tensors are freed when it closes
+            params["tensors"] = tensors
         try:
             h = self._conn.request("hello", params).result(timeout)
         except BaseException:
@@ -266,6 +269,20 @@ class Session:
         from .module import Module
         return Module(self, {"module": module_id, "kernels": []}, target)
 
+    def tensors(self, device=None):
+        """The tenant's live tensors (all its sessions'), as the daemon lists them: dicts with
+        ``id``, ``device``, ``dtype``, ``shape``, ``bytes``, ``age_s``, ``client`` (the hello
+        name of the session that made it) and ``session`` (freed when that session closes).
+        ``kiln.nd.NDArray.attach(session, id)`` makes an NDArray of one."""
+        params = {} if device is None else {"device": str(device)}
+        return self.call("tensors", params)
+
+    def free_tensors(self, ids=None):
+        """Frees the tenant's tensors ``ids`` (every one of them when None); returns how many
+        went. An unknown id frees nothing and raises NotFound."""
+        params = {"all": True} if ids is None else {"ids": [int(i) for i in ids]}
+        return self.call("free", params)["freed"]
+
     def on_notification(self, fn):
         """Calls ``fn(method, params)`` for each notification the daemon sends (``progress``
         of long jobs), in whichever thread reads it. ``error`` notifications are not passed:
@@ -339,7 +356,9 @@ class Lease:
 
 
 def _try_connect(url, token, client, timeout, daemon=None, tls=None):
-    return Session(url, token=token, client=client, timeout=timeout, daemon=daemon, tls=tls)
+    # A private daemon's tensors end with their session: nothing else can reach them.
+    return Session(url, token=token, client=client, timeout=timeout, daemon=daemon, tls=tls,
+                   tensors="session" if daemon is not None else None)
 
 
 def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,

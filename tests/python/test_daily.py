@@ -1,0 +1,94 @@
+"""Daily use (issue 16), the client's side of the daemon's changes: the tenant's tensors
+listed, freed many at once, adopted by another session, and tied to their session."""
+
+import gc
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.session import Session
+
+
+def _ids(sess):
+    return {t["id"] for t in sess.tensors()}
+
+
+def test_tensors_lists_what_the_tenant_holds(unix_url):
+    with kiln.connect(unix_url, client="maker") as a, kiln.connect(unix_url) as b:
+        x = kiln.nd.array(np.arange(6, dtype="float32").reshape(2, 3), a.cpu(0))
+        listed = {t["id"]: t for t in b.tensors()}
+        t = listed[x.id]
+        assert (t["device"], t["dtype"], t["shape"], t["bytes"]) == ("cpu:0", "float32", [2, 3], 24)
+        assert t["client"] == "maker" and t["session"] is False and t["age_s"] >= 0
+        assert [t["id"] for t in b.tensors("cpu:0")].count(x.id) == 1
+        x.free()
+        assert x.id not in _ids(b)
+
+
+def test_attach_adopts_an_id_from_another_session(unix_url):
+    with kiln.connect(unix_url) as a, kiln.connect(unix_url) as b:
+        x = kiln.nd.array(np.arange(5, dtype="int32"), a.cpu(0))
+        y = kiln.nd.NDArray.attach(b, x.id)
+        assert y.shape == (5,) and y.dtype == "int32" and y.device.id == "cpu:0"
+        np.testing.assert_array_equal(y.numpy(), np.arange(5, dtype="int32"))
+        # Borrowed: collecting it leaves the tensor to its maker.
+        del y
+        gc.collect()
+        b.sync()
+        assert x.id in _ids(a)
+        with pytest.raises(kiln.NotFound):
+            kiln.nd.NDArray.attach(b, 12345)
+        owned = kiln.nd.NDArray.attach(b, x.id, own=True)
+        owned.free()
+        assert x.id not in _ids(a)
+
+
+def test_free_many_and_all(unix_url):
+    with kiln.connect(unix_url) as a:
+        xs = [kiln.nd.empty((4,), "float32", a.cpu(0)) for _ in range(3)]
+        assert a.free_tensors([xs[0].id, xs[1].id]) == 2
+        with pytest.raises(kiln.NotFound):
+            a.free_tensors([xs[0].id, xs[2].id])  # the first is gone: nothing is freed
+        assert xs[2].id in _ids(a)
+        for x in xs:
+            x._freed = True  # freed behind the NDArrays' backs
+        assert a.free_tensors() >= 1
+        assert _ids(a) == set()
+
+
+def test_session_tensors_end_with_the_session(unix_url):
+    with kiln.connect(unix_url) as watcher:
+        s = Session(unix_url, tensors="session")
+        assert s.hello_result["tensors"] == "session"
+        x = kiln.nd.array(np.ones(8, dtype="float32"), s.cpu(0))
+        listed = {t["id"]: t for t in watcher.tensors()}
+        assert listed[x.id]["session"] is True
+        x._freed = True  # left for the daemon to free
+        s.close()
+        deadline = time.monotonic() + 10
+        while x.id in _ids(watcher) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert x.id not in _ids(watcher)
+
+
+def test_bad_lifetime_is_refused(unix_url):
+    with pytest.raises(kiln.InvalidArgument):
+        Session(unix_url, tensors="forever")
+
+
+def test_private_sessions_tie_tensors_to_themselves(kilnd_bin, tmp_path):
+    """A process with no daemon to find starts a private one whose sessions are `session`."""
+    code = ("import kiln; s = kiln.connect(); print(s.hello_result['tensors'], "
+            "s.daemon is not None)")
+    env = dict(os.environ, KILND=kilnd_bin, XDG_RUNTIME_DIR=str(tmp_path), KILN_AUTOSTART="1",
+               PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
+    env.pop("KILN_URL", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["session", "True"]
