@@ -278,12 +278,7 @@ static void waiter_finish(kiln_compile_state_t *cs, waiter_t *w, const kiln_modu
                           bool cached, double ms, kiln_status_t st) {
   if (w->tenant) {
     w->tenant->compiles--;
-    kiln_status_t put = !st && m ? kiln_map_put(&w->tenant->modules, key64(m->key), (void *)1)
-                                 : KILN_OK;
-    if (put) { /* out of memory: the tenant builds it again before it may launch it */
-      KILN_LOG_WARN("tenant_module_lost", "message=\"%s\"", kiln_status_message(put));
-      kiln_status_free(put);
-    }
+    if (!st && m) kiln_grant_module(cs->server, w->tenant, m->key);
   }
   if (w->done) {
     w->done(w->done_ctx, st ? NULL : m, cached, ms, st);
@@ -767,6 +762,21 @@ kiln_status_t kiln_compile_submit(kiln_server_t *s, kiln_tenant_t *t, const msgp
 }
 
 const char *kiln_compile_identity(kiln_server_t *s) { return state(s)->identity; }
+
+/* module {"module"}: what compile answered for this id (cached: true), if the tenant may use
+ * it: a client checks an id it kept (across restarts too, server/grants.c). */
+kiln_status_t kiln_method_module(kiln_call_t *call) {
+  static const char *const fields[] = {"module", NULL};
+  KILN_RETURN_IF_ERROR(kiln_params_check(call->params, "module", fields));
+  const char *hex;
+  uint32_t hlen;
+  KILN_RETURN_IF_ERROR(kiln_params_str(call->params, "module", true, &hex, &hlen));
+  kiln_module_t *m;
+  KILN_RETURN_IF_ERROR(kiln_module_find(call->server, call->conn->tenant, hex, hlen, &m));
+  pack_result(call->pk, m, true, 0);
+  kiln_module_release(m);
+  return KILN_OK;
+}
 
 kiln_status_t kiln_method_source(kiln_call_t *call) {
   static const char *const fields[] = {"module", "kind", NULL};

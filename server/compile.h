@@ -44,6 +44,7 @@ const char *kiln_compile_identity(kiln_server_t *s);
 KILN_MUST_USE kiln_status_t kiln_method_compile(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_compile_batch(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_source(kiln_call_t *call);
+KILN_MUST_USE kiln_status_t kiln_method_module(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_cancel(kiln_call_t *call);
 
 #endif

@@ -25,6 +25,7 @@ static const method_t methods[] = {
     {"graph_create", kiln_method_graph_create}, {"graph_run", kiln_method_graph_run},
     {"graph_time", kiln_method_graph_time},     {"graph_free", kiln_method_graph_free},
     {"quotas", kiln_method_quotas},           {"tensors", kiln_method_tensors},
+    {"module", kiln_method_module},
 };
 
 int kiln_method_count(void) { return (int)KILN_ARRAY_SIZE(methods); }

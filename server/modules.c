@@ -83,7 +83,7 @@ static bool parse_hex_key(const char *hex, uint32_t len, uint8_t out[KILN_HASH_B
   return true;
 }
 
-kiln_status_t kiln_module_find(kiln_server_t *s, const kiln_tenant_t *tenant, const char *hex,
+kiln_status_t kiln_module_find(kiln_server_t *s, kiln_tenant_t *tenant, const char *hex,
                                uint32_t len, kiln_module_t **out) {
   uint8_t key[KILN_HASH_BYTES];
   if (!parse_hex_key(hex, len, key))
@@ -92,6 +92,7 @@ kiln_status_t kiln_module_find(kiln_server_t *s, const kiln_tenant_t *tenant, co
   /* A module id is a content hash anyone could compute: only tenants that compiled it
    * (or got it from the cache through their own compile) may use it. */
   kiln_module_t *m = NULL;
+  if (tenant) kiln_grants_load(s, tenant); /* grants of earlier runs */
   if (!tenant || kiln_map_get(&tenant->modules, kiln_module_key64(key))) m = kiln_module_get(s->cache, key);
   if (!m)
     return KILN_STATUS(KILN_E_NOT_FOUND,

@@ -35,8 +35,14 @@ kiln_module_t *kiln_module_get(kiln_cache_t *cache, const uint8_t key[KILN_HASH_
 /* The module with id `hex` (a compile's `module`) for `tenant`: E_INVALID_ARGUMENT for a
  * malformed id, E_NOT_FOUND when unknown or, for a tenant (when not NULL), when it never
  * compiled it. A new reference. */
-KILN_MUST_USE kiln_status_t kiln_module_find(kiln_server_t *s, const kiln_tenant_t *tenant, const char *hex,
+KILN_MUST_USE kiln_status_t kiln_module_find(kiln_server_t *s, kiln_tenant_t *tenant, const char *hex,
                                uint32_t len, kiln_module_t **out);
+
+/* Grants (grants.c): tenant t may use the module with this key from now on, across restarts
+ * with the same cache (the grant is appended to DIR/grants/TENANT.modules when new). */
+void kiln_grant_module(kiln_server_t *s, kiln_tenant_t *t, const uint8_t key[KILN_HASH_BYTES]);
+/* Reads the tenant's grants file into its `modules` map, once per run. */
+void kiln_grants_load(kiln_server_t *s, kiln_tenant_t *t);
 
 kiln_module_t *kiln_module_retain(kiln_module_t *m);
 void kiln_module_release(kiln_module_t *m); /* NULL is fine; any thread */

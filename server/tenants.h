@@ -78,6 +78,7 @@ typedef struct kiln_tenant {
   uint64_t transfers_waiting; /* reads/downloads queued for that budget */
   uint64_t requests, errors;
   kiln_map_t modules; /* key64 of modules this tenant compiled -> (void *)1 */
+  bool grants_loaded; /* its grants file was read (server/grants.c) */
 } kiln_tenant_t;
 
 typedef struct kiln_tenants {

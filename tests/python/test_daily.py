@@ -92,3 +92,32 @@ def test_private_sessions_tie_tensors_to_themselves(kilnd_bin, tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["session", "True"]
+
+
+FILL_IR = ('define void @fill(ptr %p, float %v) section "kiln.kernel" {\n'
+           '  store float %v, ptr %p\n  ret void\n}\n')
+
+
+def test_module_ids_survive_a_restart(kilnd_bin, tmp_path):
+    cache = tmp_path / "cache"
+    d = kiln.start_daemon(kilnd_bin, cache_dir=str(cache), listen=["tcp:127.0.0.1:0"])
+    try:
+        with kiln.connect(d.urls[0]) as s:
+            mid = s.compile(FILL_IR).id
+            with pytest.raises(kiln.NotFound):
+                s.module("ab" * 32)
+            with pytest.raises(kiln.InvalidArgument):
+                s.module("not an id")
+    finally:
+        d.stop()
+    d = kiln.start_daemon(kilnd_bin, cache_dir=str(cache), listen=["tcp:127.0.0.1:0"])
+    try:
+        with kiln.connect(d.urls[0]) as s:
+            m = s.module(mid)
+            assert m.cached and [k.name for k in m.kernels] == ["fill"]
+            x = kiln.nd.empty((1,), "float32", s.cpu(0))
+            m["fill"](x, 4.0, grid=1, block=1)
+            assert x.numpy()[0] == 4.0
+            assert s.stats()["compile"]["compiles"] == 0
+    finally:
+        d.stop()

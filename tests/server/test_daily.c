@@ -249,3 +249,132 @@ Test(tensors, needs_hello) {
   cr_assert_eq(code_of(&a), 3, "%s", err(&a));
   client_close(&a);
 }
+
+/* --- module ids across restarts ---------------------------------------------------------- */
+
+static const char fill_ir[] =
+    "define void @fill(ptr %p, float %v) section \"kiln.kernel\" {\n"
+    "  store float %v, ptr %p\n"
+    "  ret void\n"
+    "}\n";
+
+static void module_call(client_t *c, const char *id) {
+  pbuild_t b;
+  pb_begin(&b, 1);
+  kiln_pack_kv_str(&b.p.pk, "module", id);
+  client_call(c, "module", &b);
+}
+
+/* Starts kilnd on the given cache and tokens (d's directory is its own, removed at stop). */
+static void start_on(daemon_t *dd, const char *cache) {
+  daemon_start(dd, (const char *const[]){"--tokens", tokens_path, "--cache-dir", cache, NULL});
+}
+
+static void connect_to(client_t *c, const daemon_t *dd, const char *token) {
+  client_connect_tcp(c, dd);
+  client_send_hello(c, 1, token);
+  cr_assert(client_recv(c, 5000));
+  cr_assert_eq(code_of(c), 0, "hello: %s", err(c));
+}
+
+Test(modules, ids_survive_a_restart_with_the_same_cache, .timeout = 180) {
+  char cache[] = "/tmp/kiln-daily-cache-XXXXXX";
+  cr_assert(mkdtemp(cache));
+  snprintf(tokens_path, sizeof(tokens_path), "/tmp/kiln-daily-tokens-m-%d", (int)getpid());
+  write_text_file(tokens_path, TOK_A " alpha\n" TOK_B " bravo\n");
+  daemon_t d1, d2;
+  start_on(&d1, cache);
+  client_t a;
+  connect_to(&a, &d1, TOK_A);
+  char id[65];
+  compile_module(&a, 2, fill_ir, id);
+  client_close(&a);
+  daemon_stop(&d1);
+
+  start_on(&d2, cache);
+  connect_to(&a, &d2, TOK_A);
+  module_call(&a, id);
+  cr_assert_eq(code_of(&a), 0, "a module id of the last run: %s", err(&a));
+  cr_assert(kiln_obj_str_eq(obj_path(a.msg.result, "module"), id));
+  cr_assert_eq(obj_path(a.msg.result, "cached")->via.boolean, true);
+  const msgpack_object *ks = obj_path(a.msg.result, "kernels");
+  cr_assert(ks && ks->type == MSGPACK_OBJECT_ARRAY && ks->via.array.size == 1);
+  cr_assert(kiln_obj_str_eq(obj_path(&ks->via.array.ptr[0], "name"), "fill"));
+  /* It launches, without being compiled again. */
+  uint64_t t = alloc_f32(&a, 1);
+  pbuild_t b;
+  pb_begin(&b, 5);
+  pack_launch_geometry(&b.p.pk, id, "fill", 1, 1);
+  kiln_pack_cstr(&b.p.pk, "args");
+  msgpack_pack_array(&b.p.pk, 2);
+  msgpack_pack_map(&b.p.pk, 1);
+  kiln_pack_kv_u64(&b.p.pk, "tensor", t);
+  msgpack_pack_float(&b.p.pk, 2.5f);
+  client_call(&a, "launch", &b);
+  cr_assert_eq(code_of(&a), 0, "launch after the restart: %s", err(&a));
+  client_send_id(&a, 3, "download", t);
+  cr_assert(client_recv(&a, 5000));
+  const msgpack_object *data = obj_path(a.msg.result, "data");
+  float got;
+  memcpy(&got, data->via.bin.ptr, 4);
+  cr_assert_eq(got, 2.5f);
+  client_call(&a, "stats", NULL);
+  cr_assert_eq(obj_path(a.msg.result, "compile.compiles")->via.u64, 0, "it was compiled again");
+  /* Another tenant never built it: unknown to it, across the restart as before. */
+  client_t bv;
+  connect_to(&bv, &d2, TOK_B);
+  module_call(&bv, id);
+  cr_assert_eq(code_of(&bv), E_NOT_FOUND, "%s", err(&bv));
+  client_close(&bv);
+  client_close(&a);
+  daemon_stop(&d2);
+
+  /* The entry gone from the disk store: the id is unknown, and its grant is dropped. */
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s/objects/*/ && printf 'not a key\\n' >> %s/grants/alpha.modules",
+           cache, cache);
+  cr_assert_eq(system(cmd), 0);
+  start_on(&d2, cache);
+  connect_to(&a, &d2, TOK_A);
+  module_call(&a, id);
+  cr_assert_eq(code_of(&a), E_NOT_FOUND, "%s", err(&a));
+  client_close(&a);
+  daemon_stop(&d2);
+  char path[128];
+  snprintf(path, sizeof(path), "%s/grants/alpha.modules", cache);
+  FILE *f = fopen(path, "r");
+  cr_assert(f);
+  cr_assert_eq(fgetc(f), EOF, "the grants file kept lines of entries that are gone");
+  fclose(f);
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
+  cr_assert_eq(system(cmd), 0);
+  unlink(tokens_path);
+}
+
+Test(modules, module_params_are_checked, .init = start, .fini = stop) {
+  client_t a;
+  connect_as(&a, TOK_A, "x", NULL);
+  static const char *const bad[] = {"zz", "", "0123", NULL};
+  for (int i = 0; bad[i]; i++) {
+    module_call(&a, bad[i]);
+    cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "'%s': %s", bad[i], err(&a));
+  }
+  char unknown[65];
+  memset(unknown, 'a', 64);
+  unknown[64] = 0;
+  module_call(&a, unknown);
+  cr_assert_eq(code_of(&a), E_NOT_FOUND, "%s", err(&a));
+  pbuild_t b;
+  pb_begin(&b, 1);
+  kiln_pack_kv_u64(&b.p.pk, "module", 7);
+  client_call(&a, "module", &b);
+  cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
+  client_call(&a, "module", NULL);
+  cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
+  pb_begin(&b, 2);
+  kiln_pack_kv_str(&b.p.pk, "module", unknown);
+  kiln_pack_kv_u64(&b.p.pk, "kind", 1);
+  client_call(&a, "module", &b);
+  cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
+  client_close(&a);
+}

@@ -265,9 +265,11 @@ class Session:
         return Lease(self, device, seconds, wait)
 
     def module(self, module_id, target=None):
-        """A Module for a module id obtained earlier (its kernels are not known)."""
+        """The Module of a module id obtained earlier (by this tenant, also before a restart of
+        a daemon with the same cache), with its kernel table from the daemon. Raises NotFound
+        when the tenant never built it or the cache no longer holds it (compile it again)."""
         from .module import Module
-        return Module(self, {"module": module_id, "kernels": []}, target)
+        return Module(self, self.call("module", {"module": module_id}), target)
 
     def tensors(self, device=None):
         """The tenant's live tensors (all its sessions'), as the daemon lists them: dicts with
