@@ -180,8 +180,13 @@ def test_hsa_library_option_reaches_the_probe(tmp_path):
     libm = ctypes.util.find_library("m")
     path = next(p for p in ("/lib/x86_64-linux-gnu/" + (libm or ""), "/usr/lib/x86_64-linux-gnu/libm.so.6")
                 if os.path.isfile(p))
-    with start_daemon(args=["--devices", "cpu,hsa", "--hsa-library", path]) as d:
+    with start_daemon(args=["--hsa-library", path]) as d:
         with kiln.connect(d.urls[0]) as s:
             hsa = [x for x in s.devices_info(absent=True) if x["kind"] == "hsa"]
             assert len(hsa) == 1 and hsa[0].get("available") is False
             assert os.path.realpath(path) in hsa[0]["reason"], hsa[0]
+    # Asking for the absent backend by name refuses the start, with the same reason.
+    with pytest.raises(kiln.Unavailable) as e:
+        start_daemon(args=["--devices", "cpu,hsa", "--hsa-library", path])
+    assert "exited with status 1" in str(e.value) and "--devices names 'hsa'" in str(e.value)
+    assert os.path.realpath(path) in str(e.value), str(e.value)
