@@ -188,5 +188,5 @@ def test_hsa_library_option_reaches_the_probe(tmp_path):
     # Asking for the absent backend by name refuses the start, with the same reason.
     with pytest.raises(kiln.Unavailable) as e:
         start_daemon(args=["--devices", "cpu,hsa", "--hsa-library", path])
-    assert "exited with status 1" in str(e.value) and "--devices names 'hsa'" in str(e.value)
+    assert "--devices names 'hsa'" in str(e.value)
     assert os.path.realpath(path) in str(e.value), str(e.value)
