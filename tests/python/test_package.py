@@ -76,3 +76,15 @@ def test_fresh_venv_install_imports_everything(tmp_path):
     want = sorted("kiln." + os.path.relpath(d, os.path.join(PKG, "kiln")).replace(os.sep, ".")
                   for d, _, files in os.walk(os.path.join(PKG, "kiln")) if "__init__.py" in files and d != os.path.join(PKG, "kiln"))
     assert eval(pkgs) == want  # noqa: S307 (our own child's repr of a list of names)
+
+
+def test_type_hints_resolve():
+    # py.typed promises hints; the annotated public functions' hints must evaluate
+    import typing
+    import numpy as np
+    from kiln import nd, module
+    assert typing.get_type_hints(nd.array)["return"] is nd.NDArray
+    assert typing.get_type_hints(nd.NDArray.numpy)["return"] is np.ndarray
+    assert typing.get_type_hints(kiln.get_include)["return"] is str
+    typing.get_type_hints(module.BenchmarkResult.to_dict)
+    typing.get_type_hints(module.Module.time_evaluator)

@@ -25,7 +25,7 @@ from .te.export import load_module
 __version__ = "0.1.0"
 
 
-def get_include():
+def get_include() -> str:
     """The folder holding ``kiln/kernel.h`` (shipped with the package): pass it to the C
     compiler as ``-I`` to write kernels in C on a machine without kiln's sources
     (``clang -I$(python3 -m kiln --include) ...``)."""

@@ -10,6 +10,7 @@ time_evaluator spelling).
 
 import math
 import os
+from typing import Any, Callable
 
 import numpy as np
 
@@ -132,7 +133,7 @@ class BenchmarkResult:
         self.std = pick("std", lambda r: float(np.std(r)))
         self.cv = pick("cv", lambda r: (float(np.std(r)) / float(np.mean(r))) if np.mean(r) else float("nan"))
 
-    def to_dict(self):
+    def to_dict(self) -> "dict[str, Any]":
         """The numbers as a plain dict (seconds): ``mean median min max std cv`` and
         ``results``, plus ``number`` and ``repeat`` as kilnd ran them (for JSON, pandas)."""
         d = {k: getattr(self, k) for k in ("mean", "median", "min", "max", "std", "cv")}
@@ -348,8 +349,8 @@ class Module:
             raise InvalidArgument("module %s has %d kernels; pick one with m[name]" % (self.short_id, len(self.kernels)))
         return self.get_function(self.entry_name)(*args, **kw)
 
-    def time_evaluator(self, func_name, dev=None, number=10, repeat=3, min_repeat_ms=0, warmup=None,
-                       flush=None, grid=None, block=None, shared=None):
+    def time_evaluator(self, func_name: str, dev=None, number: int = 10, repeat: int = 3, min_repeat_ms: int = 0,
+                       warmup=None, flush=None, grid=None, block=None, shared=None) -> Callable[..., "BenchmarkResult"]:
         """TVM's time_evaluator: returns ``evaluator(*args, grid=.., block=..)`` ->
         BenchmarkResult. The launch geometry may be given here or to the evaluator."""
         f = self.get_function(func_name)

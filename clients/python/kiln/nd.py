@@ -11,11 +11,14 @@ collected (the ``free`` request is sent without waiting for its reply). Arrays l
 offsets into the result array), pipelined on the connection.
 """
 
+from typing import Any, Optional, Sequence, Union
+
 import numpy as np
 
 from . import dtypes as _dt
-from ._rpc import CombinedFuture, completed_future, SINK_FILLED
+from ._rpc import CombinedFuture, Future, completed_future, SINK_FILLED
 from .errors import InvalidArgument, InternalError
+from .session import Device  # for the hints (session imports nothing of nd at import time)
 
 __all__ = ["NDArray", "array", "empty", "array_async", "empty_async", "CHUNK_BYTES"]
 
@@ -91,22 +94,22 @@ class NDArray:
         return self.device.session
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return len(self.shape)
 
     @property
-    def size(self):
+    def size(self) -> int:
         n = 1
         for d in self.shape:
             n *= d
         return n
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return self.size * _dt.ITEMSIZE[self.dtype]
 
     @property
-    def handle(self):
+    def handle(self) -> int:
         return self.id
 
     def __len__(self):
@@ -127,7 +130,7 @@ class NDArray:
 
     # -- data out --------------------------------------------------------------------------
 
-    def numpy(self):
+    def numpy(self) -> np.ndarray:
         """A new, writable numpy array with the tensor's data."""
         return self.numpy_async().result()
 
@@ -167,7 +170,7 @@ class NDArray:
 
     # -- data in ---------------------------------------------------------------------------
 
-    def copyfrom(self, source):
+    def copyfrom(self, source: Any) -> "NDArray":
         """Copies ``source`` (numpy array-like or NDArray) into this tensor; the shape must
         match, the dtype is converted. Returns self."""
         self.copyfrom_async(source).result()
@@ -183,7 +186,7 @@ class NDArray:
         conn = self.session._conn
         return CombinedFuture(conn, _write_chunks(self.session, self.id, arr), lambda _: self, method="write")
 
-    def copyto(self, target):
+    def copyto(self, target: Union[Device, "NDArray", np.ndarray]) -> Union["NDArray", np.ndarray]:
         """To a Device: a new NDArray there. To an NDArray: copies into it. To a numpy
         array: fills it."""
         from .session import Device
@@ -202,7 +205,7 @@ class NDArray:
         if self._freed:
             raise InvalidArgument("tensor %d was freed" % self.id)
 
-    def free(self):
+    def free(self) -> None:
         """Frees the tensor now and waits for the daemon's answer."""
         if not self._freed:
             self._freed = True
@@ -247,7 +250,7 @@ def _write_chunks(session, tid, arr):
     return parts
 
 
-def array_async(obj, dev=None, dtype=None):
+def array_async(obj: Any, dev: Optional[Device] = None, dtype: Optional[str] = None) -> Future:
     """As ``array``, returning a Future of the NDArray."""
     dev = _resolve_device(dev)
     arr, name = _dt.prepare(obj, dtype)
@@ -300,14 +303,15 @@ def _id_of(r):
     return r["id"]
 
 
-def array(obj, dev=None, dtype=None):
+def array(obj: Any, dev: Optional[Device] = None, dtype: Optional[str] = None) -> NDArray:
     """Copies a numpy array (or anything ``np.asarray`` takes) to device ``dev`` (default:
     cpu:0 of the default session). ``dtype`` converts first; ``dtype="bfloat16"`` takes
     uint16 bits as they are and rounds float arrays to bfloat16."""
     return array_async(obj, dev, dtype).result()
 
 
-def empty_async(shape, dtype="float32", dev=None):
+def empty_async(shape: Union[int, Sequence[int]], dtype: str = "float32",
+                dev: Optional[Device] = None) -> Future:
     dev = _resolve_device(dev)
     shape = _shape_tuple(shape)
     name = _dt.wire_dtype(dtype)
@@ -315,6 +319,6 @@ def empty_async(shape, dtype="float32", dev=None):
                                      transform=lambda r: NDArray(dev, _id_of(r), shape, name))
 
 
-def empty(shape, dtype="float32", dev=None):
+def empty(shape: Union[int, Sequence[int]], dtype: str = "float32", dev: Optional[Device] = None) -> NDArray:
     """A new tensor of ``shape`` and ``dtype`` on ``dev`` (kilnd zero-fills it)."""
     return empty_async(shape, dtype, dev).result()
