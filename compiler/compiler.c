@@ -241,6 +241,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_t *c, const kiln_compile_reque
   job->mark_ns = kiln_now_ns();
   kiln_buf_init(&job->log);
   kiln_buf_init(&job->errors);
+  kiln_buf_init(&job->param_names);
   kiln_artifact_t art;
   kiln_artifact_init(&art);
 
@@ -258,6 +259,7 @@ kiln_status_t kiln_compiler_compile(kiln_compiler_t *c, const kiln_compile_reque
   if (job->ctx) LLVMContextDispose(job->ctx);
   kiln_buf_deinit(&job->log);
   kiln_buf_deinit(&job->errors);
+  kiln_buf_deinit(&job->param_names);
   free(job->values);
   free(job);
   if (s) {

@@ -88,6 +88,15 @@ static kiln_status_t add_kernel(kc_job_t *job, LLVMValueRef f) {
   LLVMTypeRef params[KC_MAX_PARAMS];
   LLVMGetParamTypes(fty, params);
   for (unsigned i = 0; i < np; i++) KILN_RETURN_IF_ERROR(kc_param_type(job, params[i], k->name, i, &k->params[i]));
+  /* The names as written (%a, %n; "" for %0): the kernel table carries them to clients. They
+   * are kept here because lowering replaces the function. */
+  k->names = (uint32_t)job->param_names.len;
+  for (unsigned i = 0; i < np; i++) {
+    size_t nl;
+    const char *pn = LLVMGetValueName2(LLVMGetParam(f, i), &nl);
+    KILN_RETURN_IF_ERROR(kiln_buf_append(&job->param_names, pn, nl));
+    KILN_RETURN_IF_ERROR(kiln_buf_append(&job->param_names, "", 1));
+  }
   job->num_kernels++;
   return KILN_OK;
 }

@@ -43,6 +43,7 @@ typedef struct kc_kernel {
   LLVMValueRef fn; /* valid while the module lives; replaced by lowering passes */
   uint32_t num_params;
   kiln_arg_type_t params[KC_MAX_PARAMS];
+  uint32_t names;                 /* offset in the job's param_names: the IR's parameter names */
   uint32_t group_segment_size;   /* cpu: bytes of static work-group memory */
   uint32_t private_segment_size; /* cpu: per-work-item bytes kept across barriers */
 } kc_kernel_t;
@@ -65,6 +66,7 @@ typedef struct kc_job {
   kc_ir_kind_t ir_kind;
   kiln_buf_t log;          /* warnings, one per line */
   kiln_buf_t errors;       /* error diagnostics reported through the handler */
+  kiln_buf_t param_names;  /* each kernel's parameter names, NUL-terminated, in order */
   uint32_t num_kernels;
   kc_kernel_t kernels[KC_MAX_KERNELS];
   LLVMValueRef *values; /* KC_MAX_VALUES entries of scratch for call and user lists */

@@ -39,9 +39,14 @@ kiln_status_t kc_kernel_table_from_signatures(kc_job_t *job, kiln_artifact_t *ou
     k->args = calloc(src->num_params + 1, sizeof(*k->args));
     if (!k->args) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
     k->num_args = src->num_params;
+    const char *pn = job->param_names.len ? (const char *)job->param_names.data + src->names : NULL;
     for (uint32_t a = 0; a < src->num_params; a++) {
       k->args[a].type = src->params[a];
       k->args[a].size = kiln_arg_type_size(src->params[a]);
+      if (pn) {
+        snprintf(k->args[a].name, sizeof(k->args[a].name), "%s", pn);
+        pn += strlen(pn) + 1;
+      }
     }
     layout(k);
     k->group_segment_size = src->group_segment_size;
