@@ -131,9 +131,10 @@ void kiln_req_fail(kiln_req_t *r, kiln_status_t st) {
   kiln_code_t code = kiln_status_code(st);
   if (code == KILN_E_INTERNAL || code == KILN_E_DEVICE_FAULT || code == KILN_E_COMPILER_CRASHED) {
     char q[300];
-    KILN_LOG_WARN("request_failed", "method=%s code=%s where=%s message=%s",
-                  kiln_method_name(r->method), kiln_code_name(code), kiln_status_where(st),
-                  kiln_log_quote(q, sizeof(q), kiln_status_message(st)));
+    KILN_LOG_WARN("request_failed", "method=%s code=%s tenant=%s conn=%llu where=%s message=%s",
+                  kiln_method_name(r->method), kiln_code_name(code),
+                  r->conn->tenant ? r->conn->tenant->name : "-", (unsigned long long)r->conn->id,
+                  kiln_status_where(st), kiln_log_quote(q, sizeof(q), kiln_status_message(st)));
   }
   send_error(r->conn, r->msgid, code, kiln_status_message(st));
   kiln_status_free(st);
@@ -205,7 +206,7 @@ void kiln_dispatch(kiln_conn_t *c, const uint8_t *bytes, size_t len) {
   if (!c->tenant && method != 0 && method != 1) { /* hello, ping */
     kiln_req_fail(r, KILN_STATUS(KILN_E_UNAUTHENTICATED,
                                  "this server requires a token: call hello with {\"token\": ...} "
-                                 "first"));
+                                 "first (set KILN_TOKEN or --token)"));
     kiln_rpc_msg_deinit(&m);
     return;
   }

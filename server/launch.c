@@ -80,9 +80,17 @@ static void on_reply(void *ctx, kiln_status_t st, const msgpack_object *result) 
     if (!st) {
       msgpack_pack_map(&pk.pk, 1);
       kiln_pack_kv_f64(&pk.pk, "elapsed", r.elapsed);
+      kiln_metrics_device_seconds(op->slot->device, op->slot->tenant, r.elapsed);
     }
   } else if (!st) {
     st = kiln_pack_time_result(&pk.pk, result);
+    kiln_time_reply_t r;
+    kiln_status_t d = st ? NULL : kiln_time_reply_decode(result, &r); /* it decoded just above */
+    if (!st && !d) {
+      kiln_metrics_device_seconds(op->slot->device, op->slot->tenant, r.mean * r.number * r.repeat);
+      kiln_time_reply_deinit(&r);
+    }
+    kiln_status_free(d);
   }
   if (!st) st = kiln_packer_status(&pk);
   if (st) {

@@ -2,10 +2,14 @@
  * (docs/operations.md lists every metric). The HTTP side is metrics_http.c. */
 #include "server/metrics.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "server/compile.h"
@@ -34,6 +38,7 @@ typedef struct metrics {
   uint64_t bytes_in, bytes_out, conns_accepted;
   kiln_map_t launches; /* (device index, tenant index, timed) -> count */
   kiln_map_t refusals; /* (device index, tenant index, capacity) -> count */
+  kiln_map_t device_ns; /* (device index, tenant index, 0) -> device-side nanoseconds */
   death_t *deaths;
   uint32_t num_deaths, cap_deaths;
   uint64_t http_by_code[3]; /* 200, 404, 405 */
@@ -81,6 +86,16 @@ void kiln_metrics_launch(const kiln_device_entry_t *d, const kiln_tenant_t *t, b
   uint64_t k = launch_key((uint32_t)(d - s->devices), t->index, timed);
   uintptr_t n = (uintptr_t)kiln_map_get(&M.launches, k);
   kiln_status_free(kiln_map_put(&M.launches, k, (void *)(n + 1)));
+}
+
+void kiln_metrics_device_seconds(const kiln_device_entry_t *d, const kiln_tenant_t *t, double seconds) {
+  if (!(seconds > 0)) return; /* NaN, negative or nothing: a worker's number is not trusted blindly */
+  kiln_server_t *s = kiln_server_get();
+  uint64_t k = launch_key((uint32_t)(d - s->devices), t->index, false);
+  uintptr_t n = (uintptr_t)kiln_map_get(&M.device_ns, k);
+  double ns = seconds * 1e9;
+  uintptr_t add = ns < 1e18 ? (uintptr_t)ns : (uintptr_t)1e18;
+  kiln_status_free(kiln_map_put(&M.device_ns, k, (void *)(n + add)));
 }
 
 void kiln_metrics_memory_refused(const kiln_device_entry_t *d, const kiln_tenant_t *t, bool capacity) {
@@ -372,6 +387,17 @@ static void render_devices(FILE *f, kiln_server_t *s) {
        "Launches (method launch) and timings (method time) handed to a device worker, by device "
        "and tenant.");
   by_device_tenant(f, s, &M.launches, "kiln_launches_total", "method", "time", "launch");
+  head(f, "kiln_device_seconds_total", "counter",
+       "Device-side seconds of the tenant's launches (their elapsed) and timings (their measured "
+       "runs), by device and tenant.");
+  it = 0;
+  uint64_t k;
+  while (kiln_map_next(&M.device_ns, &it, &k, &v)) {
+    uint32_t d = (uint32_t)(k >> 40) - 1, ti = (uint32_t)(k >> 1) & 0x7fffffffu;
+    if (d >= s->num_devices) continue;
+    const char *l[] = {"device", s->devices[d].id, "tenant", tenant_name(s, ti), NULL};
+    sample(f, "kiln_device_seconds_total", l, (double)(uintptr_t)v / 1e9);
+  }
   head(f, "kiln_launches_in_flight", "gauge", "Launches and timings running on a device, all tenants.");
   for (uint32_t d = 0; d < s->num_devices; d++) {
     const char *l[] = {"device", s->devices[d].id, NULL};
@@ -455,14 +481,56 @@ static void render_tenants(FILE *f, kiln_server_t *s) {
   }
 }
 
+/* The process metrics every Prometheus client library exports (process_*), from /proc. */
+static void render_process(FILE *f) {
+  long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+  unsigned long utime = 0, stime = 0, vsize = 0;
+  unsigned long long start = 0;
+  long rss = 0;
+  FILE *st = fopen("/proc/self/stat", "re");
+  char buf[1024];
+  size_t n = st ? fread(buf, 1, sizeof(buf) - 1, st) : 0;
+  if (st) fclose(st);
+  buf[n] = 0;
+  /* After the command name in parentheses (which may hold spaces): fields 3 on. */
+  const char *p = strrchr(buf, ')');
+  bool ok = p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d "
+                                "%*d %*d %llu %lu %ld", &utime, &stime, &start, &vsize, &rss) == 5;
+  double boot = 0;
+  FILE *sf = fopen("/proc/stat", "re");
+  char line[256];
+  while (sf && fgets(line, sizeof(line), sf))
+    if (sscanf(line, "btime %lf", &boot) == 1) break;
+  if (sf) fclose(sf);
+  int fds = 0;
+  DIR *d = opendir("/proc/self/fd");
+  for (struct dirent *e; d && (e = readdir(d));) fds += e->d_name[0] != '.';
+  if (d) closedir(d);
+  fds -= d != NULL; /* the directory's own descriptor */
+  struct rlimit rl = {0, 0};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  if (ok && tick > 0) {
+    gauge1(f, "process_resident_memory_bytes", "kilnd's resident memory.", (double)rss * (double)page);
+    gauge1(f, "process_virtual_memory_bytes", "kilnd's virtual memory.", (double)vsize);
+    counter1(f, "process_cpu_seconds_total", "kilnd's CPU time, user and system.",
+             (double)(utime + stime) / (double)tick);
+    if (boot > 0)
+      gauge1(f, "process_start_time_seconds", "When kilnd started, in seconds since the epoch.",
+             boot + (double)start / (double)tick);
+  }
+  gauge1(f, "process_open_fds", "kilnd's open file descriptors.", fds);
+  gauge1(f, "process_max_fds", "kilnd's limit of open file descriptors.", (double)rl.rlim_cur);
+}
+
 char *kiln_metrics_render(kiln_server_t *s, size_t *out_len) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   if (!f) return NULL;
   head(f, "kiln_build_info", "gauge", "Always 1; the labels say which kilnd this is.");
-  const char *l[] = {"version", KILN_VERSION, NULL};
+  const char *l[] = {"version", KILN_VERSION, "compiler", kiln_compile_identity(s), NULL};
   sample(f, "kiln_build_info", l, 1);
+  render_process(f);
   gauge1(f, "kiln_uptime_seconds", "Seconds since kilnd started.",
          (double)(kiln_now_ns() - s->start_ns) / 1e9);
   gauge1(f, "kiln_draining", "1 once SIGTERM or SIGINT started the drain.", s->draining);

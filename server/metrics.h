@@ -29,6 +29,9 @@ void kiln_metrics_conn_accepted(void);
 void kiln_metrics_http_answered(unsigned code); /* 200, 404 or 405 (metrics_http.c) */
 /* A launch or timing handed to the device worker of (device, tenant). */
 void kiln_metrics_launch(const kiln_device_entry_t *d, const kiln_tenant_t *t, bool timed);
+/* Device-side seconds a launch (its `elapsed`) or a timing (its measured runs) took on the
+ * device for the tenant. */
+void kiln_metrics_device_seconds(const kiln_device_entry_t *d, const kiln_tenant_t *t, double seconds);
 /* An allocation refused for the tenant's memory quota (capacity false) or for the device's
  * free capacity (capacity true). */
 void kiln_metrics_memory_refused(const kiln_device_entry_t *d, const kiln_tenant_t *t, bool capacity);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -210,6 +211,16 @@ Test(metrics, page_passes_promtool) {
   cr_assert_eq(value_of(body, "kiln_compile_workers"), 1);
   cr_assert(value_of(body, "kiln_received_bytes_total") > 0);
   cr_assert(value_of(body, "kiln_sent_bytes_total") > 0);
+  /* kilnd's own process, as Prometheus client libraries export it; which compiler it runs. */
+  cr_assert(value_of(body, "process_resident_memory_bytes") > 1e6);
+  cr_assert(value_of(body, "process_cpu_seconds_total") >= 0); /* present; 0 below one clock tick */
+  cr_assert(value_of(body, "process_open_fds") > 3);
+  cr_assert(value_of(body, "process_max_fds") >= value_of(body, "process_open_fds"));
+  double started = value_of(body, "process_start_time_seconds");
+  cr_assert(started > (double)time(NULL) - 600 && started <= (double)time(NULL) + 5, /* btime is whole seconds */
+            "%f vs now %ld", started, (long)time(NULL));
+  const char *info = strstr(body, "kiln_build_info{version=\"");
+  cr_assert(info && strstr(info, "compiler=\"") && !strstr(info, "compiler=\"\""), "%.300s", info);
   free(r);
 
   /* HEAD: the same head, no body. */
@@ -254,6 +265,7 @@ Test(metrics, counters_follow_real_requests) {
   launch_inc(&c, mod, t);
   b = scrape();
   cr_assert_eq(value_of(b, launches), (l0 < 0 ? 0 : l0) + 1);
+  cr_assert(value_of(b, "kiln_device_seconds_total{device=\"cpu:0\",tenant=\"default\"}") > 0);
   cr_assert_eq(value_of(b, "kiln_device_workers{device=\"cpu:0\"}"), 1);
   cr_assert_eq(value_of(b, "kiln_tenant_launches_in_flight{tenant=\"default\"}"), 0);
   free(b);
@@ -334,6 +346,12 @@ Test(metrics, device_fault_is_counted) {
   cr_assert(row, "no device restart row:\n%s", body);
   cr_log_info("%.*s", (int)(strchr(row, '\n') - row), row);
   free(body);
+  /* The log line names who failed, for the operator. */
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd),
+           "grep -q 'event=request_failed method=launch code=E_DEVICE_FAULT tenant=default conn=[0-9]' %s/kilnd.log",
+           d.dir);
+  cr_assert_eq(system(cmd), 0, "no request_failed line with tenant and conn");
   client_close(&c);
 }
 
