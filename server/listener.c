@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <errno.h>
+#include <grp.h>
 
 #include "base/log.h"
 #include "server/server.h"
@@ -126,6 +127,27 @@ static int unix_socket_probe(const char *path) {
   return err;
 }
 
+bool kiln_socket_option(kiln_config_t *cfg, bool mode, const char *v) {
+  char *end;
+  errno = 0;
+  unsigned long n = strtoul(v, &end, mode ? 8 : 10);
+  bool number = v[0] >= '0' && v[0] <= '9' && !*end && !errno;
+  if (mode) {
+    if (!number || n > 0777) return false;
+    cfg->socket_mode = (uint32_t)n;
+    return true;
+  }
+  if (number) {
+    if (n >= (uint32_t)-1) return false;
+    cfg->socket_gid = (uint32_t)n;
+    return true;
+  }
+  struct group *g = getgrnam(v);
+  if (!g) return false;
+  cfg->socket_gid = (uint32_t)g->gr_gid;
+  return true;
+}
+
 static kiln_status_t start_unix(kiln_server_t *s, kiln_listener_t *l, const char *path) {
   if (!path[0] || strlen(path) >= sizeof(l->unix_path) || strlen(path) >= 108)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "unix socket path '%s' is empty or too long", path);
@@ -147,9 +169,20 @@ static kiln_status_t start_unix(kiln_server_t *s, kiln_listener_t *l, const char
   uv_pipe_init(s->loop, &l->h.pipe, 0);
   l->h.handle.data = l;
   int rc = uv_pipe_bind(&l->h.pipe, path);
-  if (!rc) rc = uv_listen(&l->h.stream, 511, on_connection);
   if (rc) return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot listen on unix:%s: %s", path, uv_strerror(rc));
-  snprintf(l->unix_path, sizeof(l->unix_path), "%s", path);
+  snprintf(l->unix_path, sizeof(l->unix_path), "%s", path); /* from here on, removed at exit */
+  /* Who may connect (connecting needs write permission) is set before anyone can: the file
+   * exists from bind, but connections are refused until listen. */
+  const kiln_config_t *cfg = &s->cfg;
+  if (cfg->socket_gid != (uint32_t)-1 && chown(path, (uid_t)-1, (gid_t)cfg->socket_gid) != 0)
+    return KILN_STATUS(KILN_E_UNAVAILABLE,
+                       "cannot give unix:%s to group %u (--socket-group): %s%s", path,
+                       cfg->socket_gid, strerror(errno),
+                       errno == EPERM ? " (kilnd's user must be a member of the group)" : "");
+  if (chmod(path, (mode_t)cfg->socket_mode) != 0)
+    return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot set the mode of unix:%s: %s", path, strerror(errno));
+  rc = uv_listen(&l->h.stream, 511, on_connection);
+  if (rc) return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot listen on unix:%s: %s", path, uv_strerror(rc));
   snprintf(l->address, sizeof(l->address), "unix:%s", path);
   return KILN_OK;
 }

@@ -77,6 +77,10 @@ static void usage(FILE *f) {
           "                        checked; they run inside the device worker's sandbox)\n"
           "  --config FILE         options as `key = value` lines (a flag: `key = true`), read\n"
           "                        before the command line, which wins (docs/operations.md)\n"
+          "  --socket-mode MODE    permissions of unix: sockets, octal (default 0600, or 0660\n"
+          "                        with --socket-group); connecting needs write permission\n"
+          "  --socket-group GROUP  group of unix: sockets (a name or number; kilnd's user must\n"
+          "                        be a member)\n"
           "  --version, --help\n");
 }
 
@@ -117,7 +121,8 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
          O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_LTIMEOUT, O_CMEM,
          O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_CPUMEM, O_HSALIB,
          O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER, O_WUIDS, O_PREBUILT, O_TLS_CERT,
-         O_TLS_KEY, O_TLS_CA, O_HANDSHAKE, O_INSECURE, O_CONFIG };
+         O_TLS_KEY, O_TLS_CA, O_HANDSHAKE, O_INSECURE, O_CONFIG, O_SOCK_MODE,
+         O_SOCK_GROUP };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -153,6 +158,8 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"handshake-timeout", required_argument, 0, O_HANDSHAKE},
       {"insecure-tcp", no_argument, 0, O_INSECURE},
       {"config", required_argument, 0, O_CONFIG},
+      {"socket-mode", required_argument, 0, O_SOCK_MODE},
+      {"socket-group", required_argument, 0, O_SOCK_GROUP},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -263,6 +270,10 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         break;
       case O_INSECURE: cfg->insecure_tcp = true; break;
       case O_CONFIG: break; /* read before the command line (load_config) */
+      case O_SOCK_MODE:
+      case O_SOCK_GROUP:
+        if (!kiln_socket_option(cfg, o == O_SOCK_MODE, optarg)) goto bad;
+        break;
       case O_VERSION: printf("kilnd %s\n", KILN_VERSION); exit(0);
       case O_HELP: usage(stdout); exit(0);
       default: usage(stderr); return 2;
@@ -512,6 +523,8 @@ int main(int argc, char **argv) {
   cfg->max_anonymous_per_peer = 8;
   cfg->max_inflight = 256;
   cfg->max_unsent_bytes = 64ull << 20;
+  cfg->socket_mode = (uint32_t)-1; /* settled after the options: it depends on --socket-group */
+  cfg->socket_gid = (uint32_t)-1;
   kiln_limits_default(&cfg->limits);
   /* One compile worker per core kilnd may run on (taskset, a cgroup cpuset), not per core
    * of the machine. */
@@ -534,6 +547,7 @@ int main(int argc, char **argv) {
   }
   int rc = parse_args(argc, argv, cfg);
   if (rc) return rc;
+  if (cfg->socket_mode == (uint32_t)-1) cfg->socket_mode = cfg->socket_gid == (uint32_t)-1 ? 0600 : 0660;
   /* A str is bounded like a bin, by the message limit: `ir` may come as either, and the
    * payload limit (256 MiB) is the one limit on it (docs/protocol.md). */
   cfg->limits.max_str = (uint32_t)KILN_MIN(cfg->limits.max_message, UINT32_MAX);
@@ -576,6 +590,8 @@ int main(int argc, char **argv) {
     KILN_LOG_ERROR("start_failed", "code=%s where=%s", kiln_code_name(kiln_status_code(st)),
                    kiln_status_where(st));
     kiln_status_free(st);
+    kiln_compile_shutdown(s); /* compile workers start warm: theirs go (and their folders) */
+    kiln_workers_reap_all();
     return 1;
   }
 
@@ -594,6 +610,9 @@ int main(int argc, char **argv) {
   uv_signal_start(&s->sig_int, on_signal, SIGINT);
   uv_signal_start(&s->sig_pipe, on_signal, SIGPIPE);
 
+  /* The log line first: whoever waits on the ready fd may read the log as soon as it closes. */
+  KILN_LOG_INFO("ready", "version=%s devices=%u listeners=%d", KILN_VERSION, s->num_devices,
+                s->num_listeners);
   /* Readiness: every listener is bound and listening. */
   if (cfg->ready_fd >= 0) {
     char lines[KILN_MAX_LISTENERS * 310 + 330];
@@ -606,14 +625,13 @@ int main(int argc, char **argv) {
     (void)w;
     close(cfg->ready_fd);
   }
-  KILN_LOG_INFO("ready", "version=%s devices=%u listeners=%d", KILN_VERSION, s->num_devices,
-                s->num_listeners);
 #ifdef KILN_HAVE_SYSTEMD
   /* Type=notify: systemd orders dependent units after this, not after the fork. */
   sd_notify(0, "READY=1");
 #endif
 
   uv_run(s->loop, UV_RUN_DEFAULT);
+  kiln_workers_reap_all();
   KILN_LOG_INFO("exit", "requests=%llu", (unsigned long long)s->total_requests);
   uv_loop_close(s->loop);
   return 0;

@@ -38,7 +38,8 @@ kiln_status_t kiln_method_hello(kiln_call_t *call) {
     if (!t) {
       KILN_LOG_INFO("auth_failed", "conn=%llu peer=%s", (unsigned long long)c->id, c->peer);
       return KILN_STATUS(KILN_E_UNAUTHENTICATED,
-                         token ? "the token is not valid" : "this server requires a token");
+                         token ? "the token is not valid"
+                               : "this server requires a token (set KILN_TOKEN or --token)");
     }
     if (t != c->tenant) {
       KILN_RETURN_IF_ERROR(kiln_quota_check(t, "connections", t->connections, 1,

@@ -82,6 +82,8 @@ typedef struct kiln_config {
   uint64_t cpu_memory;         /* --cpu-memory: capacity of cpu:0; 0 = the default */
   uint32_t worker_uid_first, worker_uid_last; /* --worker-uids; 0 = not given */
   bool allow_prebuilt_cpu;     /* --allow-prebuilt-cpu */
+  uint32_t socket_mode;        /* --socket-mode of unix: listeners (default 0600, 0660 with a group) */
+  uint32_t socket_gid;         /* --socket-group; (uint32_t)-1: kilnd's own */
 } kiln_config_t;
 
 /* --- listeners (listener.c) --------------------------------------------------------------- */
@@ -106,6 +108,9 @@ KILN_MUST_USE kiln_status_t kiln_listeners_start(kiln_server_t *s);
 struct sockaddr_storage;
 KILN_MUST_USE kiln_status_t kiln_tcp_address(const char *spec, struct sockaddr_storage *out, bool *out_loopback);
 void kiln_listeners_close(kiln_server_t *s);
+/* --socket-mode (octal, at most 0777) or --socket-group (a name or number): false when the
+ * value is not one. */
+bool kiln_socket_option(kiln_config_t *cfg, bool mode, const char *value);
 
 /* --- connections (conn.c) ----------------------------------------------------------------- */
 
@@ -479,6 +484,10 @@ uint32_t kiln_worker_generation(const kiln_worker_t *w);
 int kiln_worker_pid(const kiln_worker_t *w);
 uint32_t kiln_worker_restarts(const kiln_worker_t *w);
 uint32_t kiln_worker_inflight(const kiln_worker_t *w);
+/* At exit, after the workers were told to stop (their channels closed, SIGTERM): waits for
+ * every child process, so that none outlives kilnd; those still running after 2 s are
+ * killed. Blocking: the last thing kilnd does. */
+void kiln_workers_reap_all(void);
 /* Starts shutting workers down; returns true when none is left running. */
 bool kiln_worker_idle(const kiln_worker_t *w);
 

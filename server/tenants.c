@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/buf.h"
 #include "base/log.h"
@@ -218,6 +219,14 @@ kiln_status_t kiln_tokens_parse(const char *text, size_t len, kiln_tokens_file_t
 kiln_status_t kiln_tokens_load(const char *path, kiln_tokens_file_t *out) {
   FILE *f = fopen(path, "rb");
   if (!f) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "cannot open tokens file %s: %s", path, strerror(errno));
+  /* Tokens in plaintext are credentials: a file that other users can read (or write: add a
+   * tenant of their own) is worth a line at every load. */
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & (S_IRWXG | S_IRWXO)))
+    KILN_LOG_WARN("tokens_file_mode", "path=%s mode=%04o message=\"others than its owner can %s "
+                  "it; chmod 600 it (or list only blake2b: hashes)\"",
+                  path, (unsigned)(sb.st_mode & 07777),
+                  sb.st_mode & (S_IWGRP | S_IWOTH) ? "write" : "read");
   kiln_buf_t b;
   kiln_buf_init(&b);
   kiln_status_t st = KILN_OK;

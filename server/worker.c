@@ -881,6 +881,36 @@ kiln_status_t kiln_worker_call_fds(kiln_worker_t *w, const char *method, const k
 
 bool kiln_worker_idle(const kiln_worker_t *w) { return !w->cur; }
 
+/* SIGKILL to every child of every thread of kilnd (/proc/self/task/T/children). */
+static void kill_children(void) {
+  DIR *tasks = opendir("/proc/self/task");
+  for (struct dirent *t; tasks && (t = readdir(tasks));) {
+    if (t->d_name[0] == '.') continue;
+    char path[300];
+    snprintf(path, sizeof(path), "/proc/self/task/%s/children", t->d_name);
+    FILE *f = fopen(path, "re");
+    int pid;
+    while (f && fscanf(f, "%d", &pid) == 1)
+      if (pid > 0) kill(pid, SIGKILL);
+    if (f) fclose(f);
+  }
+  if (tasks) closedir(tasks);
+}
+
+void kiln_workers_reap_all(void) {
+  uint64_t deadline = kiln_now_ns() + 2000000000ull;
+  for (;;) {
+    pid_t p = waitpid(-1, NULL, WNOHANG);
+    if (p < 0 && errno != EINTR) return; /* ECHILD: none left */
+    if (p > 0) continue;
+    if (kiln_now_ns() > deadline) break;
+    usleep(10000);
+  }
+  KILN_LOG_WARN("workers_kill", "message=\"workers still running 2 s after the shutdown: killed\"");
+  kill_children();
+  while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
+}
+
 kiln_status_t kiln_worker_start(kiln_worker_t *w) {
   w->warm = true;
   return ensure_running(w);

@@ -1,8 +1,14 @@
 /* Daily use (issue 16), the daemon's side: start-up options that name what does not exist
  * refuse to start with the reason; the tenant's tensors listed and freed; session-bound
- * tensors; module ids across restarts; the unix socket's mode and group. */
+ * tensors; module ids (and CPU kernels' parameter names) across restarts; the unix socket's
+ * mode and group; a tokens file others can read; workers reaped and their folders removed
+ * before kilnd exits. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <grp.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/server/harness.h"
@@ -300,6 +306,11 @@ Test(modules, ids_survive_a_restart_with_the_same_cache, .timeout = 180) {
   const msgpack_object *ks = obj_path(a.msg.result, "kernels");
   cr_assert(ks && ks->type == MSGPACK_OBJECT_ARRAY && ks->via.array.size == 1);
   cr_assert(kiln_obj_str_eq(obj_path(&ks->via.array.ptr[0], "name"), "fill"));
+  /* A CPU kernel's table keeps the IR's parameter names. */
+  const msgpack_object *args = obj_path(&ks->via.array.ptr[0], "args");
+  cr_assert(args && args->type == MSGPACK_OBJECT_ARRAY && args->via.array.size == 2);
+  cr_assert(kiln_obj_str_eq(obj_path(&args->via.array.ptr[0], "name"), "p"));
+  cr_assert(kiln_obj_str_eq(obj_path(&args->via.array.ptr[1], "name"), "v"));
   /* It launches, without being compiled again. */
   uint64_t t = alloc_f32(&a, 1);
   pbuild_t b;
@@ -377,4 +388,93 @@ Test(modules, module_params_are_checked, .init = start, .fini = stop) {
   client_call(&a, "module", &b);
   cr_assert_eq(code_of(&a), E_INVALID_ARGUMENT, "%s", err(&a));
   client_close(&a);
+}
+
+/* --- the unix socket's mode and group ---------------------------------------------------- */
+
+static struct stat socket_stat(const char *const *extra) {
+  daemon_t dd;
+  daemon_start(&dd, extra);
+  struct stat st;
+  cr_assert_eq(stat(dd.unix_path, &st), 0);
+  daemon_stop(&dd);
+  return st;
+}
+
+Test(start, unix_socket_mode_and_group) {
+  struct stat st = socket_stat(NULL);
+  cr_assert(S_ISSOCK(st.st_mode));
+  cr_assert_eq(st.st_mode & 07777, 0600, "default mode %o", st.st_mode & 07777);
+  st = socket_stat((const char *const[]){"--socket-group", "nogroup", NULL});
+  cr_assert_eq(st.st_mode & 07777, 0660, "mode with a group %o", st.st_mode & 07777);
+  cr_assert_eq(st.st_gid, getgrnam("nogroup")->gr_gid);
+  st = socket_stat((const char *const[]){"--socket-mode", "0666", "--socket-group", "4321", NULL});
+  cr_assert_eq(st.st_mode & 07777, 0666);
+  cr_assert_eq(st.st_gid, 4321);
+  static const char *const bad_modes[] = {"888", "01777", "rw", "", "-1", NULL};
+  char log[2048];
+  for (int i = 0; bad_modes[i]; i++)
+    cr_assert_eq(daemon_start_fails((const char *const[]){"--socket-mode", bad_modes[i], NULL}, log, sizeof(log)),
+                 2, "--socket-mode '%s' was accepted", bad_modes[i]);
+  cr_assert_eq(daemon_start_fails((const char *const[]){"--socket-group", "no-such-group-kiln", NULL}, log,
+                                  sizeof(log)), 2);
+  cr_assert(strstr(log, "socket-group"), "%s", log);
+}
+
+/* --- a tokens file others can read is warned about ---------------------------------------- */
+
+static bool warned_about(const char *mode_path, mode_t mode) {
+  chmod(mode_path, mode);
+  daemon_t dd;
+  daemon_start(&dd, (const char *const[]){"--tokens", mode_path, NULL});
+  char cmd[300];
+  snprintf(cmd, sizeof(cmd), "grep -q 'event=tokens_file_mode path=%s mode=%04o' %s/kilnd.log", mode_path,
+           (unsigned)mode, dd.dir);
+  bool w = system(cmd) == 0;
+  daemon_stop(&dd);
+  return w;
+}
+
+Test(start, a_tokens_file_others_can_read_is_warned_about) {
+  char path[128];
+  snprintf(path, sizeof(path), "/tmp/kiln-daily-mode-tokens-%d", (int)getpid());
+  write_text_file(path, TOK_A " alpha\n");
+  cr_assert(warned_about(path, 0644), "no warning for a world-readable tokens file");
+  cr_assert(warned_about(path, 0620), "no warning for a group-writable tokens file");
+  cr_assert_not(warned_about(path, 0600), "a warning for a private tokens file");
+  unlink(path);
+}
+
+/* --- workers are reaped and their folders removed before kilnd exits ---------------------- */
+
+static bool dir_is_empty(const char *path) {
+  char cmd[300];
+  snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A %s)\"", path);
+  return system(cmd) == 0;
+}
+
+Test(start, workers_are_reaped_and_their_folders_removed) {
+  char tmp[] = "/tmp/kiln-daily-tmpdir-XXXXXX";
+  cr_assert(mkdtemp(tmp));
+  chmod(tmp, 0755); /* compile workers of a root kilnd run as nobody */
+  setenv("TMPDIR", tmp, 1);
+  daemon_t dd;
+  daemon_start(&dd, (const char *const[]){"--compile-workers", "2", NULL});
+  pid_t kids[8];
+  int n = children_of(dd.pid, kids, 8);
+  cr_assert(n >= 2, "no compile workers");
+  cr_assert_not(dir_is_empty(tmp), "the compile workers have no folders in $TMPDIR");
+  cr_assert_eq(daemon_stop(&dd), 0);
+  for (int i = 0; i < n; i++)
+    cr_assert(kill(kids[i], 0) != 0 && errno == ESRCH, "worker %d outlived kilnd", (int)kids[i]);
+  cr_assert(dir_is_empty(tmp), "compile worker folders outlived kilnd");
+  /* A start refused after the compile workers started (a port in use) leaves nothing either. */
+  daemon_start(&dd, NULL);
+  char port[160], log[2048];
+  snprintf(port, sizeof(port), "tcp:%s", dd.tcp);
+  cr_assert_eq(daemon_start_fails((const char *const[]){"--listen", port, NULL}, log, sizeof(log)), 1, "%s", log);
+  daemon_stop(&dd);
+  cr_assert(dir_is_empty(tmp), "a refused start left compile worker folders");
+  unsetenv("TMPDIR");
+  rmdir(tmp);
 }
