@@ -17,20 +17,42 @@ kiln_status_t kiln_client_create(const char *url, kiln_client_t **out_client) {
   return kiln_client_create_with(url, NULL, out_client);
 }
 
+/* Without a URL and without $KILN_URL: the first of the places a daemon is looked for that
+ * answers (kiln_client_search_list), else an error saying why each did not. */
+static kiln_status_t connect_searching(kiln_client_t *c, const kiln_client_options_t *opts,
+                                       char *url, size_t cap) {
+  char list[1024], why[2048] = "";
+  size_t wn = 0;
+  kiln_client_search_list(list, sizeof(list));
+  for (char *save, *u = strtok_r(list, " ", &save); u; u = strtok_r(NULL, " ", &save)) {
+    kiln_status_t s = kiln_url_connect(c, u, opts);
+    if (!s) {
+      snprintf(url, cap, "%s", u);
+      return KILN_OK;
+    }
+    if (wn < sizeof(why))
+      wn += (size_t)snprintf(why + wn, sizeof(why) - wn, "%s%s", wn ? "; " : "", kiln_status_message(s));
+    kiln_status_free(s);
+  }
+  return KILN_STATUS(KILN_E_UNAVAILABLE, "no kilnd found: %s; start kilnd or set KILN_URL", why);
+}
+
 kiln_status_t kiln_client_create_with(const char *url, const kiln_client_options_t *opts,
                                       kiln_client_t **out_client) {
-  char def[512];
-  if (!url) url = kiln_client_default_url(def, sizeof(def));
-  if (strlen(url) >= sizeof(((kiln_client_t *)0)->url))
+  char found[512];
+  const char *env = getenv("KILN_URL");
+  if (!url && env && *env) url = env;
+  if (url && strlen(url) >= sizeof(((kiln_client_t *)0)->url))
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "URL of %zu bytes is too long", strlen(url));
   kiln_client_t *c = calloc(1, sizeof(*c));
   if (!c) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for a client");
   c->fd = -1;
-  kiln_status_t s = kiln_url_connect(c, url, opts);
+  kiln_status_t s = url ? kiln_url_connect(c, url, opts) : connect_searching(c, opts, found, sizeof(found));
   if (s) {
     free(c);
     return s;
   }
+  if (!url) url = found;
   strcpy(c->url, url);
   kiln_limits_t lim;
   kiln_limits_default(&lim);

@@ -68,6 +68,7 @@ struct kiln_client {
   kiln_reply_t *done_head, *done_tail; /* replies in the order they completed */
 
   kiln_status_t broken; /* sticky: why the connection cannot be used any more */
+  bool spoke;           /* a MessagePack-RPC message arrived: the peer is a kilnd */
 };
 
 static inline uint64_t kiln_call_key(uint32_t msgid) { return (uint64_t)msgid + 1; }

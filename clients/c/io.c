@@ -159,6 +159,19 @@ static void handle_notification(kiln_client_t *c, const uint8_t *msg, size_t len
   kiln_rpc_msg_deinit(&m);
 }
 
+/* Bytes that are not MessagePack-RPC before anything that was: the URL names another
+ * service (an HTTP server such as kilnd's own metrics port), which is the user's to fix, not
+ * a bug of kiln's (E_UNAVAILABLE: the CLI's exit code 3). */
+static kiln_status_t garbled(kiln_client_t *c, kiln_status_t why) {
+  if (c->spoke) return why;
+  kiln_status_free(why);
+  const char *http = c->reader.len >= 5 && !memcmp(c->reader.buf, "HTTP/", 5) ? " (it speaks HTTP)" : "";
+  return KILN_STATUS(KILN_E_UNAVAILABLE,
+                     "%s is not a kilnd RPC port: what answered there does not speak "
+                     "MessagePack-RPC%s; check the URL (kilnd's metrics port is not its RPC port)",
+                     c->url, http);
+}
+
 static void handle_message(kiln_client_t *c, const uint8_t *msg, size_t len) {
   uint32_t msgid;
   if (!peek_response(msg, len, &msgid)) {
@@ -172,11 +185,12 @@ static void handle_message(kiln_client_t *c, const uint8_t *msg, size_t len) {
     kiln_rpc_msg_deinit(&m);
     if (s || type == KILN_RPC_REQUEST) {
       kiln_status_free(s);
-      set_broken(c, KILN_STATUS(KILN_E_INTERNAL, "%s sent a message that is neither a "
-                                "response nor a notification", c->url));
+      set_broken(c, garbled(c, KILN_STATUS(KILN_E_INTERNAL, "%s sent a message that is neither a "
+                                           "response nor a notification", c->url)));
       return;
     }
     if (type == KILN_RPC_NOTIFICATION) {
+      c->spoke = true;
       handle_notification(c, msg, len);
       return;
     }
@@ -207,12 +221,13 @@ static void handle_message(kiln_client_t *c, const uint8_t *msg, size_t len) {
   bool has_msgid;
   kiln_status_t s = kiln_rpc_parse(r->bytes, len, &r->msg, &has_msgid);
   if (s) {
-    set_broken(c, kiln_status_annotate(s, "%s sent a malformed response", c->url));
+    set_broken(c, garbled(c, kiln_status_annotate(s, "%s sent a malformed response", c->url)));
     kiln_rpc_msg_deinit(&r->msg);
     free(r->bytes);
     free(r);
     return;
   }
+  c->spoke = true;
   kiln_status_t put = kiln_map_put(&c->calls, key, r); /* replaces an existing key */
   if (put) { /* cannot happen: the key is there; were it not, the reply would be lost */
     set_broken(c, put);
@@ -283,9 +298,17 @@ static size_t read_some(kiln_client_t *c) {
       break;
     }
     if (n == 0) {
-      set_broken(c, KILN_STATUS(KILN_E_UNAVAILABLE,
-                                "kilnd closed the connection to %s with %zu request%s unanswered",
-                                c->url, c->inflight, c->inflight == 1 ? "" : "s"));
+      /* kilnd answers every connection (an error notification when it refuses one); a peer
+       * that closes without a word is some other service, such as an HTTP server that gave up
+       * waiting for a request head (kilnd's metrics port does after 10 s). */
+      set_broken(c, c->spoke ? KILN_STATUS(KILN_E_UNAVAILABLE,
+                                           "kilnd closed the connection to %s with %zu request%s unanswered",
+                                           c->url, c->inflight, c->inflight == 1 ? "" : "s")
+                             : KILN_STATUS(KILN_E_UNAVAILABLE,
+                                           "%s closed the connection without answering: it is not a kilnd "
+                                           "RPC port (or kilnd stopped just then); check the URL (kilnd's "
+                                           "metrics port is not its RPC port)",
+                                           c->url));
       break;
     }
     kiln_reader_commit(&c->reader, (size_t)n);
@@ -298,8 +321,8 @@ static size_t read_some(kiln_client_t *c) {
     }
     if (fr == KILN_FRAME_ERROR) {
       kiln_status_t e = kiln_reader_error(&c->reader);
-      set_broken(c, KILN_STATUS(KILN_E_INTERNAL, "unreadable reply from %s: %s", c->url,
-                                kiln_status_message(e)));
+      set_broken(c, garbled(c, KILN_STATUS(KILN_E_INTERNAL, "unreadable reply from %s: %s", c->url,
+                                           kiln_status_message(e))));
     }
     /* The socket is drained (TLS reads stop at record ends: they go on until OpenSSL says
      * there is nothing more). */

@@ -39,11 +39,11 @@ enum {
   O_URL, O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TIMEOUT, O_HELP, O_VERSION, O_COMPLETE, /* global */
   O_JSON, O_ABSENT, O_DEVICE, O_DTYPE, O_TARGET, O_FORMAT, O_OPT_LEVEL, O_FAST_MATH, O_MAX_BLOCK,
   O_GRID, O_BLOCK, O_SHARED, O_LAUNCH_TIMEOUT, O_NUMBER, O_REPEAT, O_MIN_REPEAT_MS, O_WARMUP,
-  O_FLUSH, O_KIND, O_OUTPUT, O_SECONDS, O_NO_WAIT, O_COUNT_
+  O_FLUSH, O_KIND, O_OUTPUT, O_SECONDS, O_NO_WAIT, O_TOKEN, O_ALL, O_COUNT_
 };
 #define BIT(o) (1ull << (o))
 #define GLOBAL_OPTS \
-  (BIT(O_URL) | BIT(O_TLS_CA) | BIT(O_TLS_CERT) | BIT(O_TLS_KEY) | BIT(O_TIMEOUT) | BIT(O_HELP))
+  (BIT(O_URL) | BIT(O_TLS_CA) | BIT(O_TLS_CERT) | BIT(O_TLS_KEY) | BIT(O_TIMEOUT) | BIT(O_HELP) | BIT(O_TOKEN))
 #define RUN_OPTS (BIT(O_DEVICE) | BIT(O_GRID) | BIT(O_BLOCK) | BIT(O_SHARED) | BIT(O_LAUNCH_TIMEOUT))
 
 /* getopt_long returns OPT(o); 256 up, so that no option is 0, which is getopt's optopt for
@@ -80,6 +80,8 @@ static const struct option LONG_OPTS[O_COUNT_ + 1] = { /* indexed by O_*; the la
     [O_OUTPUT] = {"output", required_argument, 0, OPT(O_OUTPUT)},
     [O_SECONDS] = {"seconds", required_argument, 0, OPT(O_SECONDS)},
     [O_NO_WAIT] = {"no-wait", no_argument, 0, OPT(O_NO_WAIT)},
+    [O_TOKEN] = {"token", required_argument, 0, OPT(O_TOKEN)},
+    [O_ALL] = {"all", no_argument, 0, OPT(O_ALL)},
 };
 
 typedef struct cli {
@@ -278,7 +280,24 @@ static int cmd_get(cli_t *cli, int argc, char **argv) {
   return EXIT_OK;
 }
 
+static void pack_free_all(msgpack_packer *pk, void *ctx) {
+  msgpack_pack_map(pk, 1);
+  kiln_pack_kv_bool(pk, "all", true);
+}
+
 static int cmd_free(cli_t *cli, int argc, char **argv) {
+  if (cli->opt[O_ALL]) { /* every tensor of the tenant, whoever made it (docs/protocol.md free) */
+    if (argc > 1) return usage_error(cli, "takes ids or --all, not both");
+    kiln_reply_t *r;
+    kiln_status_t s = kiln_client_call(cli->c, "free", pack_free_all, NULL, &r);
+    if (s) return report(cli->name, s, EXIT_SERVER);
+    const msgpack_object *n = kiln_object_get(kiln_reply_result(r), "freed");
+    fprintf(stderr, "kiln: freed %llu tensor%s\n", n ? (unsigned long long)n->via.u64 : 0ull,
+            n && n->via.u64 == 1 ? "" : "s");
+    kiln_reply_free(r);
+    return EXIT_OK;
+  }
+  if (argc < 2) return usage_error(cli, "wants ID... or --all");
   for (int i = 1; i < argc; i++) {
     uint64_t id;
     if (!parse_u64(argv[i], 0, UINT64_MAX, &id)) return usage_error(cli, "'%s' is not a tensor id", argv[i]);
@@ -292,6 +311,44 @@ static int cmd_free(cli_t *cli, int argc, char **argv) {
 }
 
 /* --- info ---------------------------------------------------------------------------------- */
+
+static void pack_device(msgpack_packer *pk, void *ctx) {
+  msgpack_pack_map(pk, ctx ? 1 : 0);
+  if (ctx) kiln_pack_kv_str(pk, "device", ctx);
+}
+
+static int print_json_reply(kiln_reply_t *r);
+
+/* `kiln tensors`: the tenant's tensors, one line each (docs/protocol.md tensors). */
+static int cmd_tensors(cli_t *cli, int argc, char **argv) {
+  kiln_reply_t *r;
+  kiln_status_t s = kiln_client_call(cli->c, "tensors", pack_device, (void *)cli->opt[O_DEVICE], &r);
+  if (s) return report(cli->name, s, EXIT_SERVER);
+  if (cli->opt[O_JSON]) return print_json_reply(r);
+  const msgpack_object *a = kiln_reply_result(r);
+  printf("%-20s %-8s %-9s %-18s %12s %9s  %s\n", "ID", "DEVICE", "DTYPE", "SHAPE", "BYTES", "AGE", "CLIENT");
+  for (uint32_t i = 0; a && a->type == MSGPACK_OBJECT_ARRAY && i < a->via.array.size; i++) {
+    const msgpack_object *t = &a->via.array.ptr[i];
+    const msgpack_object *id = kiln_object_get(t, "id"), *dev = kiln_object_get(t, "device"),
+                         *dt = kiln_object_get(t, "dtype"), *sh = kiln_object_get(t, "shape"),
+                         *by = kiln_object_get(t, "bytes"), *age = kiln_object_get(t, "age_s"),
+                         *cl = kiln_object_get(t, "client"), *se = kiln_object_get(t, "session");
+    char shape[64] = "(";
+    size_t n = 1;
+    for (uint32_t d = 0; sh && sh->type == MSGPACK_OBJECT_ARRAY && d < sh->via.array.size && n < sizeof(shape); d++)
+      n += (size_t)snprintf(shape + n, sizeof(shape) - n, "%s%llu", d ? "," : "",
+                            (unsigned long long)sh->via.array.ptr[d].via.u64);
+    if (n < sizeof(shape)) snprintf(shape + n, sizeof(shape) - n, ")");
+    printf("%-20llu %-8.*s %-9.*s %-18s %12llu %8.0fs  %.*s%s\n",
+           id ? (unsigned long long)id->via.u64 : 0ull, dev ? (int)dev->via.str.size : 0,
+           dev ? dev->via.str.ptr : "", dt ? (int)dt->via.str.size : 0, dt ? dt->via.str.ptr : "", shape,
+           by ? (unsigned long long)by->via.u64 : 0ull, age ? age->via.f64 : 0.0,
+           cl ? (int)cl->via.str.size : 0, cl ? cl->via.str.ptr : "",
+           se && se->via.boolean ? " (session)" : "");
+  }
+  kiln_reply_free(r);
+  return EXIT_OK;
+}
 
 static int cmd_ping(cli_t *cli, int argc, char **argv) {
   uint64_t t0 = kiln_now_ns();
@@ -870,7 +927,12 @@ static const command_t COMMANDS[] = {
      false, cmd_alloc},
     {"get", "ID FILE.npy",
      "Downloads tensor ID into FILE.npy (bfloat16 is written as its uint16 bits).\n", 0, 2, 2, false, cmd_get},
-    {"free", "ID...", "Frees tensors.\n", 0, 1, -1, false, cmd_free},
+    {"free", "ID... | --all",
+     "Frees tensors; --all frees every tensor of the tenant (any session's, `kiln tensors`).\n",
+     BIT(O_ALL), 0, -1, false, cmd_free},
+    {"tensors", "[--device D] [--json]",
+     "The tenant's tensors: id, device, dtype, shape, bytes, age and the client that made each.\n",
+     BIT(O_DEVICE) | BIT(O_JSON), 0, 0, false, cmd_tensors},
     {"lease", "[--device D] [--seconds S] [--no-wait] [-- CMD [ARGS...]]",
      "Takes the device for the tenant alone (clean timings) and holds the lease while CMD runs\n"
      "(kiln exits with CMD's status), or for --seconds (default 60; up to 3600) without one.\n"
@@ -897,6 +959,8 @@ static const char GLOBAL_HELP[] =
     "  --tls-cert FILE, --tls-key FILE\n"
     "                  a client certificate and key (default $KILN_TLS_CERT, $KILN_TLS_KEY)\n"
     "  --timeout MS    give up waiting for a reply after MS milliseconds\n"
+    "  --token TOKEN   sent with hello (default $KILN_TOKEN; it shows in `ps`: prefer the\n"
+    "                  environment)\n"
     "  --help, --version\n"
     "KILN_TOKEN (environment) is sent with hello when set.\n"
     "\n"
@@ -995,7 +1059,7 @@ int main(int argc, char **argv) {
   kiln_status_t s = kiln_client_create_with(plain_url(cli.opt[O_URL], urlbuf, sizeof(urlbuf)), &opts, &cli.c);
   if (s) return report("connect", s, EXIT_USAGE);
   kiln_client_set_timeout(cli.c, (int)timeout_ms);
-  const char *token = getenv("KILN_TOKEN");
+  const char *token = cli.opt[O_TOKEN] ? cli.opt[O_TOKEN] : getenv("KILN_TOKEN");
   if (token && *token && (s = kiln_client_hello(cli.c, token, "kiln-cli", NULL))) {
     kiln_client_destroy(cli.c);
     return report("hello", s, EXIT_SERVER);

@@ -22,6 +22,22 @@ const char *kiln_client_default_url(char *out, size_t cap) {
   return out;
 }
 
+void kiln_client_search_list(char *out, size_t cap) {
+  const char *env = getenv("KILN_SEARCH");
+  char user[300];
+  if (env && *env) {
+    snprintf(out, cap, "%s", env);
+    return;
+  }
+  kiln_client_default_url(user, sizeof(user));
+  if (strncmp(user, "unix:", 5) != 0) { /* $KILN_URL: only the user socket itself */
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (xdg && *xdg) snprintf(user, sizeof(user), "unix:%s/kiln.sock", xdg);
+    else snprintf(user, sizeof(user), "unix:/tmp/kiln-%u.sock", (unsigned)getuid());
+  }
+  snprintf(out, cap, "%s unix:/run/kiln/kiln.sock tcp:127.0.0.1:7070", user);
+}
+
 /* Errors that mean "no daemon there" get a hint; others say what the system said. */
 static kiln_status_t connect_error(const char *url, int err) {
   if (err == ECONNREFUSED || err == ENOENT)
@@ -29,6 +45,11 @@ static kiln_status_t connect_error(const char *url, int err) {
                        "nothing listens at %s (%s); is kilnd running? start it with "
                        "`kilnd --listen %s` or set KILN_URL",
                        url, strerror(err), url);
+  if (err == EACCES && strncmp(url, "unix:", 5) == 0)
+    return KILN_STATUS(KILN_E_UNAVAILABLE,
+                       "cannot connect to %s: %s (the socket's group and mode decide who may: "
+                       "kilnd --socket-group, --socket-mode; is your user in that group?)",
+                       url, strerror(err));
   return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot connect to %s: %s", url, strerror(err));
 }
 

@@ -89,8 +89,10 @@ static kiln_status_t read_ready(kiln_test_daemon_t *d, int fd) {
     if (len == sizeof(buf) - 1) break;
   }
   buf[len] = 0;
-  d->tcp_url[0] = d->tls_url[0] = 0;
+  d->tcp_url[0] = d->tls_url[0] = d->metrics_url[0] = 0;
   for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+    char *path = strncmp(line, "http://", 7) == 0 ? strchr(line + 7, '/') : NULL;
+    if (path) snprintf(d->metrics_url, sizeof(d->metrics_url), "tcp:%.*s", (int)(path - line - 7), line + 7);
     if (strncmp(line, "tcp:", 4) == 0) snprintf(d->tcp_url, sizeof(d->tcp_url), "%s", line);
     if (strncmp(line, "tls:", 4) == 0 && !d->tls_url[0])
       snprintf(d->tls_url, sizeof(d->tls_url), "%s", line);

@@ -22,6 +22,7 @@ typedef struct kiln_test_daemon {
   char tcp_url[128];   /* "tcp:127.0.0.1:PORT" as kilnd reported it */
   char tls_url[128];   /* the first "tls:HOST:PORT" when started with one, else "" */
   char unix_url[256];  /* "unix:DIR/kiln.sock" */
+  char metrics_url[128]; /* "tcp:HOST:PORT" of the metrics endpoint when started with --metrics */
   char log_path[256];  /* kilnd's stdout and stderr */
 } kiln_test_daemon_t;
 

@@ -15,6 +15,8 @@ PKG = os.path.join(ROOT, "clients", "python")
 def run_python(code, env):
     e = {k: v for k, v in os.environ.items() if k not in ("KILN_URL", "KILN_AUTOSTART", "KILND")}
     e.update(env)
+    if "XDG_RUNTIME_DIR" in env:  # only the test's user socket: never a daemon of this box
+        e["KILN_SEARCH"] = "unix:%s/kiln.sock" % env["XDG_RUNTIME_DIR"]
     e["PYTHONPATH"] = PKG
     return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=120)
 

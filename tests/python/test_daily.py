@@ -88,6 +88,7 @@ def test_private_sessions_tie_tensors_to_themselves(kilnd_bin, tmp_path):
     env = dict(os.environ, KILND=kilnd_bin, XDG_RUNTIME_DIR=str(tmp_path), KILN_AUTOSTART="1",
                PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
     env.pop("KILN_URL", None)
+    env["KILN_SEARCH"] = "unix:%s/kiln.sock" % tmp_path  # never a daemon of this box
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
@@ -115,9 +116,67 @@ def test_module_ids_survive_a_restart(kilnd_bin, tmp_path):
         with kiln.connect(d.urls[0]) as s:
             m = s.module(mid)
             assert m.cached and [k.name for k in m.kernels] == ["fill"]
+            assert [a["name"] for a in m.info["kernels"][0]["args"]] == ["p", "v"]
             x = kiln.nd.empty((1,), "float32", s.cpu(0))
             m["fill"](x, 4.0, grid=1, block=1)
             assert x.numpy()[0] == 4.0
             assert s.stats()["compile"]["compiles"] == 0
+    finally:
+        d.stop()
+
+
+def _run(code, env):
+    e = {k: v for k, v in os.environ.items() if k not in ("KILN_URL", "KILN_AUTOSTART", "KILN_SEARCH")}
+    e.update(env)
+    e["PYTHONPATH"] = os.path.dirname(os.path.dirname(kiln.__file__))
+    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=120)
+
+
+def test_no_daemon_found_starts_a_private_cpu_daemon_and_says_so(kilnd_bin, tmp_path):
+    code = ("import kiln; s = kiln.connect(); "
+            "print(sorted(d['id'] for d in s.devices_info()), s.daemon is not None)")
+    r = _run(code, {"KILND": kilnd_bin, "KILN_SEARCH": "unix:%s/nope.sock tcp:127.0.0.1:1" % tmp_path})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("]")[0] + "]" == "['cpu:0']" and r.stdout.strip().endswith("True")
+    assert "starting a private CPU-only kilnd" in r.stderr and "KILN_AUTOSTART=0" in r.stderr
+    assert "nope.sock: no such socket" in r.stderr and "tcp:127.0.0.1:1: " in r.stderr, r.stderr
+    r = _run("import kiln\ntry:\n    kiln.connect()\nexcept kiln.Unavailable as e:\n    print(e)\n",
+             {"KILND": kilnd_bin, "KILN_AUTOSTART": "0", "KILN_SEARCH": "tcp:127.0.0.1:1"})
+    assert "no kilnd found (tcp:127.0.0.1:1: " in r.stdout and "nothing listens" in r.stdout, r.stdout
+    assert "private" not in r.stderr
+
+
+def test_the_search_list_finds_a_daemon(tcp_url, monkeypatch, tmp_path):
+    monkeypatch.delenv("KILN_URL", raising=False)
+    monkeypatch.setenv("KILN_SEARCH", "unix:%s/none.sock %s" % (tmp_path, tcp_url))
+    with kiln.connect(autostart=False) as s:
+        assert s.url == tcp_url and s.daemon is None
+    monkeypatch.delenv("KILN_SEARCH")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/4242")
+    assert kiln.session.search_list() == ["unix:/run/user/4242/kiln.sock", "unix:/run/kiln/kiln.sock",
+                                          "tcp:127.0.0.1:7070"]
+
+
+def test_the_metrics_port_is_not_an_rpc_port(kilnd_bin):
+    d = kiln.start_daemon(kilnd_bin, listen=["tcp:127.0.0.1:0"], args=["--metrics", "tcp:127.0.0.1:0"])
+    try:
+        http = next(l for l in d.urls if l.startswith("http://"))
+        url = "tcp:" + http[len("http://"):].split("/")[0]
+        with pytest.raises(kiln.Unavailable) as e:
+            kiln.connect(url, autostart=False)
+        assert "is not a kilnd RPC port" in e.value.message, e.value.message
+    finally:
+        d.stop()
+
+
+def test_a_missing_token_says_how_to_give_one(kilnd_bin, tmp_path, monkeypatch):
+    monkeypatch.delenv("KILN_TOKEN", raising=False)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("daily-token-0123456789 alpha\n")
+    d = kiln.start_daemon(kilnd_bin, listen=["tcp:127.0.0.1:0"], args=["--tokens", str(tokens)])
+    try:
+        with pytest.raises(kiln.Unauthenticated) as e:
+            kiln.connect(d.urls[0], autostart=False)
+        assert "set KILN_TOKEN" in e.value.message
     finally:
         d.stop()

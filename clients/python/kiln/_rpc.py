@@ -282,6 +282,7 @@ class Connection:
         self._poller.register(self._fd, select.POLLIN)
         self._ids = itertools.count(1)
         self._pending = {}          # msgid -> Future, or None for fire-and-forget requests
+        self._spoke = False         # a MessagePack-RPC message arrived: the peer is a kilnd
         self._send_lock = threading.Lock()
         # The reader role is a plain lock: an uncontended synchronous call takes it without
         # touching the condition. Threads that find it taken wait on the condition; the reader
@@ -547,8 +548,13 @@ class Connection:
             self._lost(e)
             return
         if n == 0:
-            exc = self._server_error or Unavailable(
-                "kilnd at %s closed the connection (it may have stopped; reconnect with kiln.connect)" % self.url)
+            # kilnd answers every connection it refuses: a peer that closes without a word is
+            # another service (an HTTP server gives up waiting for a request head)
+            exc = self._server_error or (Unavailable(
+                "kilnd at %s closed the connection (it may have stopped; reconnect with kiln.connect)"
+                % self.url) if self._spoke else Unavailable(
+                "%s closed the connection without answering: it is not a kilnd RPC port (or kilnd "
+                "stopped just then); check the URL (kilnd's metrics port is not its RPC port)" % self.url))
             self._die(exc)
             return
         pos = 0
@@ -568,7 +574,13 @@ class Connection:
                 self._boundary = up.tell()
                 self._dispatch(msg)
         except (ValueError, msgpack.UnpackException) as e:
-            self._die(InternalError("kilnd sent bytes that are not MessagePack-RPC (%s); please report it" % e))
+            if not self._spoke:  # another service answers there: the user's URL, not a kiln bug
+                http = " (it speaks HTTP)" if bytes(self._rview[:5]) == b"HTTP/" else ""
+                self._die(Unavailable("%s is not a kilnd RPC port: what answered there does not speak "
+                                      "MessagePack-RPC%s; check the URL (kilnd's metrics port is not "
+                                      "its RPC port)" % (self.url, http)))
+            else:
+                self._die(InternalError("kilnd sent bytes that are not MessagePack-RPC (%s); please report it" % e))
 
     def _try_sink(self, pos, n):
         """Fast path for a large ``read`` reply: when the bytes at ``pos`` (a message
@@ -637,6 +649,8 @@ class Connection:
         if not isinstance(msg, (list, tuple)) or not msg:
             raise ValueError("message is not an array: %r" % (msg,))
         kind = msg[0]
+        if kind in (1, 2) and len(msg) == 4 - (kind == 2):
+            self._spoke = True
         if kind == 1 and len(msg) == 4:
             fut = self._pending.pop(msg[1], False)
             if fut is False or fut is None:

@@ -175,7 +175,10 @@ def start_daemon(kilnd=None, listen=None, cache_dir=None, tmpdir=None, args=(), 
     lines = [l.strip() for l in data.decode("utf-8", "replace").splitlines() if l.strip()]
     d = Daemon(proc, lines or [], tmpdir, log_path, own)
     if len(lines) < len(listen):
-        status = proc.poll()
+        try:  # the ready pipe closed: kilnd is exiting (a refused start); its status says why
+            status = proc.wait(5)
+        except subprocess.TimeoutExpired:
+            status = None
         log = d.log()
         d.stop(grace=2)
         why = ("it exited with status %s" % status) if status is not None else \
@@ -194,7 +197,7 @@ def private_daemon():
     with _private_lock:
         if _private is not None and _private.alive():
             return _private
-        _private = start_daemon()
+        _private = start_daemon(args=["--devices", "cpu"])  # CPU-only: connect() says so
         atexit.register(_stop_private)
         return _private
 

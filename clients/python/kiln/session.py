@@ -1,11 +1,12 @@
 """Sessions (one connection to kilnd) and devices."""
 
 import os
+import sys
 import threading
 
 from . import daemon as _daemon
 from ._rpc import Connection, parse_url
-from .errors import InvalidArgument, KilnError, Unavailable
+from .errors import InvalidArgument, KilnError, Timeout, Unavailable
 
 __all__ = ["Session", "Device", "connect", "default_session"]
 
@@ -109,6 +110,14 @@ class Session:
             params["tensors"] = tensors
         try:
             h = self._conn.request("hello", params).result(timeout)
+        except Timeout:
+            self._conn.close(0)
+            if self._conn._spoke:
+                raise
+            # not a byte back: kilnd answers hello at once, an HTTP server waits for a head
+            raise Unavailable("%s did not answer hello within %g s: it is not a kilnd RPC port (or "
+                              "kilnd is stuck); check the URL (kilnd's metrics port is not its RPC "
+                              "port)" % (url, timeout)) from None
         except BaseException:
             self._conn.close(0)
             raise
@@ -363,16 +372,28 @@ def _try_connect(url, token, client, timeout, daemon=None, tls=None):
                    tensors="session" if daemon is not None else None)
 
 
+def search_list():
+    """The URLs ``connect()`` tries, in order, when it is given none and ``$KILN_URL`` is unset:
+    ``$KILN_SEARCH`` (space-separated) when set, else the user socket
+    (``$XDG_RUNTIME_DIR/kiln.sock`` or ``/tmp/kiln-$UID.sock``), a system daemon's
+    ``unix:/run/kiln/kiln.sock`` and ``tcp:127.0.0.1:7070``."""
+    env = os.environ.get("KILN_SEARCH")
+    if env and env.strip():
+        return env.split()
+    return ["unix:" + _daemon.default_socket_path(), "unix:/run/kiln/kiln.sock", "tcp:127.0.0.1:7070"]
+
+
 def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
             tls_ca=None, tls_cert=None, tls_key=None, ssl_context=None):
     """Connects to kilnd and says hello.
 
-    ``url``: ``tcp:HOST:PORT``, ``tls:HOST:PORT`` or ``unix:PATH``. Without one: ``$KILN_URL``; else the
-    default unix socket (``$XDG_RUNTIME_DIR/kiln.sock``, or ``/tmp/kiln-$UID.sock``); if
-    nothing answers there and ``autostart`` is not False (and ``$KILN_AUTOSTART`` is not
-    "0"), a private kilnd is started (``$KILND``, a build tree around this package, or
-    ``kilnd`` on PATH) with its own socket and cache in a temporary directory, shared by
-    every later ``connect()`` of this process and stopped at exit.
+    ``url``: ``tcp:HOST:PORT``, ``tls:HOST:PORT`` or ``unix:PATH``. Without one: ``$KILN_URL``;
+    else the first daemon that answers of ``search_list()`` (the user socket, the system
+    daemon's ``/run/kiln/kiln.sock``, ``tcp:127.0.0.1:7070``); if none does and ``autostart``
+    is not False (and ``$KILN_AUTOSTART`` is not "0"), a private CPU-only kilnd is started
+    (``$KILND``, a build tree around this package, or ``kilnd`` on PATH) with its own socket
+    and cache in a temporary directory, shared by every later ``connect()`` of this process
+    and stopped at exit; a line on stderr says so, and why no daemon was found.
     ``token``: default ``$KILN_TOKEN``.
     ``tls_ca``, ``tls_cert``, ``tls_key`` (PEM files; default ``$KILN_TLS_CA``,
     ``$KILN_TLS_CERT``, ``$KILN_TLS_KEY``), or a whole ``ssl_context``: for ``tls:`` URLs
@@ -390,24 +411,31 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
         except KilnError:
             raise
         except OSError as e:
-            raise Unavailable("cannot reach kilnd at %s: %s" % (url, e.strerror or e)) from None
-    default = "unix:" + _daemon.default_socket_path()
-    if os.path.exists(default[5:]):
+            raise Unavailable("cannot reach kilnd at %s: %s" % (url, _why(url, e))) from None
+    reasons = []
+    for cand in search_list():
+        parse_url(cand)
+        if cand.startswith("unix:") and not os.path.exists(cand[5:]):
+            reasons.append("%s: no such socket" % cand)
+            continue
         try:
-            return _try_connect(default, token, client, timeout)
-        except KilnError:
-            raise
-        except OSError:
-            pass
+            return _try_connect(cand, token, client, timeout, tls=tls)
+        except Unavailable as e:  # something else answers there (not a kilnd RPC port)
+            reasons.append(e.message)
+        except OSError as e:
+            reasons.append("%s: %s" % (cand, _why(cand, e)))
+    why = "; ".join(reasons)
     if autostart is None:
         autostart = os.environ.get("KILN_AUTOSTART", "1") != "0"
     if not autostart:
-        raise Unavailable("no kilnd answers at %s; start kilnd, set KILN_URL, or allow autostart" % default)
+        raise Unavailable("no kilnd found (%s); start kilnd, set KILN_URL, or allow autostart" % why)
     priv = _daemon._private
     if priv is None or not priv.alive():
         if _daemon.find_kilnd() is None:
-            raise Unavailable("no kilnd answers at %s and no kilnd binary was found to start one; "
-                              "start kilnd, set KILN_URL to a running one, or set KILND to the binary" % default)
+            raise Unavailable("no kilnd found (%s) and no kilnd binary to start one; start kilnd, "
+                              "set KILN_URL to a running one, or set KILND to the binary" % why)
+        sys.stderr.write("kiln: no kilnd found (%s); starting a private CPU-only kilnd for this "
+                         "process (KILN_AUTOSTART=0 turns this off)\n" % why)
         priv = _daemon.private_daemon()
     try:
         return _try_connect(priv.url, token, client, timeout, daemon=priv)
@@ -416,6 +444,16 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
     except OSError as e:
         raise Unavailable("the private kilnd at %s does not answer: %s; its log ends:\n%s"
                           % (priv.url, e, priv.log()[-2000:])) from None
+
+
+def _why(url, e):
+    """What an OSError of connecting to url means for the user."""
+    text = e.strerror or str(e)
+    if isinstance(e, PermissionError) and url.startswith("unix:"):
+        return text + " (the socket's group and mode decide who may connect: is your user in its group?)"
+    if isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
+        return text + " (nothing listens there)"
+    return text
 
 
 _default = None
