@@ -592,7 +592,19 @@ static void deferred_unlink(kiln_compile_state_t *cs, batch_t *b) {
   b->dprev = b->dnext = NULL;
 }
 
-static bool has_room(const kiln_tenant_t *t) { return t->compiles < t->quotas.compiles; }
+/* Room for one more of the tenant's items, or a quota of 0 (set by a reload while items
+ * waited), which submit() then refuses: either way the item stops waiting. */
+static bool has_room(const kiln_tenant_t *t) {
+  return t->quotas.compiles == 0 || t->compiles < t->quotas.compiles;
+}
+
+/* What a tenant's waiting items may hold (their payloads, copied): a full batch always fits
+ * (the message limit bounds one), more than that waits for nobody but the tenant itself. */
+#define KILN_DEFER_BYTES (16u << 20)
+static uint64_t defer_limit(const kiln_compile_state_t *cs, const kiln_tenant_t *t) {
+  uint64_t one_message = KILN_MIN(t->quotas.message, cs->server->cfg.limits.max_message);
+  return KILN_MAX(one_message, (uint64_t)KILN_DEFER_BYTES);
+}
 
 /* Answers or submits batch item `index` (build b, or the parse error st) through a waiter. */
 static void batch_submit(kiln_compile_state_t *cs, batch_t *bt, uint32_t index,
@@ -633,8 +645,10 @@ static void resume_deferred(kiln_compile_state_t *cs) {
           free(b->deferred);
           b->deferred = NULL;
         }
+        kiln_tenant_t *owner = b->tenant; /* b may be gone after batch_submit */
         batch_submit(cs, b, d.index, &d.b,
                      gone ? KILN_STATUS(KILN_E_CANCELLED, "the client has gone") : KILN_OK);
+        owner->deferred_bytes -= d.b.size;
         free(d.payload);
         again = true;
         if (last) break;
@@ -654,8 +668,10 @@ static uint64_t cancel_deferred(kiln_compile_state_t *cs, kiln_conn_t *c, uint64
     deferred_unlink(cs, b);
     b->deferred = NULL;
     b->next_deferred = b->ndeferred = 0;
+    kiln_tenant_t *owner = b->tenant;
     for (uint32_t i = from; i < to; i++) {
       batch_submit(cs, b, ds[i].index, NULL, KILN_STATUS(KILN_E_CANCELLED, "cancelled by the client"));
+      owner->deferred_bytes -= ds[i].b.size;
       free(ds[i].payload);
     }
     free(ds);
@@ -664,9 +680,22 @@ static uint64_t cancel_deferred(kiln_compile_state_t *cs, kiln_conn_t *c, uint64
   return 0;
 }
 
+void kiln_compile_quotas_changed(kiln_server_t *s) {
+  if (state(s)) resume_deferred(state(s));
+}
+
 /* Keeps item `index` (its build b borrows the request) until its tenant has room. */
 static kiln_status_t batch_defer(kiln_compile_state_t *cs, batch_t *bt, uint32_t index,
                                  const kiln_build_params_t *b) {
+  kiln_tenant_t *t = bt->tenant;
+  if (t->deferred_bytes + b->size > defer_limit(cs, t))
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED,
+                       "%llu bytes of tenant \"%s\"'s batch items already wait for its compiles "
+                       "quota (%llu at once); this item of %zu bytes would pass the %llu-byte "
+                       "limit on waiting items: send fewer at once",
+                       (unsigned long long)t->deferred_bytes, t->name,
+                       (unsigned long long)t->quotas.compiles, (size_t)b->size,
+                       (unsigned long long)defer_limit(cs, t));
   if (!bt->deferred) {
     bt->deferred = calloc(bt->n, sizeof(deferred_t));
     if (!bt->deferred) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -689,6 +718,7 @@ static kiln_status_t batch_defer(kiln_compile_state_t *cs, batch_t *bt, uint32_t
   d->b = *b;
   d->b.payload = d->payload;
   bt->ndeferred++;
+  t->deferred_bytes += b->size;
   return KILN_OK;
 }
 
@@ -737,6 +767,7 @@ kiln_status_t kiln_method_compile_batch(kiln_call_t *call) {
     if (!st && t->quotas.compiles > 0 && (bt->ndeferred || !has_room(t))) {
       st = batch_defer(cs, bt, i, &b);
       if (!st) continue;
+      /* Refused a place to wait: the item answers the error; later items try again. */
     }
     batch_submit(cs, bt, i, st ? NULL : &b, st);
   }

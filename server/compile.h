@@ -10,6 +10,9 @@
 
 KILN_MUST_USE kiln_status_t kiln_compile_init(kiln_server_t *s);
 void kiln_compile_shutdown(kiln_server_t *s);
+/* Tenants' quotas changed (SIGHUP): batch items waiting for `compiles` room go if they now
+ * have it, or answer E_RESOURCE_EXHAUSTED where the quota became 0. */
+void kiln_compile_quotas_changed(kiln_server_t *s);
 
 void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk); /* "compile", "cache" */
 /* The numbers behind GET /metrics (server/metrics.c). Borrowed pointers stay valid until the

@@ -463,6 +463,7 @@ static void on_signal(uv_signal_t *h, int signum) {
       kiln_status_free(st);
       return;
     }
+    kiln_compile_quotas_changed(s);
     kiln_tenants_revoke(s);
     return;
   }

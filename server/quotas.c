@@ -22,7 +22,8 @@ kiln_status_t kiln_method_quotas(kiln_call_t *call) {
       {"compiles", q->compiles, t->compiles, true},
       {"message", q->message, 0, false},
       {"connections", q->connections, t->connections, true},
-      {"lease", q->lease, 0, false},
+      /* the longest lease granted: the quota, capped by kilnd's own maximum (lease.c) */
+      {"lease", KILN_MIN(q->lease, (uint64_t)KILN_LEASE_MAX_S), 0, false},
   };
   msgpack_packer *pk = call->pk;
   msgpack_pack_map(pk, 3);

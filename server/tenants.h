@@ -76,6 +76,7 @@ typedef struct kiln_tenant {
   uint64_t lost_markers; /* ids of its tensors lost with a worker, remembered (tensors.c) */
   uint64_t transfer_bytes;    /* read/download reply buffers held for it (gate.c) */
   uint64_t transfers_waiting; /* reads/downloads queued for that budget */
+  uint64_t deferred_bytes;    /* payloads of its batch items waiting for quota (compile.c) */
   uint64_t requests, errors;
   kiln_map_t modules; /* key64 of modules this tenant compiled -> (void *)1 */
   bool grants_loaded; /* its grants file was read (server/grants.c) */

@@ -125,13 +125,56 @@ def test_batch_beyond_the_compiles_quota_queues(fresh_daemon, tmp_path):
         assert q["limits"]["compiles"] == 3 and q["limits"]["lease"] == 30
         assert q["limits"]["memory"] is None
         assert q["used"]["compiles"] == 0
-        peak = []
-        fut = s.compile_batch_async([(quick(3000 + i), "cpu") for i in range(10)],
-                                    progress=lambda p: peak.append(p["done"]))
-        res = fut.result(timeout=120)
+        done, used = [], []
+        # A second connection of the tenant reads its compiles as each item is answered: the
+        # quota bounds how many are queued or running at once.
+        with kiln.connect(d.urls[0], token="tuner-token-0123456789") as watch:
+            def on_progress(p):
+                done.append(p["done"])
+                used.append(watch.quotas()["used"]["compiles"])
+            fut = s.compile_batch_async([(quick(3000 + i), "cpu") for i in range(10)],
+                                        progress=on_progress)
+            res = fut.result(timeout=120)
         assert all(isinstance(r, kiln.Module) for r in res), res
-        assert len(peak) == 10
+        assert done == list(range(1, 11))
+        assert max(used) <= 3 and used[0] >= 1, used
         assert s.quotas()["used"]["compiles"] == 0
+
+
+def test_items_waiting_when_a_reload_sets_the_quota_to_zero_are_answered(fresh_daemon, tmp_path):
+    import os
+    import signal
+    d = tokens_daemon(fresh_daemon, tmp_path, "tuner-token-0123456789 tuner compiles=1")
+    with kiln.connect(d.urls[0], token="tuner-token-0123456789") as s:
+        fut = s.compile_batch_async([(quick(6000 + i), "cpu") for i in range(200)])
+        (tmp_path / "tokens").write_text("tuner-token-0123456789 tuner compiles=0\n")
+        os.kill(d.pid, signal.SIGHUP)
+        res = fut.result(timeout=120)  # before the fix, the waiting items never went
+        refused = [r for r in res if isinstance(r, kiln.ResourceExhausted)]
+        assert refused and all(isinstance(r, (kiln.Module, kiln.ResourceExhausted)) for r in res)
+        assert s.quotas()["used"]["compiles"] == 0
+
+
+def test_waiting_items_hold_bounded_memory(fresh_daemon, tmp_path):
+    # A tenant with one compile at a time and 4 MiB messages: its waiting items may hold
+    # 16 MiB of payloads (docs/protocol.md); batches sent past that answer the items that do
+    # not fit with E_RESOURCE_EXHAUSTED, and the rest of each batch goes on.
+    d = tokens_daemon(fresh_daemon, tmp_path, "big-token-0123456789abc big compiles=1 message=4M")
+    pad = "; " + "x" * (1200 << 10) + "\n"
+    with kiln.connect(d.urls[0], token="big-token-0123456789abc") as s:
+        futs = []
+        for b in range(40):
+            futs.append(s.compile_batch_async([(quick(7000 + 3 * b + i) + pad, "cpu") for i in range(3)]))
+        for f in futs:
+            f.cancel(timeout=30)
+        res = [r for f in futs for r in f.result(timeout=120)]
+        full = [r for r in res if isinstance(r, kiln.ResourceExhausted)]
+        assert full and all("limit on waiting items" in str(r) for r in full), full[:1]
+        assert all(isinstance(r, (kiln.Module, kiln.Cancelled, kiln.ResourceExhausted)) for r in res)
+        assert s.quotas()["used"]["compiles"] == 0
+        # What waited was given back: a new batch waits and completes whole.
+        again = s.compile_batch([(quick(7500 + i) + pad, "cpu") for i in range(3)])
+        assert all(isinstance(r, kiln.Module) for r in again), again
 
 
 def test_quota_zero_still_refuses(fresh_daemon, tmp_path):
@@ -170,27 +213,34 @@ def test_lease_context_manager(s, dev):
             pass
 
 
-def raw_call(url, method, params):
+def raw_calls(url, calls):
+    """Sends hello and then each (method, params) on one connection; the replies in order."""
     import socket
     sock = socket.socket(socket.AF_UNIX)
     sock.connect(url[len("unix:"):])
     sock.sendall(msgpack.packb([0, 1, "hello", [{"version": 1}]]))
-    sock.sendall(msgpack.packb([0, 2, method, params]))
+    for i, (method, params) in enumerate(calls):
+        sock.sendall(msgpack.packb([0, 2 + i, method, params]))
     up = msgpack.Unpacker(raw=False)
     got = {}
-    while 2 not in got:
-        up.feed(sock.recv(65536))
+    while len(got) < len(calls) + 1:
+        data = sock.recv(65536)
+        assert data, "kilnd closed the connection after %d replies" % len(got)
+        up.feed(data)
         for m in up:
             if m[0] == 1:
                 got[m[1]] = m
     sock.close()
-    return got[2]
+    return [got[2 + i] for i in range(len(calls))]
 
 
 def test_quotas_hostile_input(unix_url):
     for params in ([{"x": 1}], [{"tenant": "other"}], [[1, 2]], "x"):
-        m = raw_call(unix_url, "quotas", params)
-        assert m[2] is not None and m[2][0] == 1, m  # E_INVALID_ARGUMENT, connection stays
-    m = raw_call(unix_url, "quotas", [])
+        # the error, then a good request on the same connection: it stays open
+        bad, good = raw_calls(unix_url, [("quotas", params), ("quotas", [])])
+        assert bad[2] is not None and bad[2][0] == 1, bad  # E_INVALID_ARGUMENT
+        assert good[2] is None and good[3]["tenant"] == "default", good
+    (m,) = raw_calls(unix_url, [("quotas", [])])
     assert m[2] is None and m[3]["tenant"] == "default"
     assert all(v is None for k, v in m[3]["limits"].items() if k != "lease")
+    assert m[3]["limits"]["lease"] == 3600  # kilnd's own maximum, as `lease` grants it
