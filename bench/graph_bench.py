@@ -68,6 +68,8 @@ def main():
     ap.add_argument("--number", type=int, default=10)
     ap.add_argument("--out")
     ap.add_argument("--device", default="cpu:0")
+    ap.add_argument("--threads", type=int, help="onnxruntime's intra-op threads (default: cpu:0's compute units); "
+                    "give 1 with a kilnd whose cpu:0 is pinned to one core (kilnd --pin cpu:0=0)")
     ap.add_argument("--tiny-only", action="store_true", help="only the 100 tiny kernels (no onnxruntime needed)")
     a = ap.parse_args()
     if a.tiny_only:
@@ -91,7 +93,7 @@ def main():
     x = classify.load_image(None)
     s = kiln.connect(a.url)
     dev = s.device(a.device)
-    threads = int(s.cpu(0).compute_units or os.cpu_count())
+    threads = a.threads or int(s.cpu(0).compute_units or os.cpu_count())
     t0 = time.perf_counter()
     g = kiln.onnx.import_model(model, dev, executor="server")
     t_import = time.perf_counter() - t0
@@ -136,9 +138,9 @@ def main():
     lines.append("Machine: %s, %d cores (`nproc`), load average %.1f before / %.1f after the timed loop. "
                  "kiln on %s (cpu pool of %d threads); onnxruntime %s, %d intra-op threads, "
                  "sequential. Command: `build/onnx-venv/bin/python bench/graph_bench.py --repeat %d "
-                 "--device %s`."
+                 "--device %s%s`."
                  % (cpu_model(), os.cpu_count(), load0[0], load1[0], dev.id, threads, ort.__version__,
-                    threads, a.repeat, a.device))
+                    threads, a.repeat, a.device, " --threads %d" % a.threads if a.threads else ""))
     lines.append("")
     lines.append("Check: max |kiln - onnxruntime| logits = %.2g, same top-5: %s (top-1 %d)."
                  % (diff, same_top5, int(np.argmax(logits[0]))))

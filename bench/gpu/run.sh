@@ -10,7 +10,11 @@
 #                                   machine's idle cores, written to $OUT/tls.md
 #   bench/gpu/run.sh tune           bench/gpu/tune_gemm.py: SGEMM 1024/2048/4096 tuned by kiln.autotune
 #                                   beside cuBLAS (torch, TF32 off); TUNE_BUDGET=s,s,s
-#   bench/gpu/run.sh all            the five in that order
+#   bench/gpu/run.sh graph          the graph server tests on cuda:0, then ResNet-50 and
+#                                   EfficientNet-Lite0 (payloads staged by stage.sh) timed by
+#                                   graph_time, beside torch when the machine's python3 has it
+#                                   (bench/graph_gpu.py); needs numpy, msgpack and pytest
+#   bench/gpu/run.sh all            the six above but tune, in that order
 # Figures in bench/results name the command that produced them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -60,6 +64,25 @@ tune() {
     --out "$OUT" > "$OUT/tune_gemm.log" 2>&1
   [ $? -eq 0 ] || rc=1
 }
+graph() {
+  if ! python3 -c 'import numpy, msgpack, pytest' 2>/dev/null; then
+    echo "graph: python3 here lacks numpy, msgpack or pytest; the graph step is not run" | tee "$OUT/graph.log"
+    return
+  fi
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 |
+    tail -1 | tee "$OUT/graph_torch.txt"
+  KILND=$PWD/$build/server/kilnd KILN_TEST_DEVICE=cuda:0 PYTHONPATH=$PWD/clients/python python3 -m pytest \
+    tests/python/test_graph_server.py -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/graph_tests.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  if [ ! -d .gpu/graphs ]; then
+    echo "graph: no staged payloads (.gpu/graphs: bench/gpu/stage.sh makes them where build/onnx-venv exists)" |
+      tee -a "$OUT/graph.log"
+    return
+  fi
+  KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs --device cuda:0 \
+    --out "$OUT/graph_gpu.md" 2>&1 | tee "$OUT/graph.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+}
 case "${1:-all}" in
   conformance) conformance ;;
   server) server ;;
@@ -67,7 +90,8 @@ case "${1:-all}" in
   python) python ;;
   tls) tls ;;
   tune) tune ;;
-  all) conformance; server; bench; python; tls ;;
-  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|tls|tune|all" >&2; exit 2 ;;
+  graph) graph ;;
+  all) conformance; server; bench; python; tls; graph ;;
+  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|tls|tune|graph|all" >&2; exit 2 ;;
 esac
 exit $rc

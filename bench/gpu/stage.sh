@@ -29,5 +29,13 @@ pkgs="$pkgs rocm-device-libs"
 tar -cJf .gpu/kiln.tar.xz "${bins[@]}" $(ls "$build"/tests/device/*.kart) clients/python/kiln \
   tests/python
 git rev-parse --short HEAD > .gpu/commit
+# Graph payloads for run.sh's graph step, made where kiln.onnx's peers are installed
+# (bash .ci/onnx-venv): the GPU machine has no onnx.
+venv=${KILN_ONNX_VENV:-build/onnx-venv}
+if [ -x "$venv/bin/python" ]; then
+  "$venv/bin/python" bench/graph_gpu.py stage .gpu/graphs
+else
+  echo "no $venv: the graph step will run the graph server tests only (bash .ci/onnx-venv to stage models)"
+fi
 du -sh .gpu | cut -f1 | sed 's/^/staged: /'
 ls .gpu/debs | wc -l | sed 's/$/ packages/'

@@ -29,6 +29,7 @@ typedef struct te_em {
   LLVMValueRef *buf; /* per tensor: storage of a stage computed inside the kernel */
   te_expr_t **sub;   /* scratch substitution (p->nvars + 1) */
   uint64_t shared_bytes;
+  LLVMValueRef vmask; /* vector lanes whose loads may be read (a lazy select's side), or NULL: all */
   kiln_status_t err; /* the first failure; emission stops adding code after it */
 } te_em_t;
 

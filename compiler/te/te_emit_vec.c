@@ -1,8 +1,9 @@
 /* Expressions over a vectorised loop var (te_emit.h): the var is lanes base + <0, 1, ...,
  * width-1>; a subexpression that does not use it is a scalar, broadcast where it meets a
  * vector. Contiguous accesses (stride 1 in the var) are vector loads and stores aligned as
- * far as the index proves; other accesses, lazy selects and math calls go lane by lane, as
- * TVM's code generator does. */
+ * far as the index proves; a lazy select whose chosen side loads only at stride 1 (padding)
+ * reads those under its condition as a mask (llvm.masked.load); other accesses, lazy
+ * selects and math calls go lane by lane, as TVM's code generator does. */
 #include "compiler/te/te_emit.h"
 #include "compiler/te/te_expr.h"
 
@@ -83,6 +84,52 @@ static LLVMValueRef by_lane(te_em_t *m, te_expr_t *e, const te_vec_t *v) {
   return m->err ? NULL : out;
 }
 
+/* llvm.masked.load of vt at ptr under m->vmask, zeros in the lanes it leaves out (LLVM 22
+ * takes the alignment as the pointer's attribute, older ones as an operand). */
+static LLVMValueRef masked_load(te_em_t *m, LLVMTypeRef vt, LLVMValueRef ptr, unsigned align) {
+  static const char name[] = "llvm.masked.load";
+  LLVMTypeRef tys[2] = {vt, m->ptr};
+  unsigned id = LLVMLookupIntrinsicID(name, sizeof(name) - 1);
+  LLVMValueRef fn = id ? LLVMGetIntrinsicDeclaration(m->mod, id, tys, 2) : NULL;
+  if (!fn) {
+    te_em_fail(m, KILN_STATUS(KILN_E_INTERNAL, "te: LLVM has no %s", name));
+    return NULL;
+  }
+  LLVMTypeRef ft = LLVMGlobalGetValueType(fn);
+  LLVMValueRef args[4];
+  unsigned n = 0;
+  args[n++] = ptr;
+  if (LLVMCountParamTypes(ft) == 4) args[n++] = LLVMConstInt(m->i32, align, 0);
+  args[n++] = m->vmask;
+  args[n++] = LLVMConstNull(vt);
+  LLVMValueRef r = LLVMBuildCall2(m->b, ft, fn, args, n, "");
+  if (n == 3) {
+    unsigned kind = LLVMGetEnumAttributeKindForName("align", 5);
+    LLVMAddCallSiteAttribute(r, 1, LLVMCreateEnumAttribute(m->ctx, kind, align));
+  }
+  return r;
+}
+
+/* May e be evaluated for every lane with its loads masked: each load at stride 1 in var (a
+ * masked vector load; a load that does not use var would be an unmasked scalar load, and
+ * masked gathers were slower on Zen 4 than the lane-by-lane code), no lazy select inside. */
+static bool maskable(te_em_t *m, const te_expr_t *e, int var) {
+  if (!e) return true;
+  if (e->kind == TE_SELECT && e->op == 1) return false;
+  if (e->kind == TE_LOAD && (!te_em_uses(e, var) || te_em_stride(m, e->ref, e->args, var) != 1)) return false;
+  for (int i = 0; i < e->nargs; i++)
+    if (!maskable(m, e->args[i], var)) return false;
+  return true;
+}
+
+static bool loads_any(const te_expr_t *e) {
+  if (!e) return false;
+  if (e->kind == TE_LOAD) return true;
+  for (int i = 0; i < e->nargs; i++)
+    if (loads_any(e->args[i])) return true;
+  return false;
+}
+
 LLVMValueRef te_em_vload(te_em_t *m, int tid, te_expr_t **idx, const te_vec_t *v) {
   te_expr_t *flat = te_em_flat(m, tid, idx);
   LLVMValueRef base = te_em_base(m, tid);
@@ -101,8 +148,14 @@ LLVMValueRef te_em_vload(te_em_t *m, int tid, te_expr_t **idx, const te_vec_t *v
   LLVMValueRef off = te_em_expr(m, flat);
   if (!off) return NULL;
   LLVMTypeRef vt = LLVMVectorType(te_em_type(m, dt, true), (unsigned)v->width);
-  LLVMValueRef r = LLVMBuildLoad2(m->b, vt, te_em_gep(m, tid, base, off), "");
-  LLVMSetAlignment(r, alignment(m, tid, flat, v));
+  LLVMValueRef r;
+  if (m->vmask) {
+    r = masked_load(m, vt, te_em_gep(m, tid, base, off), alignment(m, tid, flat, v));
+    if (!r) return NULL;
+  } else {
+    r = LLVMBuildLoad2(m->b, vt, te_em_gep(m, tid, base, off), "");
+    LLVMSetAlignment(r, alignment(m, tid, flat, v));
+  }
   if (dt == TE_BOOL) r = LLVMBuildICmp(m->b, LLVMIntNE, r, LLVMConstNull(vt), "");
   return r;
 }
@@ -143,7 +196,8 @@ int64_t te_em_stride(te_em_t *m, int tid, te_expr_t *const *idx, int var) {
 
 bool te_em_loads_contiguous(te_em_t *m, const te_expr_t *e, int var) {
   if (!e || !te_em_uses(e, var)) return true;
-  if (e->kind == TE_SELECT && e->op == 1) return false; /* lazy: lane by lane */
+  if (e->kind == TE_SELECT && e->op == 1) /* lazy: masked (see vselect) or lane by lane */
+    return !loads_any(e->args[0]) && !loads_any(e->args[2]) && maskable(m, e->args[1], var);
   if (e->kind == TE_LOAD) {
     int64_t s = te_em_stride(m, e->ref, e->args, var);
     if (s != 0 && s != 1) return false;
@@ -166,6 +220,19 @@ static LLVMValueRef vbin(te_em_t *m, te_expr_t *e, const te_vec_t *v) {
 }
 
 static LLVMValueRef vselect(te_em_t *m, te_expr_t *e, const te_vec_t *v) {
+  if (e->op == 1 && !loads_any(e->args[0]) && !loads_any(e->args[2]) && maskable(m, e->args[1], v->var)) {
+    /* padding: the chosen side's contiguous loads under the condition as a mask (a condition
+     * that does not use the var is the same for every lane) */
+    LLVMValueRef c = te_em_vexpr(m, e->args[0], v), b = te_em_vexpr(m, e->args[2], v);
+    if (!c || !b) return NULL;
+    c = te_em_splat(m, c, v->width);
+    LLVMValueRef outer = m->vmask;
+    m->vmask = outer ? LLVMBuildAnd(m->b, outer, c, "") : c;
+    LLVMValueRef a = te_em_vexpr(m, e->args[1], v);
+    m->vmask = outer;
+    if (!a) return NULL;
+    return LLVMBuildSelect(m->b, c, te_em_splat(m, a, v->width), te_em_splat(m, b, v->width), "");
+  }
   if (e->op == 1 && te_em_uses(e->args[0], v->var)) return by_lane(m, e, v); /* lazy per lane */
   LLVMValueRef c = te_em_vexpr(m, e->args[0], v), a = te_em_vexpr(m, e->args[1], v), b = te_em_vexpr(m, e->args[2], v);
   if (!c || !a || !b) return NULL;

