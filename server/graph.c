@@ -1026,6 +1026,12 @@ static kiln_status_t adopt_kept(run_op_t *op) {
   for (uint32_t i = 0; i < op->npicked; i++) {
     const kiln_tensor_desc_t *d = &g->outputs[op->picked[i]].desc;
     kiln_status_t st = kiln_tensor_adopt(op->server, g->slot, op->generation, op->kept[i], d);
+    if (!st) { /* as alloc's: bound to the connection when it asked for session tensors */
+      kiln_tensor_t *t = kiln_map_get(&op->server->tensors, op->kept[i]);
+      kiln_conn_t *c = op->req->conn;
+      t->session = c->session_tensors ? c->id : 0;
+      memcpy(t->client, c->client, sizeof(t->client));
+    }
     if (st) {
       kiln_buf_t params;
       kiln_buf_init(&params);
