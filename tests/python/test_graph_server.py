@@ -571,11 +571,14 @@ def test_a_departed_client_leaves_no_graph_work_behind(unix_url):
         quick = create(b, chain(2))
         x = np.ones(N, np.float32)
         run(b, quick["graph"], x)
+        t0 = time.monotonic()
+        run(b, r["graph"], x)
+        one = time.monotonic() - t0      # ~20 ms on cpu:0; seconds on the software GPU
         a = kiln.connect(unix_url)
         conn = a._conn
-        # about 20 ms per run: 1000 runs timed, then 50 queued runs, all in flight
-        futs = [conn.request("graph_time", {"graph": r["graph"], "inputs": {"x": _t(x)}, "number": 1000,
-                                            "repeat": 1})]
+        # at least 20 s of runs timed, then 50 queued runs, all in flight
+        futs = [conn.request("graph_time", {"graph": r["graph"], "inputs": {"x": _t(x)},
+                                            "number": max(2, int(20 / one)), "repeat": 1})]
         futs += [conn.request("graph_run", {"graph": r["graph"], "inputs": {"x": _t(x)}}) for _ in range(50)]
         a.call("ping")
         time.sleep(0.3)
@@ -584,7 +587,8 @@ def test_a_departed_client_leaves_no_graph_work_behind(unix_url):
         (y,), _ = run(b, quick["graph"], x)
         waited = time.monotonic() - t0
         np.testing.assert_allclose(y, x + 2)
-        # uncancelled: 20 s of graph_time plus 1 s of runs ahead of it
-        assert waited < 5, waited
+        # uncancelled: 20 s of graph_time and 50 runs ahead of it; cancelled: what was running
+        # finishes its kernel (a spin cannot be stopped inside)
+        assert waited < max(5, 3 * one), (waited, one)
         b.call("graph_free", graph=r["graph"])
         b.call("graph_free", graph=quick["graph"])
