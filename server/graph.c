@@ -964,7 +964,7 @@ typedef struct run_op {
   uint64_t *kept;         /* keep: the new tensors' ids, one per picked output */
   uint64_t kept_bytes;    /* charged to the tenant until the tensors hold it */
   bool kept_charged;
-  uint64_t budget_ms;     /* the watchdog's (graph_run) */
+  uint64_t budget_ms;     /* the watchdog's: one run's deadline */
   uint64_t seq;           /* its cell in the slot's cancel page */
   uint32_t generation;    /* of the worker it was sent to */
   kiln_buf_t params;      /* for the worker */
@@ -1048,9 +1048,7 @@ static kiln_status_t adopt_kept(run_op_t *op) {
       else kiln_status_free(st);
     }
   }
-  op->kept_charged = false;
-  free(op->kept); /* the ids live on in the reply being packed: copied there first */
-  op->kept = NULL;
+  op->kept_charged = false; /* op->kept stays until run_free: a failed reply drops them */
   return first;
 }
 
@@ -1066,6 +1064,7 @@ static void on_run_reply(void *ctx, kiln_status_t st, const msgpack_object *resu
   kiln_packer_t pk;
   kiln_packer_init(&pk, &b);
   kept_watch_t *watch = NULL;
+  bool adopted = false; /* the kept outputs are the tenant's tensors now */
   if (!st) {
     kiln_rpc_pack_result_head(&pk.pk, op->req->msgid);
     kiln_launch_reply_t lr = {0};
@@ -1094,23 +1093,23 @@ static void on_run_reply(void *ctx, kiln_status_t st, const msgpack_object *resu
       }
       kiln_pack_kv_f64(&pk.pk, "elapsed", elapsed);
       if (op->kept) {
-        watch = malloc(sizeof(*watch) + op->npicked * sizeof(uint64_t));
-        if (watch) {
-          *watch = (kept_watch_t){.server = s, .conn = op->req->conn, .n = op->npicked};
-          memcpy(watch->ids, op->kept, op->npicked * sizeof(uint64_t));
-        }
         kiln_status_t ast = adopt_kept(op);
         if (!st) st = ast;
         else kiln_status_free(ast);
-        if (st && watch) { /* made, but the client hears an error: they go */
-          watch->conn = NULL;
-          for (uint32_t i = 0; i < watch->n; i++) kiln_tensor_drop(s, watch->ids[i]);
-          free(watch);
-          watch = NULL;
-        }
+        adopted = true;
       }
     }
     if (!st) st = kiln_packer_status(&pk);
+    if (adopted && !st) { /* watched until the reply is written (kept_sent) */
+      watch = malloc(sizeof(*watch) + op->npicked * sizeof(uint64_t));
+      if (!watch) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory keeping the outputs");
+      else {
+        *watch = (kept_watch_t){.server = s, .conn = op->req->conn, .n = op->npicked};
+        memcpy(watch->ids, op->kept, op->npicked * sizeof(uint64_t));
+      }
+    }
+    if (adopted && st) /* made, but the client hears an error: they go */
+      for (uint32_t i = 0; i < op->npicked; i++) kiln_tensor_drop(s, op->kept[i]);
   }
   if (st) {
     gs->runs_failed++;
@@ -1143,10 +1142,10 @@ static void run_go(void *ctx, kiln_status_t st) {
   if (!st) {
     op->fd = -1; /* kiln_worker_call closes it */
     op->generation = kiln_worker_generation(g->slot->worker);
-    /* graph_run has the watchdog's budget as launch does (a kernel that never returns ends
-     * the worker); graph_time runs many times, as time: none. */
+    /* The watchdog's budget bounds one run, as for launch and time: a kernel that never
+     * returns ends the worker. graph_time's worker says "alive" between its runs. */
     st = kiln_worker_call_budget(g->slot->worker, kiln_job_name(op->timed ? KILN_JOB_GRAPH_TIME : KILN_JOB_GRAPH_RUN),
-                                 &op->params, &fd, 1, op->timed ? 0 : op->budget_ms, on_run_reply, op);
+                                 &op->params, &fd, 1, op->budget_ms, on_run_reply, op);
   }
   if (!st) {
     gstate_t *gs = gstate(s);

@@ -14,6 +14,7 @@
 #include "device/worker/worker.h"
 #include "protocol/channel.h"
 #include "protocol/job_graph.h"
+#include "protocol/job_serve.h"
 #include "protocol/job_module.h"
 
 enum { REGION_ARENA = KILN_GRAPH_ARENA, REGION_CONSTANTS = KILN_GRAPH_CONSTANTS, REGION_INPUTS = KILN_GRAPH_INPUTS,
@@ -178,10 +179,21 @@ static uint64_t now_ns(void) {
 typedef struct cancel_cell {
   const volatile uint64_t *cell;
   uint64_t seq;
+  int channel;       /* graph_time: where "alive" goes between runs; -1: none */
+  uint64_t alive_at; /* when the last one went */
 } cancel_cell_t;
 
 static bool cancelled(const cancel_cell_t *c) {
   return c->cell && __atomic_load_n(c->cell, __ATOMIC_RELAXED) == c->seq;
+}
+
+/* Between two runs of a graph_time, at most every 200 ms: kilnd's watchdog then bounds each
+ * run by the request's deadline, whatever the number of runs (protocol/job_serve.h). */
+static void between_runs(cancel_cell_t *c) {
+  uint64_t now = now_ns();
+  if (c->channel < 0 || now - c->alive_at < 200ull * 1000000ull) return;
+  c->alive_at = now;
+  kiln_status_free(kiln_job_send_alive(c->channel)); /* a broken channel ends the serve loop */
 }
 
 /* Every launch once, in order. A failure names its node; before each launch its index + 1
@@ -218,7 +230,7 @@ static kiln_status_t run(kiln_dworker_t *w, const kiln_graph_job_t *j, int fd, m
   if (!g) return KILN_STATUS(KILN_E_NOT_FOUND, "the device worker has no graph %llu", (unsigned long long)j->handle);
   uint64_t size = j->size, deadline_ms = j->deadline_ms;
   if (size < KILN_GRAPH_RUN_HEADER) return KILN_STATUS(KILN_E_INTERNAL, "graph run: shared memory too small");
-  cancel_cell_t cancel = {.seq = j->cancel};
+  cancel_cell_t cancel = {.seq = j->cancel, .channel = timed ? w->channel : -1, .alive_at = now_ns()};
   if (cancel.seq && w->cancel_page) cancel.cell = &w->cancel_page[cancel.seq % w->cancel_cells];
   /* Queued behind other work when its client left: not run at all. */
   if (cancelled(&cancel)) return KILN_STATUS(KILN_E_CANCELLED, "cancelled before it ran (its client has gone)");
@@ -268,15 +280,19 @@ static kiln_status_t run(kiln_dworker_t *w, const kiln_graph_job_t *j, int fd, m
       st = KILN_STATUS(KILN_E_INTERNAL, "graph job: number and repeat must be at least 1");
     double *results = st ? NULL : calloc(cfg.repeat, sizeof(double));
     if (!st && !results) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-    for (uint32_t i = 0; !st && i < cfg.warmup; i++)
+    for (uint32_t i = 0; !st && i < cfg.warmup; i++) {
       st = run_once(w, g, deadline_ns ? now_ns() + deadline_ns : 0, progress, &cancel);
+      between_runs(&cancel);
+    }
     uint32_t number = cfg.number;
     for (uint32_t r = 0; !st && r < cfg.repeat; r++) {
       for (;;) {
         if (cfg.flush) st = w->backend->flush_caches(w->dev);
         uint64_t t0 = now_ns();
-        for (uint32_t i = 0; !st && i < number; i++)
+        for (uint32_t i = 0; !st && i < number; i++) {
           st = run_once(w, g, deadline_ns ? now_ns() + deadline_ns : 0, progress, &cancel);
+          between_runs(&cancel);
+        }
         if (st) break;
         double ms = (double)(now_ns() - t0) / 1e6;
         results[r] = ms / 1e3 / number;

@@ -448,6 +448,25 @@ def test_run_past_its_deadline_names_the_node(unix_url):
             run(s, r["graph"], np.ones(N, np.float32))
 
 
+def test_time_of_a_run_that_never_ends_is_bounded(unix_url):
+    """graph_time runs the graph many times: each run has the request's deadline, so a kernel
+    that never returns ends the worker and the request instead of holding both for good."""
+    g = chain(1)
+    g["nodes"].insert(0, {"name": "forever", "program": 0, "launches": [
+        {"kernel": "spin", "args": [{"value": "s"}, 1 << 62], "grid": [1], "block": [1]}]})
+    g["values"].append({"name": "s", "dtype": "int64", "shape": [1]})
+    with kiln.connect(unix_url) as s:
+        r = create(s, g)
+        with pytest.raises(kiln.KilnError, match="node forever") as e:
+            s.call("graph_time", graph=r["graph"], inputs={"x": _t(np.ones(N, np.float32))},
+                   number=1, repeat=1, timeout_ms=300)
+        assert e.value.code in (kiln.Timeout.code, kiln.DeviceFault.code), e.value
+        # the tenant's next graph runs on a new worker
+        ok = create(s, chain(2))
+        (y,), _ = run(s, ok["graph"], np.ones(N, np.float32))
+        np.testing.assert_allclose(y, np.full(N, 3.0, np.float32))
+
+
 def _id_chain(sess, n=N):
     """chain(2, weights=True) whose last node adds the constant w (given by tensor id)."""
     g = chain(2, n=n, weights=True)
