@@ -432,13 +432,19 @@ def test_graph_from_onnx_te_programs(sess):
     assert sess.stats()["tensors"] == base
 
 
-def test_run_past_its_deadline_names_the_node(unix_url):
-    """A kernel that does not return: the run's deadline (timeout_ms) and kilnd's watchdog end
-    the worker; the answer names the node."""
+def _forever():
+    """chain(1) behind a node "forever" whose kernel does not return."""
     g = chain(1)
     g["nodes"].insert(0, {"name": "forever", "program": 0, "launches": [
         {"kernel": "spin", "args": [{"value": "s"}, 1 << 62], "grid": [1], "block": [1]}]})
     g["values"].append({"name": "s", "dtype": "int64", "shape": [1]})
+    return g
+
+
+def test_run_past_its_deadline_names_the_node(unix_url):
+    """A kernel that does not return: the run's deadline (timeout_ms) and kilnd's watchdog end
+    the worker; the answer names the node."""
+    g = _forever()
     with kiln.connect(unix_url) as s:
         r = create(s, g)
         with pytest.raises(kiln.KilnError, match="node forever") as e:
@@ -451,10 +457,7 @@ def test_run_past_its_deadline_names_the_node(unix_url):
 def test_time_of_a_run_that_never_ends_is_bounded(unix_url):
     """graph_time runs the graph many times: each run has the request's deadline, so a kernel
     that never returns ends the worker and the request instead of holding both for good."""
-    g = chain(1)
-    g["nodes"].insert(0, {"name": "forever", "program": 0, "launches": [
-        {"kernel": "spin", "args": [{"value": "s"}, 1 << 62], "grid": [1], "block": [1]}]})
-    g["values"].append({"name": "s", "dtype": "int64", "shape": [1]})
+    g = _forever()
     with kiln.connect(unix_url) as s:
         r = create(s, g)
         with pytest.raises(kiln.KilnError, match="node forever") as e:
