@@ -307,11 +307,13 @@ static const char *config_path(int argc, char **argv) {
 }
 
 static bool on_command_line(int argc, char **argv, const char *name) {
-  size_t n = strlen(name);
-  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
-    if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, n) == 0 &&
-        (argv[i][2 + n] == 0 || argv[i][2 + n] == '='))
-      return true;
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strncmp(argv[i], "--", 2) != 0) continue;
+    /* getopt_long takes an unambiguous prefix (--lis=X is --listen=X): so does this */
+    const char *opt = argv[i] + 2;
+    size_t len = strcspn(opt, "=");
+    if (len > 0 && len <= strlen(name) && strncmp(opt, name, len) == 0) return true;
+  }
   return false;
 }
 

@@ -208,6 +208,10 @@ void kiln_worker_set_tenant(kiln_worker_t *w, const kiln_tenant_t *t) { w->tenan
  * is removed, never walked. */
 static void remove_tree_at(int parent, const char *name, int depth) {
   if (unlinkat(parent, name, 0) == 0 || errno != EISDIR || depth > 16) return;
+  /* A worker's directory is its uid's, mode 0700. kilnd as root may lack CAP_DAC_OVERRIDE
+   * (the systemd unit bounds it to CAP_CHOWN and three others): it takes the directory
+   * back first, never following a link, and can then read and empty it as its owner. */
+  if (fchownat(parent, name, geteuid(), getegid(), AT_SYMLINK_NOFOLLOW) != 0 && errno != EPERM) return;
   int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return;
   DIR *d = fdopendir(fd);

@@ -46,6 +46,12 @@ def test_config_file_options(kilnd_bin, tmp_path):
         assert lines == ["unix:%s/c.sock" % tmp_path]
     finally:
         stop(p)
+    # so does an abbreviation of it, which getopt_long takes as --listen
+    p, lines = start(kilnd_bin, tmp_path, "--lis=unix:%s/d.sock" % tmp_path, "--config=%s" % conf)
+    try:
+        assert lines == ["unix:%s/d.sock" % tmp_path]
+    finally:
+        stop(p)
 
 
 @pytest.mark.parametrize("text,why", [
