@@ -55,12 +55,14 @@ ldd "$work/hello_shared" | grep -q "$libdir/libkiln.so" || fail "hello_shared do
 
 # against the installed kilnd and workers
 sock=$work/kiln.sock
+mkfifo "$work/ready"
 "$root/bin/kilnd" --listen "unix:$sock" --cache-dir "$work/cache" --devices cpu --compile-workers 1 \
   --ready-fd 3 3>"$work/ready" 2>"$work/kilnd.log" &
 kpid=$!
 trap 'kill $kpid 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [ -s "$work/ready" ] && break; sleep 0.1; done
-[ -s "$work/ready" ] || fail "the installed kilnd did not start: $(cat "$work/kilnd.log")"
+# kilnd writes its listeners to the fd and closes it once they are up (EOF ends the read)
+ready=$(timeout 30 cat "$work/ready") || true
+[ -n "$ready" ] || fail "the installed kilnd did not start: $(cat "$work/kilnd.log")"
 for v in shared static; do
   out=$("$work/hello_$v" "unix:$sock")
   [ "$out" = "round trip through unix:$sock: ok" ] || fail "hello_$v said: $out"
