@@ -142,3 +142,28 @@ def test_example_super_resolution(unix_url):
     assert "[1, 1, 64, 64] -> [1, 1, 256, 256]" in out and "max |kiln - onnxruntime|" in out, out
     diff = float(out.split("max |kiln - onnxruntime| = ")[1].split()[0])
     assert diff < 1e-4
+
+
+def test_resnet50_structure_and_weights_by_recipe():
+    """kiln.onnx.models.resnet50 (bench/graph_gpu.py's ResNet-50): torchvision's structure as
+    torch exports it, and every weight the importer puts in the payload is one of
+    resnet50_weights, maybe transposed: what graph_gpu.py stage relies on to leave the 102 MB
+    of weights behind and remake them on the GPU machine (no compile here: kilnd runs the
+    model-zoo ResNet-50 above)."""
+    m = models.resnet50(0)
+    onnx.checker.check_model(m)
+    ops = [n.op_type for n in m.graph.node]
+    assert ops.count("Conv") == 53 and ops.count("Add") == 16 and ops.count("MaxPool") == 1
+    assert set(ops) == {"Conv", "Relu", "MaxPool", "Add", "GlobalAveragePool", "Flatten", "Gemm"}
+    convs, plan = models.resnet50_layers()
+    assert len(convs) == 53 and sum(1 for p in plan if p[0] == "block") == 16
+    for target in ("cpu", "gpu"):
+        payload, _ = kiln.onnx.build_payload(m, target)
+        assert payload.shape(payload.outputs[0]) == (1, 1000)
+        known = set()
+        for w in models.resnet50_weights(0).values():
+            known.add(w.tobytes())
+            if w.ndim == 2:
+                known.add(np.ascontiguousarray(w.T).tobytes())
+        big = [(n, c) for n, c in payload.constants if c.nbytes > 4096]
+        assert big and all(c.tobytes() in known for _, c in big), [n for n, c in big if c.tobytes() not in known]
