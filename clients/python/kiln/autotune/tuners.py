@@ -13,6 +13,7 @@ yet) and ``update(results)`` ((cfg, score) pairs; score is GFLOP/s, 0 for a fail
 
 import math
 import random
+import sys
 
 import numpy as np
 
@@ -113,6 +114,9 @@ class ModelTuner(Tuner):
         self.warm = list(warm)  # (features, relative score) of related tasks
         self.model = None
         self.fallback = not have_sklearn()
+        if self.fallback:
+            sys.stderr.write("kiln.autotune: scikit-learn is not installed (Debian: python3-sklearn); "
+                             "the model tuner proposes at random\n")
         self._all = None
 
     def _fit(self):
