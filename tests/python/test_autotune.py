@@ -210,3 +210,32 @@ def test_cli(unix_url, tmp_path, capsys):
     assert len(at.load(rec)) == 3
     if "--plot" in args:
         assert os.path.getsize(str(tmp_path / "best.png")) > 1000
+
+
+def test_trials_are_split_between_runners(unix_url, dev, tmp_path):
+    # Two sessions (as two hosts would be): each round's batch is split between them, each
+    # trial measured on one; the records say which.
+    with kiln.connect(unix_url) as s1, kiln.connect(unix_url) as s2:
+        task = at.Task("matmul", (32, 32, 16), "float32", s1.cpu(0), space=small_space())
+        r = at.tune(task, [(s1, "cpu:0"), (s2, s2.cpu(0))], trials=5, tuner="random", batch=4, repeat=1,
+                    min_repeat_ms=0, lease_s=0, progress=None)
+    assert len(r.trials) == 5
+    assert {x["runner"] for x in r.trials[1:]} == {0, 1}
+    assert all(x["task"]["device"] == "cpu:0" for x in r.trials)
+    assert len({json.dumps(x["knobs"], sort_keys=True) for x in r.trials}) == 5
+
+
+@pytest.mark.skipif(not os.environ.get("KILN_HSA_LIBRARY"),
+                    reason="KILN_HSA_LIBRARY unset: the software GPU runs this (.ci/softgpu)")
+def test_rocm_tuning_on_the_software_gpu(fresh_daemon):
+    # The GPU side end to end on hsa:0: the space takes the device's limits, trials build for
+    # gfx942, run, are checked and timed (the figures are the interpreter's, not hardware's).
+    d = fresh_daemon("--devices", "cpu,hsa", "--hsa-library", os.environ["KILN_HSA_LIBRARY"])
+    with kiln.connect(d.urls[0]) as s:
+        dev = s.device("hsa:0")
+        task = at.Task("matmul", (32, 32, 16), "float32", dev)
+        assert task.target == "gpu" and task.space.limits["wave_size"] == dev.wave_size
+        r = at.tune(task, s, trials=3, tuner="random", batch=2, repeat=1, min_repeat_ms=0, lease_s=10,
+                    progress=None)
+        assert [x["result"]["ok"] for x in r.trials] == [True] * 3, r.trials
+        assert r.trials[0]["task"]["arch"].startswith("gfx")
