@@ -3,7 +3,8 @@
     {"v": 1, "task": {...}, "knobs": {...}, "result": {...}, "tuner": str, "trial": int,
      "t": unix seconds, "elapsed_s": seconds since the run began}
 
-``task``: op, shapes, dtype, target ("cpu"/"gpu"), arch, device, device_name, signature, kiln.
+``task``: op, shapes, dtype, target ("cpu"/"gpu"), arch, device, device_name, signature, kiln,
+options (the compile options).
 ``result``: {"ok": true, "times": [s...], "mean", "median", "min", "cv", "number", "repeat",
 "gflops", "compile_ms"} or {"ok": false, "error": kind, "message": str}.
 """
