@@ -4,7 +4,7 @@
 
 Runs on the lent GPU machine (bench/gpu/run.sh tune), with the machine's python3:
     python3 bench/gpu/tune_gemm.py --kilnd build/server/kilnd --sizes 1024,2048,4096 \
-        --budget 60,60,240 --out $OUT
+        --budget 60,60,240 --out $OUT [--resume RECORDS]
 It starts one kilnd serving cuda:0, tunes matmul n x n x n (float32) for each size until its
 time budget is spent (rounds of 8 trials; the records file makes each round resume the last),
 measures cuBLAS SGEMM through torch.mm with TF32 off (CUDA events, the median of 3 repeats of
@@ -76,11 +76,15 @@ def main():
     ap.add_argument("--sizes", default="1024,2048,4096")
     ap.add_argument("--budget", default="60,60,240", help="seconds of tuning per size")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--resume", help="records of an earlier run to go on from (copied into --out first)")
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",")]
     budgets = [float(x) for x in a.budget.split(",")]
     os.makedirs(a.out, exist_ok=True)
     records = os.path.join(a.out, "tune_gemm_records.jsonl")
+    if a.resume:
+        import shutil
+        shutil.copyfile(a.resume, records)
     rows = []
     with start_daemon(kilnd=a.kilnd, log_level="warn") as d:
         s = kiln.connect(d.urls[0])
