@@ -179,7 +179,7 @@ static kiln_status_t start_unix(kiln_server_t *s, kiln_listener_t *l, const char
                        "cannot give unix:%s to group %u (--socket-group): %s%s", path,
                        cfg->socket_gid, strerror(errno),
                        errno == EPERM ? " (kilnd's user must be a member of the group)" : "");
-  if (chmod(path, (mode_t)cfg->socket_mode) != 0)
+  if (cfg->socket_mode != (uint32_t)-1 && chmod(path, (mode_t)cfg->socket_mode) != 0)
     return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot set the mode of unix:%s: %s", path, strerror(errno));
   rc = uv_listen(&l->h.stream, 511, on_connection);
   if (rc) return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot listen on unix:%s: %s", path, uv_strerror(rc));

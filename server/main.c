@@ -77,8 +77,9 @@ static void usage(FILE *f) {
           "                        checked; they run inside the device worker's sandbox)\n"
           "  --config FILE         options as `key = value` lines (a flag: `key = true`), read\n"
           "                        before the command line, which wins (docs/operations.md)\n"
-          "  --socket-mode MODE    permissions of unix: sockets, octal (default 0600, or 0660\n"
-          "                        with --socket-group); connecting needs write permission\n"
+          "  --socket-mode MODE    permissions of unix: sockets, octal (default: as the umask\n"
+          "                        makes them, or 0660 with --socket-group); connecting needs\n"
+          "                        write permission\n"
           "  --socket-group GROUP  group of unix: sockets (a name or number; kilnd's user must\n"
           "                        be a member)\n"
           "  --version, --help\n");
@@ -526,7 +527,7 @@ int main(int argc, char **argv) {
   cfg->max_anonymous_per_peer = 8;
   cfg->max_inflight = 256;
   cfg->max_unsent_bytes = 64ull << 20;
-  cfg->socket_mode = (uint32_t)-1; /* settled after the options: it depends on --socket-group */
+  cfg->socket_mode = (uint32_t)-1; /* -1: the umask decides (the unit's UMask); see below */
   cfg->socket_gid = (uint32_t)-1;
   kiln_limits_default(&cfg->limits);
   /* One compile worker per core kilnd may run on (taskset, a cgroup cpuset), not per core
@@ -550,7 +551,7 @@ int main(int argc, char **argv) {
   }
   int rc = parse_args(argc, argv, cfg);
   if (rc) return rc;
-  if (cfg->socket_mode == (uint32_t)-1) cfg->socket_mode = cfg->socket_gid == (uint32_t)-1 ? 0600 : 0660;
+  if (cfg->socket_mode == (uint32_t)-1 && cfg->socket_gid != (uint32_t)-1) cfg->socket_mode = 0660;
   /* A str is bounded like a bin, by the message limit: `ir` may come as either, and the
    * payload limit (256 MiB) is the one limit on it (docs/protocol.md). */
   cfg->limits.max_str = (uint32_t)KILN_MIN(cfg->limits.max_message, UINT32_MAX);

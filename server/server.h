@@ -82,7 +82,7 @@ typedef struct kiln_config {
   uint64_t cpu_memory;         /* --cpu-memory: capacity of cpu:0; 0 = the default */
   uint32_t worker_uid_first, worker_uid_last; /* --worker-uids; 0 = not given */
   bool allow_prebuilt_cpu;     /* --allow-prebuilt-cpu */
-  uint32_t socket_mode;        /* --socket-mode of unix: listeners (default 0600, 0660 with a group) */
+  uint32_t socket_mode;        /* --socket-mode of unix: listeners; -1: the umask's (0660 with a group) */
   uint32_t socket_gid;         /* --socket-group; (uint32_t)-1: kilnd's own */
 } kiln_config_t;
 
