@@ -8,7 +8,7 @@ _kiln() {
     if grep -q "^${COMP_WORDS[i]}\( \|\$\)" <<<"$table"; then cmd=${COMP_WORDS[i]}; break; fi
   done
   if [[ $cur == -* ]]; then
-    local opts="--url --tls-ca --tls-cert --tls-key --timeout --help --version"
+    local opts="--url --tls-ca --tls-cert --tls-key --timeout --token --help --version"
     [ -n "$cmd" ] && opts=$(grep "^$cmd " <<<"$table" | cut -d' ' -f2-)
     mapfile -t COMPREPLY < <(compgen -W "$opts" -- "$cur")
   elif [ -z "$cmd" ]; then
