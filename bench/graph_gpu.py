@@ -149,7 +149,11 @@ def torch_resnet50(dev):
                 x = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
         return F.linear(x, w["fc.weight"], w["fc.bias"])
     torch.backends.cudnn.benchmark = True
-    return (torch, forward), "torch %s, cuDNN %s" % (torch.__version__, torch.backends.cudnn.version())
+    # fp32 as kiln computes it: torch's default lets cuDNN convolutions use TF32 (10-bit
+    # mantissas), which is faster and differs from the fp32 reference by about 1 in the logits
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return (torch, forward), "torch %s, cuDNN %s, TF32 off" % (torch.__version__, torch.backends.cudnn.version())
 
 
 def torch_time(tf, x, number, repeat):
@@ -172,6 +176,15 @@ def torch_time(tf, x, number, repeat):
     return out.cpu().numpy(), runs
 
 
+def staged_commit():
+    """The commit bench/gpu/stage.sh built the binaries from (the copy's own .git may differ)."""
+    try:
+        with open(os.path.join(ROOT, ".gpu", "commit")) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def run(a):
     import msgpack  # noqa: F401  (kiln needs it)
     import kiln
@@ -186,8 +199,8 @@ def run(a):
         dev = s.device(a.device)
         lines += ["## Graphs on %s (%s UTC, commit %s)" % (
                       a.device, datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"),
-                      subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                     text=True).stdout.strip() or "?"), "",
+                      staged_commit() or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                                        capture_output=True, text=True).stdout.strip() or "?"), "",
                   "Device: %s. Command: `bench/gpu/run.sh graph` (`bench/graph_gpu.py run`), payloads staged by "
                   "`bench/graph_gpu.py stage` (onnxruntime's CPU outputs as references)." % dev.name, "",
                   "| model | graph_create cold s | warm s | max abs diff | same top-5 | graph_time median ms "
