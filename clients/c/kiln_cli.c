@@ -194,6 +194,8 @@ static void progress_done(progress_t *p) {
 
 /* --- tensors ------------------------------------------------------------------------------- */
 
+static uint64_t u64_field(const msgpack_object *m, const char *key);
+
 /* Uploads a .npy file as alloc + write chunks (so that a large one shows progress). */
 static int upload_npy(cli_t *cli, const char *file, const char *device, const char *dtype,
                       uint64_t *out_id) {
@@ -257,23 +259,74 @@ static int cmd_alloc(cli_t *cli, int argc, char **argv) {
   return EXIT_OK;
 }
 
+/* The dtype, shape and size of tensor `id` from the `tensors` method; false when the
+ * daemon has no such method or does not list the id (then `download` says why). */
+static bool tensor_desc(cli_t *cli, uint64_t id, kiln_tensor_desc_t *out) {
+  kiln_reply_t *r;
+  kiln_status_t s = kiln_client_call(cli->c, "tensors", NULL, NULL, &r);
+  if (s) {
+    kiln_status_free(s); /* an older kilnd: download alone */
+    return false;
+  }
+  const msgpack_object *list = kiln_reply_result(r);
+  bool found = false;
+  for (uint32_t i = 0; list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size && !found; i++) {
+    const msgpack_object *t = &list->via.array.ptr[i], *dt = kiln_object_get(t, "dtype");
+    const msgpack_object *shape = kiln_object_get(t, "shape");
+    if (u64_field(t, "id") != id || !dt || dt->type != MSGPACK_OBJECT_STR || !shape ||
+        shape->type != MSGPACK_OBJECT_ARRAY || shape->via.array.size > KILN_MAX_DIMS)
+      continue;
+    *out = (kiln_tensor_desc_t){.dtype = kiln_dtype_parse(dt->via.str.ptr, dt->via.str.size),
+                                .ndim = shape->via.array.size, .nbytes = u64_field(t, "bytes")};
+    for (uint32_t d = 0; d < out->ndim; d++)
+      out->shape[d] = shape->via.array.ptr[d].type == MSGPACK_OBJECT_POSITIVE_INTEGER
+                          ? shape->via.array.ptr[d].via.u64 : 0;
+    found = out->dtype != KILN_DTYPE_INVALID;
+  }
+  kiln_reply_free(r);
+  return found;
+}
+
+/* `get`: a tensor under 64 MiB comes in one `download`; a larger one (any size, also past
+ * download's 1 GiB) in 32 MiB `read`s with progress on stderr, its dtype and shape from
+ * `tensors`. */
 static int cmd_get(cli_t *cli, int argc, char **argv) {
   uint64_t id;
   if (!parse_u64(argv[1], 0, UINT64_MAX, &id)) return usage_error(cli, "'%s' is not a tensor id", argv[1]);
-  kiln_reply_t *r;
-  uint64_t t0 = kiln_now_ns();
-  kiln_status_t s = kiln_client_download(cli->c, id, &r);
-  if (s) return report(cli->name, s, EXIT_SERVER);
   kiln_tensor_desc_t desc;
-  const void *data;
-  s = kiln_reply_tensor(r, &desc, &data);
-  if (!s) s = kiln_npy_write(argv[2], &desc, data);
-  kiln_reply_free(r);
-  if (s) return report(cli->name, s, EXIT_FILE);
-  double secs = (double)(kiln_now_ns() - t0) / 1e9;
-  if (secs >= 1)
-    fprintf(stderr, "kiln: get: %.0f MB in %.1f s (%.0f MB/s)\n", (double)desc.nbytes / 1e6, secs,
-            (double)desc.nbytes / 1e6 / secs);
+  kiln_status_t s;
+  if (tensor_desc(cli, id, &desc) && desc.nbytes >= (64u << 20)) {
+    uint8_t *buf = malloc(desc.nbytes);
+    if (!buf) {
+      fprintf(stderr, "kiln: get: no memory for %.0f MB\n", (double)desc.nbytes / 1e6);
+      return EXIT_FILE;
+    }
+    progress_t p;
+    progress_init(&p, argv[2], desc.nbytes);
+    s = KILN_OK;
+    for (uint64_t off = 0; !s && off < desc.nbytes; off += 32u << 20) {
+      size_t n = (size_t)KILN_MIN(desc.nbytes - off, 32u << 20);
+      s = kiln_client_read(cli->c, id, off, buf + off, n);
+      progress_show(&p, off + n);
+    }
+    progress_done(&p);
+    if (s) {
+      free(buf);
+      return report(cli->name, s, EXIT_SERVER);
+    }
+    s = kiln_npy_write(argv[2], &desc, buf);
+    free(buf);
+    if (s) return report(cli->name, s, EXIT_FILE);
+  } else {
+    kiln_reply_t *r;
+    s = kiln_client_download(cli->c, id, &r);
+    if (s) return report(cli->name, s, EXIT_SERVER);
+    const void *data;
+    s = kiln_reply_tensor(r, &desc, &data);
+    if (!s) s = kiln_npy_write(argv[2], &desc, data);
+    kiln_reply_free(r);
+    if (s) return report(cli->name, s, EXIT_FILE);
+  }
   if (desc.dtype == KILN_BFLOAT16)
     fprintf(stderr, "kiln: note: bfloat16 has no numpy dtype; %s holds its bits as uint16 "
                     "(arr.view(ml_dtypes.bfloat16) restores it)\n", argv[2]);

@@ -177,3 +177,20 @@ def test_readme_running_kilnd(kilnd_bin, kiln_bin, tmp_path):
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "tcp:127.0.0.1:7070\nunix:%s/kiln.sock\n" % tmp_path in r.stdout
     assert "pong from unix:%s/kiln.sock" % tmp_path in r.stdout
+
+
+def test_large_put_and_get_in_chunks(kiln_bin, unix_url, tmp_path):
+    # past 64 MiB both go in 32 MiB writes and reads (get takes dtype and shape from `tensors`)
+    x = np.arange(17 * (1 << 20) + 3, dtype=np.float32).reshape(-1, 1)
+    np.save(tmp_path / "x.npy", x)
+    tid = kiln(kiln_bin, unix_url, "put", str(tmp_path / "x.npy")).stdout.strip()
+    import json
+    reads = lambda: json.loads(kiln(kiln_bin, unix_url, "stats", "--json").stdout)["requests"].get("read", 0)
+    try:
+        before = reads()
+        kiln(kiln_bin, unix_url, "get", tid, str(tmp_path / "y.npy"))
+        assert reads() - before == 3          # 68 MiB in 32 MiB reads
+        y = np.load(tmp_path / "y.npy")
+        assert y.shape == x.shape and y.dtype == x.dtype and np.array_equal(x, y)
+    finally:
+        kiln(kiln_bin, unix_url, "free", tid)
