@@ -1200,7 +1200,7 @@ static kiln_status_t run_inputs(kiln_call_t *call, const graph_t *g, const msgpa
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                          "input '%s' must be %s with the graph's declared shape (%u dimensions)", in->name,
                          kiln_dtype_name(in->desc.dtype), in->desc.ndim);
-    memcpy(map + RUN_HEADER + in->offset, data, dsc.nbytes);
+    if (dsc.nbytes) memcpy(map + RUN_HEADER + in->offset, data, dsc.nbytes); /* data may be NULL at 0 */
   }
   return KILN_OK;
 }
