@@ -54,15 +54,9 @@ def functions(src):
 def check(files):
     """Problems found in {path: source}: long functions and circles between files."""
     problems = []
-    defs = {}
     stripped = {path: strip(src) for path, src in files.items()}
+    defs = public_defs(stripped)
     for path, src in stripped.items():
-        prev = ""
-        for line in src.split("\n"):
-            m = DEF_RE.match(line)
-            if m and not line.rstrip().endswith(";") and not prev.startswith("static"):
-                defs[m.group(1)] = path
-            prev = line
         for name, line, n in functions(src):
             if n > MAX_LINES:
                 problems.append("%s:%d: %s is %d lines (at most %d)" % (path, line, name, n, MAX_LINES))
@@ -118,6 +112,19 @@ def self_test():
     assert check({"d.c": ok}) == [], check({"d.c": ok})
 
 
+def public_defs(stripped):
+    """{function name: file} of the public (non-static) functions defined in stripped sources."""
+    defs = {}
+    for path, src in stripped.items():
+        prev = ""
+        for line in src.split("\n"):
+            m = DEF_RE.match(line)
+            if m and not line.rstrip().endswith(";") and not prev.startswith("static"):
+                defs[m.group(1)] = path
+            prev = line
+    return defs
+
+
 def use_prefix(prefix):
     """Public functions are those named PREFIX*: the default is compiler/te's te_."""
     global DEF_RE, CALL_RE
@@ -128,14 +135,7 @@ def use_prefix(prefix):
 def report_circles(files):
     """Prints each circle among files and the calls inside it; always succeeds."""
     stripped = {path: strip(src) for path, src in files.items()}
-    defs = {}
-    for path, src in stripped.items():
-        prev = ""
-        for line in src.split("\n"):
-            m = DEF_RE.match(line)
-            if m and not line.rstrip().endswith(";") and not prev.startswith("static"):
-                defs[m.group(1)] = path
-            prev = line
+    defs = public_defs(stripped)
     calls = {p: {} for p in stripped}
     for p, src in stripped.items():
         for c in CALL_RE.findall(src):
