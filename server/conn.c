@@ -27,7 +27,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
 void kiln_conn_release(kiln_conn_t *c) {
   if (--c->refs > 0) return;
-  kiln_conn_tls_free(c);
+  if (c->tls) c->server->tls_ops->free(c);
   kiln_reader_deinit(&c->reader);
   kiln_buf_deinit(&c->out);
   free(c);
@@ -67,7 +67,7 @@ void kiln_conn_close(kiln_conn_t *c) {
   c->closing = true;
   c->reading = false;
   uv_read_stop(&c->h.stream);
-  if (c->tls) kiln_conn_tls_closing(c);
+  if (c->tls) c->server->tls_ops->closing(c);
   /* Pending writes get their callbacks with UV_ECANCELED before on_close runs. */
   uv_close(&c->h.handle, on_close);
 }
@@ -75,7 +75,7 @@ void kiln_conn_close(kiln_conn_t *c) {
 /* Reply bytes not yet written to the socket. */
 static uint64_t unsent(const kiln_conn_t *c) {
   return uv_stream_get_write_queue_size(&c->h.stream) + c->out.len +
-         (c->tls ? kiln_conn_tls_unsent(c) : 0);
+         (c->tls ? c->server->tls_ops->unsent(c) : 0);
 }
 
 void kiln_conn_update_reading(kiln_conn_t *c) {
@@ -125,7 +125,7 @@ static void on_write(uv_write_t *req, int status) {
 static void write_now(kiln_conn_t *c, uint8_t *bytes, size_t len, const void *extra,
                       size_t extra_len, void (*release)(void *), void *ctx) {
   if (c->tls) {
-    kiln_conn_tls_send(c, bytes, len, extra, extra_len, release, ctx);
+    c->server->tls_ops->send(c, bytes, len, extra, extra_len, release, ctx);
     return;
   }
   uv_buf_t bufs[2];
@@ -231,7 +231,7 @@ void kiln_conn_fail(kiln_conn_t *c, bool has_msgid, uint32_t msgid, kiln_status_
   KILN_LOG_INFO("protocol_error", "conn=%llu peer=%s code=%s message=%s", (unsigned long long)c->id,
                 c->peer, kiln_code_name(code), kiln_log_quote(q, sizeof(q), kiln_status_message(st)));
   kiln_status_free(st);
-  if (c->tls && kiln_conn_tls_handshaking(c)) {
+  if (c->tls && c->server->tls_ops->handshaking(c)) {
     /* Nothing can be said to a peer before its handshake is done. */
     kiln_buf_deinit(&b);
     kiln_conn_close(c);
@@ -259,7 +259,7 @@ void kiln_conn_fail(kiln_conn_t *c, bool has_msgid, uint32_t msgid, kiln_status_
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   kiln_conn_t *c = KILN_CONTAINER_OF(h, kiln_conn_t, h.handle);
   if (c->tls) {
-    kiln_conn_tls_alloc(c, buf);
+    c->server->tls_ops->alloc(c, buf);
     return;
   }
   size_t n = 0;
@@ -287,7 +287,7 @@ bool kiln_conn_consume(kiln_conn_t *c) {
       kiln_conn_fail(c, has, msgid, KILN_STATUS(kiln_status_code(e), "%s", kiln_status_message(e)));
       return false;
     }
-    kiln_dispatch(c, msg, len);
+    c->server->conn_handler->message(c, msg, len);
   }
 }
 
@@ -313,7 +313,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   c->refs++; /* a handler may close the connection; keep it alive until we are done */
   c->in_dispatch = true;
   if (c->tls) {
-    kiln_conn_tls_received(c, buf->base, (size_t)nread);
+    c->server->tls_ops->received(c, buf->base, (size_t)nread);
   } else {
     kiln_reader_commit(&c->reader, (size_t)nread);
     kiln_conn_consume(c);
@@ -335,7 +335,7 @@ void kiln_conn_accept(kiln_listener_t *l) {
   if (c->tenant) c->tenant->connections++;
   kiln_reader_init(&c->reader, &s->cfg.limits, 64 * 1024);
   kiln_reader_alloc_t alloc;
-  kiln_tensor_reader_alloc(c, &alloc);
+  s->conn_handler->reader_alloc(c, &alloc);
   kiln_reader_set_alloc(&c->reader, &alloc);
   kiln_buf_init(&c->out);
   if (l->is_tcp) uv_tcp_init(s->loop, &c->h.tcp);
@@ -351,7 +351,7 @@ void kiln_conn_accept(kiln_listener_t *l) {
     return;
   }
   if (l->tls) {
-    kiln_status_t st = kiln_conn_tls_start(c, s->tls_ctx);
+    kiln_status_t st = s->tls_ops->start(c, s->tls_ctx);
     if (st) {
       KILN_LOG_WARN("tls_error", "conn=%llu error=\"%s\"", (unsigned long long)c->id,
                     kiln_status_message(st));
@@ -368,23 +368,34 @@ void kiln_conn_accept(kiln_listener_t *l) {
     return;
   }
   if (s->tenants.auth_required) {
-    kiln_status_t st = kiln_peer_admit(s, c);
+    kiln_conn_t *evicted = NULL;
+    kiln_status_t st = kiln_peer_admit(s, c, &evicted);
     if (st) {
       kiln_conn_fail(c, false, 0, st);
       return;
     }
+    if (evicted)
+      kiln_conn_fail(evicted, false, 0,
+                     KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED,
+                                 "closed to make room: too many connections have not completed "
+                                 "hello; send hello right after connecting"));
     c->reader.limits.max_message = KILN_ANON_MAX_MESSAGE;
   }
   /* Anonymous connections never lock out a tenant: at the cap, the oldest of them makes
    * room before a newcomer is refused. */
-  if (s->num_conns - s->num_condemned > s->cfg.max_connections &&
-      !kiln_peer_evict_oldest(s, c, "closed to make room: the server is at its connection limit "
-                                    "and this connection had not completed hello")) {
-    kiln_conn_fail(c, false, 0,
+  if (s->num_conns - s->num_condemned > s->cfg.max_connections) {
+    kiln_conn_t *oldest = kiln_peer_evict_oldest(s, c);
+    if (!oldest) {
+      kiln_conn_fail(c, false, 0,
+                     KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED,
+                                 "the server has reached its limit of %u connections; retry later",
+                                 s->cfg.max_connections));
+      return;
+    }
+    kiln_conn_fail(oldest, false, 0,
                    KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED,
-                               "the server has reached its limit of %u connections; retry later",
-                               s->cfg.max_connections));
-    return;
+                               "closed to make room: the server is at its connection limit and "
+                               "this connection had not completed hello"));
   }
   KILN_LOG_DEBUG("conn_open", "conn=%llu peer=%s", (unsigned long long)c->id, c->peer);
   kiln_conn_update_reading(c);
@@ -410,7 +421,7 @@ static void trim_heap_when_idle(kiln_server_t *s, uint64_t now) {
  * A message may take any time to arrive as long as bytes keep coming, and while kilnd
  * itself holds reading back (requests in flight, replies unsent) the clock stands still. */
 static bool stalled_mid_message(const kiln_conn_t *c, uint64_t now, uint64_t limit) {
-  bool partial = kiln_reader_partial(&c->reader) || (c->tls && kiln_conn_tls_partial(c));
+  bool partial = kiln_reader_partial(&c->reader) || (c->tls && c->server->tls_ops->partial(c));
   if (!c->reading || !partial) return false;
   uint64_t since = KILN_MAX(c->last_activity_ns, c->reading_since_ns);
   return now > since && now - since > limit;
@@ -419,14 +430,18 @@ static bool stalled_mid_message(const kiln_conn_t *c, uint64_t now, uint64_t lim
 void kiln_conns_sweep(kiln_server_t *s) {
   uint64_t now = kiln_now_ns();
   trim_heap_when_idle(s, now);
-  kiln_peers_sweep(s, now);
+  for (kiln_conn_t *c; (c = kiln_peer_expired(s, now));)
+    kiln_conn_fail(c, false, 0,
+                   KILN_STATUS(KILN_E_UNAUTHENTICATED,
+                               "no successful hello within %g s of connecting; closing",
+                               s->cfg.hello_timeout_s));
+  kiln_peers_prune(s, now);
   uint64_t idle = (uint64_t)(s->cfg.idle_timeout_s * 1e9);
   uint64_t partial = (uint64_t)(s->cfg.partial_timeout_s * 1e9);
   uint64_t handshake = (uint64_t)(s->cfg.handshake_timeout_s * 1e9);
   for (kiln_conn_t *c = s->conns; c;) {
     kiln_conn_t *next = c->next;
-    if (!c->closing && c->tls && kiln_conn_tls_handshaking(c) &&
-        now - c->accepted_ns > handshake) {
+    if (!c->closing && c->tls && s->tls_ops->handshaking(c) && now - c->accepted_ns > handshake) {
       KILN_LOG_INFO("tls_handshake_timeout", "conn=%llu peer=%s", (unsigned long long)c->id,
                     c->peer);
       kiln_conn_close(c);
@@ -449,7 +464,8 @@ void kiln_conns_cancel_and_close(kiln_server_t *s) {
   for (kiln_conn_t *c = s->conns; c;) {
     kiln_conn_t *next = c->next;
     c->refs++;
-    kiln_reqs_cancel(c, KILN_STATUS(KILN_E_CANCELLED, "the server is shutting down"));
+    s->conn_handler->cancel_requests(c,
+                                     KILN_STATUS(KILN_E_CANCELLED, "the server is shutting down"));
     if (!c->closing) {
       if (c->reading) {
         uv_read_stop(&c->h.stream);

@@ -234,7 +234,7 @@ kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_te
   }
   const char *tail[] = {"--device", d->id, cpus ? "--cpus" : NULL, cpus, NULL};
   kiln_status_t st = kiln_worker_create(s, KILN_WORKER_DEVICE, label, tail, &sl->worker);
-  if (!st) kiln_worker_set_tenant(sl->worker, t);
+  if (!st) kiln_worker_set_tenant(sl->worker, d, t);
   if (!st) st = kiln_map_put(&d->slots, t->index, sl);
   if (st) {
     if (sl->worker) kiln_worker_destroy(sl->worker);

@@ -1,41 +1,20 @@
-/* The dispatch table: method name -> handler, request lifetime, replies and counters. */
+/* Dispatch: a message to its method's handler (the table is methods.c's, given by main.c), a
+ * request's lifetime, replies and counters. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
 #include "base/util.h"
-#include "server/compile.h"
 #include "server/metrics.h"
 
-typedef struct method {
-  const char *name;
-  kiln_handler_fn fn;
-} method_t;
-
-static const method_t methods[] = {
-    {"hello", kiln_method_hello},       {"ping", kiln_method_ping},
-    {"devices", kiln_method_devices},   {"stats", kiln_method_stats},
-    {"alloc", kiln_method_alloc},       {"upload", kiln_method_upload},
-    {"write", kiln_method_write},       {"read", kiln_method_read},
-    {"download", kiln_method_download}, {"free", kiln_method_free},
-    {"compile", kiln_method_compile},   {"compile_batch", kiln_method_compile_batch},
-    {"source", kiln_method_source},     {"cancel", kiln_method_cancel},
-    {"launch", kiln_method_launch},     {"time", kiln_method_time},
-    {"lease", kiln_method_lease},       {"release", kiln_method_release},
-    {"graph_create", kiln_method_graph_create}, {"graph_run", kiln_method_graph_run},
-    {"graph_time", kiln_method_graph_time},     {"graph_free", kiln_method_graph_free},
-    {"quotas", kiln_method_quotas},           {"tensors", kiln_method_tensors},
-    {"module", kiln_method_module},
-};
-
-int kiln_method_count(void) { return (int)KILN_ARRAY_SIZE(methods); }
-const char *kiln_method_name(int m) {
-  return m >= 0 && m < kiln_method_count() ? methods[m].name : "?";
+int kiln_method_count(const kiln_server_t *s) { return s->num_methods; }
+const char *kiln_method_name(const kiln_server_t *s, int m) {
+  return m >= 0 && m < s->num_methods ? s->methods[m].name : "?";
 }
 
-static int find_method(const kiln_rpc_msg_t *m) {
-  for (int i = 0; i < kiln_method_count(); i++)
-    if (kiln_rpc_method_is(m, methods[i].name)) return i;
+static int find_method(const kiln_server_t *s, const kiln_rpc_msg_t *m) {
+  for (int i = 0; i < s->num_methods; i++)
+    if (kiln_rpc_method_is(m, s->methods[i].name)) return i;
   return -1;
 }
 
@@ -132,7 +111,7 @@ void kiln_req_fail(kiln_req_t *r, kiln_status_t st) {
   if (code == KILN_E_INTERNAL || code == KILN_E_DEVICE_FAULT || code == KILN_E_COMPILER_CRASHED) {
     char q[300];
     KILN_LOG_WARN("request_failed", "method=%s code=%s tenant=%s conn=%llu where=%s message=%s",
-                  kiln_method_name(r->method), kiln_code_name(code),
+                  kiln_method_name(r->conn->server, r->method), kiln_code_name(code),
                   r->conn->tenant ? r->conn->tenant->name : "-", (unsigned long long)r->conn->id,
                   kiln_status_where(st), kiln_log_quote(q, sizeof(q), kiln_status_message(st)));
   }
@@ -189,7 +168,7 @@ void kiln_dispatch(kiln_conn_t *c, const uint8_t *bytes, size_t len) {
     kiln_rpc_msg_deinit(&m);
     return;
   }
-  int method = find_method(&m);
+  int method = find_method(s, &m);
   kiln_req_t *r = kiln_req_create(c, m.msgid, method);
   if (!r) {
     kiln_rpc_msg_deinit(&m);
@@ -242,7 +221,7 @@ void kiln_dispatch(kiln_conn_t *c, const uint8_t *bytes, size_t len) {
                       .method = method,
                       .pk = &pk.pk,
                       .req = r};
-  st = methods[method].fn(&call);
+  st = s->methods[method].fn(&call);
   if (hello) after_hello(c, st);
   if (!st && !call.async) st = kiln_packer_status(&pk);
   if (call.async && !st) {

@@ -80,6 +80,13 @@ static bool lease_blocks(const kiln_device_entry_t *d, const kiln_tenant_t *t, u
   return false;
 }
 
+/* Here and not in lease.c: the gate sees every use, and lease.c, which reads the note when
+ * it grants the tenant's next lease, sits on top of the gate. */
+void kiln_lease_note_use(kiln_device_entry_t *d, const kiln_tenant_t *t) {
+  if (d->last_lease_tenant && d->last_lease_tenant != t) d->lease_contended = true;
+  if (d->lease_tenant && d->lease_tenant != t) d->lease_contended = true;
+}
+
 kiln_status_t kiln_device_gate(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                kiln_conn_t *c, bool wait, uint64_t wait_ms, kiln_held_fn go,
                                void *ctx, bool *out_now) {

@@ -23,11 +23,6 @@ typedef struct lease_req {
   uint64_t seconds;
 } lease_req_t;
 
-void kiln_lease_note_use(kiln_device_entry_t *d, const kiln_tenant_t *t) {
-  if (d->last_lease_tenant && d->last_lease_tenant != t) d->lease_contended = true;
-  if (d->lease_tenant && d->lease_tenant != t) d->lease_contended = true;
-}
-
 static void lease_end(kiln_server_t *s, kiln_device_entry_t *d, const char *why) {
   if (!d->lease_tenant) return;
   KILN_LOG_INFO("lease_end", "device=%s tenant=%s why=%s", d->id, d->lease_tenant->name, why);

@@ -76,12 +76,26 @@ static kiln_status_t check_exposure(kiln_server_t *s, const char *spec, bool tls
   return KILN_OK;
 }
 
+/* A tls: listener's connections speak through conn_tls.c (server.h says why a table). */
+static const kiln_conn_tls_ops_t tls_ops = {
+    .start = kiln_conn_tls_start,
+    .free = kiln_conn_tls_free,
+    .alloc = kiln_conn_tls_alloc,
+    .received = kiln_conn_tls_received,
+    .send = kiln_conn_tls_send,
+    .unsent = kiln_conn_tls_unsent,
+    .partial = kiln_conn_tls_partial,
+    .handshaking = kiln_conn_tls_handshaking,
+    .closing = kiln_conn_tls_closing,
+};
+
 static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char *spec, bool tls) {
   struct sockaddr_storage ss;
   bool loopback;
   KILN_RETURN_IF_ERROR(kiln_tcp_address(spec, &ss, &loopback));
   if (!loopback) KILN_RETURN_IF_ERROR(check_exposure(s, spec, tls));
   if (tls && !s->tls_ctx) {
+    s->tls_ops = &tls_ops;
     if (!s->cfg.tls_cert[0] || !s->cfg.tls_key[0])
       return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                          "listening on tls:%s needs --tls-cert FILE and --tls-key FILE", spec);

@@ -22,10 +22,7 @@
 #include "server/metrics.h"
 #include "server/tls.h"
 
-static kiln_server_t the_server;
 static const char *metrics_spec; /* --metrics */
-
-kiln_server_t *kiln_server_get(void) { return &the_server; }
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -498,6 +495,15 @@ static void closed_leases(kiln_server_t *s, void *conn) { kiln_devices_conn_clos
 static void closed_launches(kiln_server_t *s, void *conn) { kiln_launches_conn_closed(s, conn); }
 static void closed_tensors(kiln_server_t *s, void *conn) { kiln_tensors_conn_closed(s, conn); }
 static void settled(kiln_server_t *s, void *arg) { (void)arg; kiln_server_maybe_finish_drain(s); }
+static void reclaim_tensors(kiln_server_t *s, void *arg) { (void)arg; kiln_tensors_reap(s); }
+
+/* What connections hand up: whole messages to dispatch, shutdown's cancel to the requests,
+ * large messages into the tensors' shared-memory pool. */
+static const kiln_conn_handler_t conn_handler = {
+    .message = kiln_dispatch,
+    .cancel_requests = kiln_reqs_cancel,
+    .reader_alloc = kiln_tensor_reader_alloc,
+};
 
 static void add_hooks(kiln_server_t *s) {
   /* The sweep in the order it always ran: pooled memory and lost tensors, the launch
@@ -511,10 +517,15 @@ static void add_hooks(kiln_server_t *s) {
   kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, kiln_graphs_conn_closed);
   kiln_hook_add(s, KILN_EVENT_CONN_CLOSED, closed_tensors); /* after its launches: they used them */
   kiln_hook_add(s, KILN_EVENT_SETTLED, settled);
+  kiln_hook_add(s, KILN_EVENT_RECLAIM, reclaim_tensors);
+  /* /metrics: the families other parts count, after the request and error families. */
+  kiln_metrics_collector_add(kiln_compile_collect);
+  kiln_metrics_collector_add(kiln_graphs_collect);
+  kiln_metrics_collector_add(kiln_devices_collect);
 }
 
 int main(int argc, char **argv) {
-  kiln_server_t *s = &the_server;
+  kiln_server_t *s = kiln_server_get();
   kiln_config_t *cfg = &s->cfg;
   cfg->ready_fd = -1;
   cfg->max_connections = 1024;
@@ -556,6 +567,7 @@ int main(int argc, char **argv) {
    * payload limit (256 MiB) is the one limit on it (docs/protocol.md). */
   cfg->limits.max_str = (uint32_t)KILN_MIN(cfg->limits.max_message, UINT32_MAX);
   kiln_log_set_process("kilnd");
+  s->conn_handler = &conn_handler;
   add_hooks(s);
   raise_nofile();
   /* The readiness fd must not leak into worker processes: the reader waits for its EOF. */
@@ -578,13 +590,15 @@ int main(int argc, char **argv) {
   s->loop = uv_default_loop();
   s->start_ns = kiln_now_ns();
   kiln_map_init(&s->tensors);
-  s->requests_by_method = calloc((size_t)kiln_method_count(), sizeof(uint64_t));
+  s->methods = kiln_methods(&s->num_methods);
+  s->requests_by_method = calloc((size_t)s->num_methods, sizeof(uint64_t));
 
   st = kiln_peers_init(s);
   if (!st) st = kiln_tenants_init(&s->tenants, cfg->tokens);
   if (!st) st = kiln_workers_identity_init(s);
   if (!st) st = kiln_devices_probe(s);
   if (!st) st = kiln_compile_init(s);
+  if (!st) kiln_metrics_set_compiler(kiln_compile_identity(s));
   if (!st) st = kiln_listeners_start(s);
   char metrics_url[320] = "";
   if (!st && metrics_spec)

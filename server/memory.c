@@ -64,8 +64,9 @@ static void mib(char *out, size_t cap, uint64_t bytes) {
 
 kiln_status_t kiln_memory_reserve(kiln_server_t *s, kiln_device_entry_t *d, kiln_tenant_t *t,
                                   uint64_t bytes) {
-  /* Tensors of a worker that died free their bytes here, before anything is refused. */
-  kiln_tensors_reap(s);
+  /* Tensors of a worker that died free their bytes here, before anything is refused
+   * (main.c hooks tensors.c's reaper to the event). */
+  kiln_hooks_fire(s, KILN_EVENT_RECLAIM, NULL);
   kiln_status_t st = kiln_quota_check(t, "memory", t->memory, bytes, t->quotas.memory);
   if (st) {
     kiln_metrics_memory_refused(d, t, false);

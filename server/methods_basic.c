@@ -149,10 +149,11 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
   kiln_pack_kv_u64(pk, "connections", s->num_conns);
   kiln_pack_cstr(pk, "requests");
   uint32_t n = 0;
-  for (int i = 0; i < kiln_method_count(); i++) n += s->requests_by_method[i] > 0;
+  for (int i = 0; i < kiln_method_count(s); i++) n += s->requests_by_method[i] > 0;
   msgpack_pack_map(pk, n);
-  for (int i = 0; i < kiln_method_count(); i++)
-    if (s->requests_by_method[i]) kiln_pack_kv_u64(pk, kiln_method_name(i), s->requests_by_method[i]);
+  for (int i = 0; i < kiln_method_count(s); i++)
+    if (s->requests_by_method[i])
+      kiln_pack_kv_u64(pk, kiln_method_name(s, i), s->requests_by_method[i]);
   kiln_pack_cstr(pk, "errors");
   n = 0;
   for (int i = 1; i < KILN_E_COUNT_; i++) n += s->errors_by_code[i] > 0;

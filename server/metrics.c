@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "server/compile.h"
 
 /* Request duration buckets (seconds), the last one +Inf. */
 static const double req_bounds[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05,
@@ -34,7 +33,7 @@ typedef struct death {
 } death_t;
 
 typedef struct metrics {
-  req_hist_t *by_method; /* kiln_method_count() + 1 (unknown methods) */
+  req_hist_t *by_method; /* the server's num_methods + 1 (unknown methods) */
   uint64_t bytes_in, bytes_out, conns_accepted;
   kiln_map_t launches; /* (device index, tenant index, timed) -> count */
   kiln_map_t refusals; /* (device index, tenant index, capacity) -> count */
@@ -43,16 +42,20 @@ typedef struct metrics {
   uint32_t num_deaths, cap_deaths;
   uint64_t http_by_code[3]; /* 200, 404, 405 */
   uint64_t spawn_failures[2]; /* compile, device */
+  char compiler[256];         /* kiln_build_info's compiler label */
+  kiln_metrics_collect_fn collectors[KILN_METRICS_COLLECTORS_MAX];
+  uint32_t num_collectors;
 } metrics_t;
 
 static metrics_t M;
 
 static req_hist_t *hist(int method) {
+  int nm = kiln_server_get()->num_methods;
   if (!M.by_method) {
-    M.by_method = calloc((size_t)kiln_method_count() + 1, sizeof(req_hist_t));
+    M.by_method = calloc((size_t)nm + 1, sizeof(req_hist_t));
     if (!M.by_method) return NULL;
   }
-  return &M.by_method[method >= 0 && method < kiln_method_count() ? method : kiln_method_count()];
+  return &M.by_method[method >= 0 && method < nm ? method : nm];
 }
 
 void kiln_metrics_request_done(int method, kiln_code_t code, uint64_t duration_ns) {
@@ -142,6 +145,19 @@ void kiln_metrics_worker_died(bool device, const char *label, int term_signal, i
 
 void kiln_metrics_worker_spawn_failed(bool device) { M.spawn_failures[device]++; }
 
+void kiln_metrics_set_compiler(const char *identity) {
+  snprintf(M.compiler, sizeof(M.compiler), "%s", identity);
+}
+
+void kiln_metrics_collector_add(kiln_metrics_collect_fn fn) {
+  if (M.num_collectors == KILN_METRICS_COLLECTORS_MAX) {
+    /* A build-time mistake (more collectors than the table holds), found at start. */
+    fprintf(stderr, "kilnd: more than %d metrics collectors\n", KILN_METRICS_COLLECTORS_MAX);
+    abort();
+  }
+  M.collectors[M.num_collectors++] = fn;
+}
+
 /* --- the exposition text ---------------------------------------------------------------- */
 
 /* A label value as the format wants it: backslash, double quote and newline escaped. */
@@ -154,12 +170,12 @@ static void put_label(FILE *f, const char *v) {
   }
 }
 
-static void head(FILE *f, const char *name, const char *type, const char *help) {
+void kiln_metrics_head(FILE *f, const char *name, const char *type, const char *help) {
   fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* One sample; `labels` holds name, value pairs and ends with NULL (or is NULL). */
-static void sample(FILE *f, const char *name, const char *const *labels, double v) {
+void kiln_metrics_sample(FILE *f, const char *name, const char *const *labels, double v) {
   fputs(name, f);
   if (labels && labels[0]) {
     fputc('{', f);
@@ -174,19 +190,19 @@ static void sample(FILE *f, const char *name, const char *const *labels, double 
   else fprintf(f, " %.9g\n", v);
 }
 
-static void gauge1(FILE *f, const char *name, const char *help, double v) {
-  head(f, name, "gauge", help);
-  sample(f, name, NULL, v);
+void kiln_metrics_gauge(FILE *f, const char *name, const char *help, double v) {
+  kiln_metrics_head(f, name, "gauge", help);
+  kiln_metrics_sample(f, name, NULL, v);
 }
 
-static void counter1(FILE *f, const char *name, const char *help, double v) {
-  head(f, name, "counter", help);
-  sample(f, name, NULL, v);
+void kiln_metrics_counter(FILE *f, const char *name, const char *help, double v) {
+  kiln_metrics_head(f, name, "counter", help);
+  kiln_metrics_sample(f, name, NULL, v);
 }
 
 /* Histogram samples from non-cumulative bucket counts (the last one is +Inf). */
-static void histogram(FILE *f, const char *name, const char *lname, const char *lvalue,
-                      const double *bounds, size_t nb, const uint64_t *counts, double sum) {
+void kiln_metrics_histogram(FILE *f, const char *name, const char *lname, const char *lvalue,
+                            const double *bounds, size_t nb, const uint64_t *counts, double sum) {
   char bname[128], le[32];
   snprintf(bname, sizeof(bname), "%s_bucket", name);
   uint64_t cum = 0;
@@ -195,109 +211,46 @@ static void histogram(FILE *f, const char *name, const char *lname, const char *
     if (b < nb) snprintf(le, sizeof(le), "%g", bounds[b]);
     else snprintf(le, sizeof(le), "+Inf");
     const char *l[] = {lname, lvalue, "le", le, NULL};
-    sample(f, bname, lname ? l : l + 2, (double)cum);
+    kiln_metrics_sample(f, bname, lname ? l : l + 2, (double)cum);
   }
   const char *l[] = {lname, lvalue, NULL};
   snprintf(bname, sizeof(bname), "%s_sum", name);
-  sample(f, bname, lname ? l : NULL, sum);
+  kiln_metrics_sample(f, bname, lname ? l : NULL, sum);
   snprintf(bname, sizeof(bname), "%s_count", name);
-  sample(f, bname, lname ? l : NULL, (double)cum);
+  kiln_metrics_sample(f, bname, lname ? l : NULL, (double)cum);
 }
 
-static void render_requests(FILE *f) {
-  int nm = kiln_method_count();
-  head(f, "kiln_requests_total", "counter",
-       "RPC requests answered, by method and result code (OK or the error name).");
+static void render_requests(FILE *f, kiln_server_t *s) {
+  int nm = s->num_methods;
+  kiln_metrics_head(f, "kiln_requests_total", "counter",
+                    "RPC requests answered, by method and result code (OK or the error name).");
   for (int m = 0; M.by_method && m <= nm; m++)
     for (int c = 0; c < KILN_E_COUNT_; c++) {
       if (!M.by_method[m].count[c]) continue;
-      const char *l[] = {"method", m < nm ? kiln_method_name(m) : "unknown", "code",
+      const char *l[] = {"method", m < nm ? s->methods[m].name : "unknown", "code",
                          c ? kiln_code_name((kiln_code_t)c) : "OK", NULL};
-      sample(f, "kiln_requests_total", l, (double)M.by_method[m].count[c]);
+      kiln_metrics_sample(f, "kiln_requests_total", l, (double)M.by_method[m].count[c]);
     }
-  head(f, "kiln_request_duration_seconds", "histogram",
-       "Time from a request's arrival to its answer, by method.");
+  kiln_metrics_head(f, "kiln_request_duration_seconds", "histogram",
+                    "Time from a request's arrival to its answer, by method.");
   for (int m = 0; M.by_method && m <= nm; m++) {
     uint64_t any = 0;
     for (size_t b = 0; b < REQ_BUCKETS; b++) any += M.by_method[m].buckets[b];
     if (any)
-      histogram(f, "kiln_request_duration_seconds", "method",
-                m < nm ? kiln_method_name(m) : "unknown", req_bounds, KILN_ARRAY_SIZE(req_bounds),
-                M.by_method[m].buckets, M.by_method[m].sum_s);
+      kiln_metrics_histogram(
+          f, "kiln_request_duration_seconds", "method", m < nm ? s->methods[m].name : "unknown",
+          req_bounds, KILN_ARRAY_SIZE(req_bounds), M.by_method[m].buckets, M.by_method[m].sum_s);
   }
 }
 
 static void render_errors(FILE *f, kiln_server_t *s) {
-  head(f, "kiln_errors_total", "counter",
-       "Errors sent to clients by code: request errors, compile_batch item errors and "
-       "protocol errors that closed a connection.");
+  kiln_metrics_head(f, "kiln_errors_total", "counter",
+                    "Errors sent to clients by code: request errors, compile_batch item errors and "
+                    "protocol errors that closed a connection.");
   for (int c = 1; c < KILN_E_COUNT_; c++) {
     const char *l[] = {"code", kiln_code_name((kiln_code_t)c), NULL};
-    sample(f, "kiln_errors_total", l, (double)s->errors_by_code[c]);
+    kiln_metrics_sample(f, "kiln_errors_total", l, (double)s->errors_by_code[c]);
   }
-}
-
-static void render_compile(FILE *f, kiln_server_t *s) {
-  kiln_compile_metrics_t cm;
-  kiln_compile_metrics(s, &cm);
-  gauge1(f, "kiln_compile_workers", "Compile worker processes configured (--compile-workers).",
-         cm.workers);
-  gauge1(f, "kiln_compile_workers_busy", "Compile workers running a job now.", cm.busy);
-  head(f, "kiln_compile_queue_depth", "gauge",
-       "Compile jobs waiting for a worker, by priority and by the tenant that queued them.");
-  for (int p = 0; p < 2; p++)
-    for (uint32_t i = 0; i < s->tenants.count; i++) {
-      kiln_tenant_t *t = s->tenants.all[i];
-      if (t->disabled) continue;
-      const char *l[] = {"priority", p ? "batch" : "interactive", "tenant", t->name, NULL};
-      sample(f, "kiln_compile_queue_depth", l, (double)kiln_compile_queued(s, t, p));
-    }
-  head(f, "kiln_compiles_total", "counter",
-       "Builds run by compile workers, by result (ok, error, crashed, timeout).");
-  const char *results[] = {"ok", "error", "crashed", "timeout"};
-  uint64_t nres[] = {cm.compiles, cm.errors, cm.crashes, cm.timeouts};
-  for (int i = 0; i < 4; i++) {
-    const char *l[] = {"result", results[i], NULL};
-    sample(f, "kiln_compiles_total", l, (double)nres[i]);
-  }
-  counter1(f, "kiln_compile_module_hits_total",
-           "Compile items answered from kilnd's module table or the artifact cache without a build.",
-           (double)cm.hits);
-  counter1(f, "kiln_compile_single_flight_joins_total",
-           "Compile items that joined an identical build already queued or running.",
-           (double)cm.joins);
-  counter1(f, "kiln_compile_cancelled_total", "Queued compile items cancelled by clients.",
-           (double)cm.cancelled);
-  head(f, "kiln_compile_duration_seconds", "histogram",
-       "Duration of successful builds in a compile worker.");
-  histogram(f, "kiln_compile_duration_seconds", NULL, NULL, cm.bucket_le, cm.nbuckets, cm.buckets,
-            cm.seconds_total);
-  gauge1(f, "kiln_modules", "Decoded modules held in kilnd's module table.", (double)cm.modules);
-
-  const kiln_cache_stats_t *c = &cm.cache;
-  head(f, "kiln_cache_hits_total", "counter", "Artifact cache hits, by tier (memory, disk).");
-  const char *lm[] = {"tier", "memory", NULL}, *ld[] = {"tier", "disk", NULL};
-  sample(f, "kiln_cache_hits_total", lm, (double)c->hits_mem);
-  sample(f, "kiln_cache_hits_total", ld, (double)c->hits_disk);
-  counter1(f, "kiln_cache_misses_total", "Artifact cache lookups found in neither tier.",
-           (double)c->misses);
-  head(f, "kiln_cache_evictions_total", "counter",
-       "Artifact cache entries evicted to stay within a tier's bound.");
-  sample(f, "kiln_cache_evictions_total", lm, (double)c->evictions_mem);
-  sample(f, "kiln_cache_evictions_total", ld, (double)c->evictions_disk);
-  head(f, "kiln_cache_entries", "gauge", "Artifact cache entries, by tier.");
-  sample(f, "kiln_cache_entries", lm, (double)c->entries_mem);
-  sample(f, "kiln_cache_entries", ld, (double)c->entries_disk);
-  head(f, "kiln_cache_bytes", "gauge",
-       "Artifact cache size: payload bytes in memory, whole files on disk.");
-  sample(f, "kiln_cache_bytes", lm, (double)c->bytes_mem);
-  sample(f, "kiln_cache_bytes", ld, (double)c->bytes_disk);
-  counter1(f, "kiln_cache_corrupt_total", "Cache entries that failed verification and were deleted.",
-           (double)c->corrupt);
-  counter1(f, "kiln_cache_write_errors_total", "Cache disk writes that failed (the entry stayed in memory).",
-           (double)c->write_errors);
-  gauge1(f, "kiln_cache_writes_pending", "Cache disk writes queued or running.",
-         (double)c->writes_pending);
 }
 
 static const char *tenant_name(kiln_server_t *s, uint32_t index) {
@@ -318,7 +271,7 @@ static void by_device_tenant(FILE *f, kiln_server_t *s, const kiln_map_t *m, con
     if (d >= s->num_devices) continue;
     const char *l[] = {"device", s->devices[d].id, "tenant", tenant_name(s, ti),
                        label, (k & 1) ? if1 : if0, NULL};
-    sample(f, name, l, (double)(uintptr_t)v);
+    kiln_metrics_sample(f, name, l, (double)(uintptr_t)v);
   }
 }
 
@@ -338,106 +291,95 @@ static void render_devices(FILE *f, kiln_server_t *s) {
     bytes[cell] += t->desc.nbytes;
     count[cell]++;
   }
-  head(f, "kiln_device_memory_bytes", "gauge", "Bytes of live tensors, by device and tenant.");
+  kiln_metrics_head(f, "kiln_device_memory_bytes", "gauge",
+                    "Bytes of live tensors, by device and tenant.");
   for (uint32_t d = 0; bytes && d < s->num_devices; d++)
     for (uint32_t i = 0; i < s->tenants.count; i++) {
       kiln_tenant_t *t = s->tenants.all[i];
       if (t->disabled && !count[(size_t)d * nt + t->index]) continue;
       const char *l[] = {"device", s->devices[d].id, "tenant", t->name, NULL};
-      sample(f, "kiln_device_memory_bytes", l, (double)bytes[(size_t)d * nt + t->index]);
+      kiln_metrics_sample(f, "kiln_device_memory_bytes", l,
+                          (double)bytes[(size_t)d * nt + t->index]);
     }
-  head(f, "kiln_tensors", "gauge", "Live tensors, by device and tenant.");
+  kiln_metrics_head(f, "kiln_tensors", "gauge", "Live tensors, by device and tenant.");
   for (uint32_t d = 0; count && d < s->num_devices; d++)
     for (uint32_t i = 0; i < s->tenants.count; i++) {
       kiln_tenant_t *t = s->tenants.all[i];
       if (t->disabled && !count[(size_t)d * nt + t->index]) continue;
       const char *l[] = {"device", s->devices[d].id, "tenant", t->name, NULL};
-      sample(f, "kiln_tensors", l, (double)count[(size_t)d * nt + t->index]);
+      kiln_metrics_sample(f, "kiln_tensors", l, (double)count[(size_t)d * nt + t->index]);
     }
   free(bytes);
   free(count);
-  uint64_t graphs, graph_bytes, runs_ok, runs_failed;
-  kiln_graphs_counts(s, NULL, &graphs, &graph_bytes, &runs_ok, &runs_failed);
-  head(f, "kiln_graphs", "gauge", "Live graphs, all tenants (docs/graph.md).");
-  sample(f, "kiln_graphs", NULL, (double)graphs);
-  head(f, "kiln_graph_bytes", "gauge", "Device bytes of the live graphs' constants and arenas.");
-  sample(f, "kiln_graph_bytes", NULL, (double)graph_bytes);
-  head(f, "kiln_graph_runs_total", "counter", "graph_run and graph_time requests sent to a device worker, by status.");
-  const char *ok[] = {"status", "ok", NULL}, *bad[] = {"status", "error", NULL};
-  sample(f, "kiln_graph_runs_total", ok, (double)runs_ok);
-  sample(f, "kiln_graph_runs_total", bad, (double)runs_failed);
 
-  head(f, "kiln_device_memory_capacity_bytes", "gauge",
-       "Tensor bytes kilnd lets the device hold, all tenants (cpu: --cpu-memory).");
+  kiln_metrics_head(f, "kiln_device_memory_capacity_bytes", "gauge",
+                    "Tensor bytes kilnd lets the device hold, all tenants (cpu: --cpu-memory).");
   for (uint32_t d = 0; d < s->num_devices; d++) {
     const char *l[] = {"device", s->devices[d].id, NULL};
-    sample(f, "kiln_device_memory_capacity_bytes", l, (double)s->devices[d].capacity);
+    kiln_metrics_sample(f, "kiln_device_memory_capacity_bytes", l, (double)s->devices[d].capacity);
   }
-  head(f, "kiln_device_memory_used_bytes", "gauge",
-       "Tensor bytes charged to the device's capacity: live tensors and allocations under way.");
+  kiln_metrics_head(
+      f, "kiln_device_memory_used_bytes", "gauge",
+      "Tensor bytes charged to the device's capacity: live tensors and allocations under way.");
   for (uint32_t d = 0; d < s->num_devices; d++) {
     const char *l[] = {"device", s->devices[d].id, NULL};
-    sample(f, "kiln_device_memory_used_bytes", l, (double)s->devices[d].used);
+    kiln_metrics_sample(f, "kiln_device_memory_used_bytes", l, (double)s->devices[d].used);
   }
-  head(f, "kiln_memory_refusals_total", "counter",
-       "Allocations answered E_RESOURCE_EXHAUSTED before any worker allocated, by device, tenant "
-       "and reason (quota: the tenant's memory quota; capacity: the device's free capacity).");
+  kiln_metrics_head(
+      f, "kiln_memory_refusals_total", "counter",
+      "Allocations answered E_RESOURCE_EXHAUSTED before any worker allocated, by device, tenant "
+      "and reason (quota: the tenant's memory quota; capacity: the device's free capacity).");
   by_device_tenant(f, s, &M.refusals, "kiln_memory_refusals_total", "reason", "capacity", "quota");
-  head(f, "kiln_launches_total", "counter",
-       "Launches (method launch) and timings (method time) handed to a device worker, by device "
-       "and tenant.");
+  kiln_metrics_head(
+      f, "kiln_launches_total", "counter",
+      "Launches (method launch) and timings (method time) handed to a device worker, by device "
+      "and tenant.");
   by_device_tenant(f, s, &M.launches, "kiln_launches_total", "method", "time", "launch");
-  head(f, "kiln_device_seconds_total", "counter",
-       "Device-side seconds of the tenant's launches (their elapsed) and timings (their measured "
-       "runs), by device and tenant.");
+  kiln_metrics_head(
+      f, "kiln_device_seconds_total", "counter",
+      "Device-side seconds of the tenant's launches (their elapsed) and timings (their measured "
+      "runs), by device and tenant.");
   it = 0;
   uint64_t k;
   while (kiln_map_next(&M.device_ns, &it, &k, &v)) {
     uint32_t d = (uint32_t)(k >> 40) - 1, ti = (uint32_t)(k >> 1) & 0x7fffffffu;
     if (d >= s->num_devices) continue;
     const char *l[] = {"device", s->devices[d].id, "tenant", tenant_name(s, ti), NULL};
-    sample(f, "kiln_device_seconds_total", l, (double)(uintptr_t)v / 1e9);
+    kiln_metrics_sample(f, "kiln_device_seconds_total", l, (double)(uintptr_t)v / 1e9);
   }
-  head(f, "kiln_launches_in_flight", "gauge", "Launches and timings running on a device, all tenants.");
+  kiln_metrics_head(f, "kiln_launches_in_flight", "gauge",
+                    "Launches and timings running on a device, all tenants.");
   for (uint32_t d = 0; d < s->num_devices; d++) {
     const char *l[] = {"device", s->devices[d].id, NULL};
-    sample(f, "kiln_launches_in_flight", l, s->devices[d].running);
+    kiln_metrics_sample(f, "kiln_launches_in_flight", l, s->devices[d].running);
   }
-  head(f, "kiln_device_leased", "gauge", "1 while a tenant holds a lease on the device.");
+  kiln_metrics_head(f, "kiln_device_leased", "gauge",
+                    "1 while a tenant holds a lease on the device.");
   for (uint32_t d = 0; d < s->num_devices; d++) {
     const char *l[] = {"device", s->devices[d].id, NULL};
-    sample(f, "kiln_device_leased", l, s->devices[d].lease_tenant != NULL);
+    kiln_metrics_sample(f, "kiln_device_leased", l, s->devices[d].lease_tenant != NULL);
   }
-  head(f, "kiln_device_workers", "gauge",
-       "Device worker processes running (one per device and tenant that used it).");
-  for (uint32_t d = 0; d < s->num_devices; d++) {
-    uint32_t n = 0;
-    it = 0;
-    while (kiln_map_next(&s->devices[d].slots, &it, NULL, &v)) {
-      kiln_dslot_t *sl = v;
-      n += sl->worker && kiln_worker_pid(sl->worker) > 0;
-    }
-    const char *l[] = {"device", s->devices[d].id, NULL};
-    sample(f, "kiln_device_workers", l, n);
-  }
-  head(f, "kiln_worker_spawn_failures_total", "counter",
-       "Worker processes kilnd could not start (the requests that needed them got E_UNAVAILABLE; "
-       "kilnd tries again with back-off), by kind.");
+  kiln_metrics_head(
+      f, "kiln_worker_spawn_failures_total", "counter",
+      "Worker processes kilnd could not start (the requests that needed them got E_UNAVAILABLE; "
+      "kilnd tries again with back-off), by kind.");
   for (int k = 0; k < 2; k++) {
     const char *l[] = {"kind", k ? "device" : "compile", NULL};
-    sample(f, "kiln_worker_spawn_failures_total", l, (double)M.spawn_failures[k]);
+    kiln_metrics_sample(f, "kiln_worker_spawn_failures_total", l, (double)M.spawn_failures[k]);
   }
-  head(f, "kiln_worker_restarts_total", "counter",
-       "Worker processes that died while in use and are replaced, by kind (compile, device), "
-       "device, tenant and reason (timeout, killed, the signal's name, exit_N).");
-  head(f, "kiln_device_faults_total", "counter",
-       "Device worker deaths (a fault in a kernel or the device ends the worker; its tensors are "
-       "lost), by device and tenant.");
+  kiln_metrics_head(
+      f, "kiln_worker_restarts_total", "counter",
+      "Worker processes that died while in use and are replaced, by kind (compile, device), "
+      "device, tenant and reason (timeout, killed, the signal's name, exit_N).");
+  kiln_metrics_head(
+      f, "kiln_device_faults_total", "counter",
+      "Device worker deaths (a fault in a kernel or the device ends the worker; its tensors are "
+      "lost), by device and tenant.");
   for (uint32_t i = 0; i < M.num_deaths; i++) {
     const death_t *e = &M.deaths[i];
     const char *l[] = {"kind", e->device ? "device" : "compile", "device", e->device_id,
                        "tenant", e->tenant, "reason", e->reason, NULL};
-    sample(f, "kiln_worker_restarts_total", l, (double)e->n);
+    kiln_metrics_sample(f, "kiln_worker_restarts_total", l, (double)e->n);
   }
   /* Faults sum the reasons of each (device, tenant). */
   for (uint32_t i = 0; i < M.num_deaths; i++) {
@@ -453,7 +395,7 @@ static void render_devices(FILE *f, kiln_server_t *s) {
           !strcmp(M.deaths[j].tenant, e->tenant))
         n += M.deaths[j].n;
     const char *l[] = {"device", e->device_id, "tenant", e->tenant, NULL};
-    sample(f, "kiln_device_faults_total", l, (double)n);
+    kiln_metrics_sample(f, "kiln_device_faults_total", l, (double)n);
   }
 }
 
@@ -469,14 +411,14 @@ static void render_tenants(FILE *f, kiln_server_t *s) {
       {"kiln_tenant_errors_total", "counter", "Requests of the tenant answered with an error."},
   };
   for (size_t k = 0; k < KILN_ARRAY_SIZE(fields); k++) {
-    head(f, fields[k].name, fields[k].type, fields[k].help);
+    kiln_metrics_head(f, fields[k].name, fields[k].type, fields[k].help);
     for (uint32_t i = 0; i < s->tenants.count; i++) {
       kiln_tenant_t *t = s->tenants.all[i];
       if (t->disabled) continue;
       uint64_t v[] = {t->connections, t->launches, t->compiles, t->modules.count, t->requests,
                       t->errors};
       const char *l[] = {"tenant", t->name, NULL};
-      sample(f, fields[k].name, l, (double)v[k]);
+      kiln_metrics_sample(f, fields[k].name, l, (double)v[k]);
     }
   }
 }
@@ -510,16 +452,19 @@ static void render_process(FILE *f) {
   struct rlimit rl = {0, 0};
   getrlimit(RLIMIT_NOFILE, &rl);
   if (ok && tick > 0) {
-    gauge1(f, "process_resident_memory_bytes", "kilnd's resident memory.", (double)rss * (double)page);
-    gauge1(f, "process_virtual_memory_bytes", "kilnd's virtual memory.", (double)vsize);
-    counter1(f, "process_cpu_seconds_total", "kilnd's CPU time, user and system.",
-             (double)(utime + stime) / (double)tick);
+    kiln_metrics_gauge(f, "process_resident_memory_bytes", "kilnd's resident memory.",
+                       (double)rss * (double)page);
+    kiln_metrics_gauge(f, "process_virtual_memory_bytes", "kilnd's virtual memory.", (double)vsize);
+    kiln_metrics_counter(f, "process_cpu_seconds_total", "kilnd's CPU time, user and system.",
+                         (double)(utime + stime) / (double)tick);
     if (boot > 0)
-      gauge1(f, "process_start_time_seconds", "When kilnd started, in seconds since the epoch.",
-             boot + (double)start / (double)tick);
+      kiln_metrics_gauge(f, "process_start_time_seconds",
+                         "When kilnd started, in seconds since the epoch.",
+                         boot + (double)start / (double)tick);
   }
-  gauge1(f, "process_open_fds", "kilnd's open file descriptors.", fds);
-  gauge1(f, "process_max_fds", "kilnd's limit of open file descriptors.", (double)rl.rlim_cur);
+  kiln_metrics_gauge(f, "process_open_fds", "kilnd's open file descriptors.", fds);
+  kiln_metrics_gauge(f, "process_max_fds", "kilnd's limit of open file descriptors.",
+                     (double)rl.rlim_cur);
 }
 
 char *kiln_metrics_render(kiln_server_t *s, size_t *out_len) {
@@ -527,32 +472,34 @@ char *kiln_metrics_render(kiln_server_t *s, size_t *out_len) {
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   if (!f) return NULL;
-  head(f, "kiln_build_info", "gauge", "Always 1; the labels say which kilnd this is.");
-  const char *l[] = {"version", KILN_VERSION, "compiler", kiln_compile_identity(s), NULL};
-  sample(f, "kiln_build_info", l, 1);
+  kiln_metrics_head(f, "kiln_build_info", "gauge", "Always 1; the labels say which kilnd this is.");
+  const char *l[] = {"version", KILN_VERSION, "compiler", M.compiler, NULL};
+  kiln_metrics_sample(f, "kiln_build_info", l, 1);
   render_process(f);
-  gauge1(f, "kiln_uptime_seconds", "Seconds since kilnd started.",
-         (double)(kiln_now_ns() - s->start_ns) / 1e9);
-  gauge1(f, "kiln_draining", "1 once SIGTERM or SIGINT started the drain.", s->draining);
-  gauge1(f, "kiln_connections_open", "Client connections open now.", s->num_conns);
-  counter1(f, "kiln_connections_accepted_total", "Client connections accepted.",
-           (double)M.conns_accepted);
-  counter1(f, "kiln_received_bytes_total", "Bytes read from client connections.",
-           (double)M.bytes_in);
-  counter1(f, "kiln_sent_bytes_total", "Bytes written to client connections.", (double)M.bytes_out);
-  gauge1(f, "kiln_requests_in_flight", "Requests received and not yet answered.",
-         (double)s->total_inflight);
-  render_requests(f);
+  kiln_metrics_gauge(f, "kiln_uptime_seconds", "Seconds since kilnd started.",
+                     (double)(kiln_now_ns() - s->start_ns) / 1e9);
+  kiln_metrics_gauge(f, "kiln_draining", "1 once SIGTERM or SIGINT started the drain.",
+                     s->draining);
+  kiln_metrics_gauge(f, "kiln_connections_open", "Client connections open now.", s->num_conns);
+  kiln_metrics_counter(f, "kiln_connections_accepted_total", "Client connections accepted.",
+                       (double)M.conns_accepted);
+  kiln_metrics_counter(f, "kiln_received_bytes_total", "Bytes read from client connections.",
+                       (double)M.bytes_in);
+  kiln_metrics_counter(f, "kiln_sent_bytes_total", "Bytes written to client connections.",
+                       (double)M.bytes_out);
+  kiln_metrics_gauge(f, "kiln_requests_in_flight", "Requests received and not yet answered.",
+                     (double)s->total_inflight);
+  render_requests(f, s);
   render_errors(f, s);
-  render_compile(f, s);
+  for (uint32_t i = 0; i < M.num_collectors; i++) M.collectors[i](f, s);
   render_devices(f, s);
   render_tenants(f, s);
-  head(f, "kiln_metrics_scrapes_total", "counter",
-       "HTTP requests to the metrics endpoint answered by kilnd, by status code.");
+  kiln_metrics_head(f, "kiln_metrics_scrapes_total", "counter",
+                    "HTTP requests to the metrics endpoint answered by kilnd, by status code.");
   static const char *const codes[] = {"200", "404", "405"};
   for (int i = 0; i < 3; i++) {
     const char *lc[] = {"code", codes[i], NULL};
-    sample(f, "kiln_metrics_scrapes_total", lc, (double)M.http_by_code[i]);
+    kiln_metrics_sample(f, "kiln_metrics_scrapes_total", lc, (double)M.http_by_code[i]);
   }
   if (fclose(f) != 0) {
     free(text);

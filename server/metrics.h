@@ -44,6 +44,33 @@ void kiln_metrics_worker_died(bool device, const char *label, int term_signal, i
 /* Starting a worker process failed (kilnd retries with back-off; worker.c). */
 void kiln_metrics_worker_spawn_failed(bool device);
 
+/* --- what other parts count ------------------------------------------------------------
+ * metrics.c keeps its own counters and reads the server's fields; what other parts of kilnd
+ * count, they render themselves: a collector writes its metric families (each whole, head then
+ * samples) with the writers below, and main.c adds the collectors at start. They run in the
+ * order added, after the request and error families. So metrics.c names no part above it. */
+#include <stdio.h>
+typedef void (*kiln_metrics_collect_fn)(FILE *f, kiln_server_t *s);
+#define KILN_METRICS_COLLECTORS_MAX 8
+void kiln_metrics_collector_add(kiln_metrics_collect_fn fn); /* aborts past the maximum */
+/* kiln_build_info's `compiler` label (the compile workers' identity), set once at start. */
+void kiln_metrics_set_compiler(const char *identity);
+/* The writers: a family's `# HELP`/`# TYPE` head; one sample, `labels` name, value pairs ended
+ * by NULL (or NULL); a histogram's samples from non-cumulative bucket counts, the last one +Inf,
+ * with one optional label (lname NULL: none). */
+void kiln_metrics_head(FILE *f, const char *name, const char *type, const char *help);
+void kiln_metrics_sample(FILE *f, const char *name, const char *const *labels, double v);
+/* A gauge or counter family of one sample without labels. */
+void kiln_metrics_gauge(FILE *f, const char *name, const char *help, double v);
+void kiln_metrics_counter(FILE *f, const char *name, const char *help, double v);
+void kiln_metrics_histogram(FILE *f, const char *name, const char *lname, const char *lvalue,
+                            const double *bounds, size_t nb, const uint64_t *counts, double sum);
+
+/* The collectors of collectors.c: compile and the artifact cache, graphs, device workers. */
+void kiln_compile_collect(FILE *f, kiln_server_t *s);
+void kiln_graphs_collect(FILE *f, kiln_server_t *s);
+void kiln_devices_collect(FILE *f, kiln_server_t *s);
+
 /* The whole exposition text, malloc'ed (the caller frees it); NULL when out of memory. */
 char *kiln_metrics_render(kiln_server_t *s, size_t *out_len);
 

@@ -134,7 +134,7 @@ static kiln_peer_t *peer_of(kiln_server_t *s, kiln_conn_t *c, bool create) {
   return p;
 }
 
-kiln_status_t kiln_peer_admit(kiln_server_t *s, kiln_conn_t *c) {
+kiln_status_t kiln_peer_admit(kiln_server_t *s, kiln_conn_t *c, kiln_conn_t **out_evicted) {
   kiln_peer_t *p = peer_of(s, c, true);
   if (!p) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory accepting a connection");
   if (p->anonymous >= s->cfg.max_anonymous_per_peer)
@@ -142,9 +142,7 @@ kiln_status_t kiln_peer_admit(kiln_server_t *s, kiln_conn_t *c) {
                        "%s already has %u connections that have not completed hello (the "
                        "limit per address); send hello on those first",
                        c->peer, p->anonymous);
-  if (s->num_anonymous >= s->cfg.max_anonymous)
-    kiln_peer_evict_oldest(s, c, "closed to make room: too many connections have not completed "
-                                 "hello; send hello right after connecting");
+  *out_evicted = s->num_anonymous >= s->cfg.max_anonymous ? kiln_peer_evict_oldest(s, c) : NULL;
   p->anonymous++;
   s->num_anonymous++;
   c->anonymous = true;
@@ -169,13 +167,12 @@ void kiln_peer_leave_anonymous(kiln_server_t *s, kiln_conn_t *c) {
   c->anon_prev = c->anon_next = NULL;
 }
 
-bool kiln_peer_evict_oldest(kiln_server_t *s, const kiln_conn_t *except, const char *why) {
+kiln_conn_t *kiln_peer_evict_oldest(kiln_server_t *s, const kiln_conn_t *except) {
   kiln_conn_t *o = s->anon_head;
-  if (!o || o == except) return false;
+  if (!o || o == except) return NULL;
   kiln_peer_leave_anonymous(s, o);
   KILN_LOG_INFO("conn_evicted", "conn=%llu peer=%s", (unsigned long long)o->id, o->peer);
-  kiln_conn_fail(o, false, 0, KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "%s", why));
-  return true;
+  return o;
 }
 
 bool kiln_peer_hello_allowed(kiln_server_t *s, kiln_conn_t *c, uint32_t *out_retry_s) {
@@ -194,15 +191,12 @@ void kiln_peer_hello_failed(kiln_server_t *s, kiln_conn_t *c) {
   p->hello_budget = KILN_MAX(0.0, p->hello_budget - 1);
 }
 
-void kiln_peers_sweep(kiln_server_t *s, uint64_t now) {
+kiln_conn_t *kiln_peer_expired(kiln_server_t *s, uint64_t now) {
   uint64_t limit = (uint64_t)(s->cfg.hello_timeout_s * 1e9);
-  while (s->anon_head && now - s->anon_head->accepted_ns > limit) {
-    kiln_conn_t *c = s->anon_head;
-    kiln_peer_leave_anonymous(s, c);
-    kiln_conn_fail(c, false, 0,
-                   KILN_STATUS(KILN_E_UNAUTHENTICATED,
-                               "no successful hello within %g s of connecting; closing",
-                               s->cfg.hello_timeout_s));
-  }
-  prune(s, now);
+  kiln_conn_t *c = s->anon_head;
+  if (!c || now - c->accepted_ns <= limit) return NULL;
+  kiln_peer_leave_anonymous(s, c);
+  return c;
 }
+
+void kiln_peers_prune(kiln_server_t *s, uint64_t now) { prune(s, now); }

@@ -35,6 +35,7 @@ typedef enum kiln_event {
   KILN_EVENT_SWEEP,       /* once a second (arg NULL) */
   KILN_EVENT_CONN_CLOSED, /* a connection's handle closed (arg: its kiln_conn_t) */
   KILN_EVENT_SETTLED,     /* a request, a connection or a worker ended: a drain may finish */
+  KILN_EVENT_RECLAIM,     /* bytes are to be charged (memory.c): dead workers' go back first */
   KILN_EVENTS_
 } kiln_event_t;
 #define KILN_HOOKS_MAX 8
@@ -148,6 +149,35 @@ struct kiln_conn {
   struct kiln_conn_tls *tls;  /* NULL on plain connections (conn_tls.c) */
 };
 
+/* What conn.c hands up without naming who takes it: main.c sets the server's handler
+ * (dispatch.c's and tensors.c's functions), so conn.c sits below the methods that reply
+ * through it. Loop thread. */
+typedef struct kiln_conn_handler {
+  void (*message)(kiln_conn_t *c, const uint8_t *bytes, size_t len); /* one whole message */
+  /* Answers every request of c in flight with st (takes ownership of st): shutdown. */
+  void (*cancel_requests)(kiln_conn_t *c, kiln_status_t st);
+  /* The allocator the connection's reader receives large messages with. */
+  void (*reader_alloc)(kiln_conn_t *c, kiln_reader_alloc_t *out);
+} kiln_conn_handler_t;
+
+/* A TLS connection's side of the transport (conn_tls.c, which calls conn.c back by name):
+ * listener.c sets the server's table when it opens a tls: listener, so conn.c reaches TLS
+ * through it and the two files do not call each other. Each entry is the conn_tls.c function
+ * of the same name, declared below. */
+struct kiln_tls_ctx;
+typedef struct kiln_conn_tls_ops {
+  kiln_status_t (*start)(kiln_conn_t *c, struct kiln_tls_ctx *ctx);
+  void (*free)(kiln_conn_t *c);
+  void (*alloc)(kiln_conn_t *c, uv_buf_t *buf);
+  void (*received)(kiln_conn_t *c, const void *p, size_t n);
+  void (*send)(kiln_conn_t *c, uint8_t *bytes, size_t len, const void *extra, size_t extra_len,
+               void (*release)(void *), void *ctx);
+  size_t (*unsent)(const kiln_conn_t *c);
+  bool (*partial)(const kiln_conn_t *c);
+  bool (*handshaking)(const kiln_conn_t *c);
+  void (*closing)(kiln_conn_t *c);
+} kiln_conn_tls_ops_t;
+
 void kiln_conn_accept(kiln_listener_t *l);
 /* Queues bytes for the client. `extra`/`extra_len`, when given, go right after `bytes`
  * without being copied; `release(extra_ctx)` is called once they have been written (or
@@ -173,7 +203,6 @@ bool kiln_conn_consume(kiln_conn_t *c);
 
 /* --- TLS connections (conn_tls.c; the session is server/tls.h) ----------------------------- */
 
-struct kiln_tls_ctx;
 KILN_MUST_USE kiln_status_t kiln_conn_tls_start(kiln_conn_t *c, struct kiln_tls_ctx *ctx);
 void kiln_conn_tls_free(kiln_conn_t *c);
 void kiln_conn_tls_alloc(kiln_conn_t *c, uv_buf_t *buf);
@@ -203,19 +232,24 @@ typedef struct kiln_peer {
 KILN_MUST_USE kiln_status_t kiln_peers_init(kiln_server_t *s);
 /* Names the peer of an accepted connection (c->peer) and computes its key. */
 void kiln_peer_identify(kiln_conn_t *c, bool tcp);
-/* A new connection on a tokens server becomes anonymous: E_RESOURCE_EXHAUSTED when its peer
- * holds max_anonymous_per_peer already; when max_anonymous are open, the oldest is closed
- * to make room. */
-KILN_MUST_USE kiln_status_t kiln_peer_admit(kiln_server_t *s, kiln_conn_t *c);
+/* peers.c keeps the books and closes nothing: it hands conn.c the connections to close.
+ * A new connection on a tokens server becomes anonymous: E_RESOURCE_EXHAUSTED when its peer
+ * holds max_anonymous_per_peer already; when max_anonymous are open, the oldest leaves the
+ * anonymous ones to make room and is *out_evicted (else NULL), for the caller to close. */
+KILN_MUST_USE kiln_status_t kiln_peer_admit(kiln_server_t *s, kiln_conn_t *c,
+                                            kiln_conn_t **out_evicted);
 /* The connection authenticated or closed (idempotent). */
 void kiln_peer_leave_anonymous(kiln_server_t *s, kiln_conn_t *c);
-/* Closes the oldest anonymous connection but `except`; false when there is none. */
-bool kiln_peer_evict_oldest(kiln_server_t *s, const kiln_conn_t *except, const char *why);
+/* The oldest anonymous connection but `except`, taken off the anonymous ones for the caller
+ * to close; NULL when there is none. */
+kiln_conn_t *kiln_peer_evict_oldest(kiln_server_t *s, const kiln_conn_t *except);
 /* Failed-hello rate limit: whether the peer may try now (else the seconds until it may). */
 bool kiln_peer_hello_allowed(kiln_server_t *s, kiln_conn_t *c, uint32_t *out_retry_s);
 void kiln_peer_hello_failed(kiln_server_t *s, kiln_conn_t *c);
-/* Once a second: closes anonymous connections past --hello-timeout, forgets idle peers. */
-void kiln_peers_sweep(kiln_server_t *s, uint64_t now);
+/* Once a second: the anonymous connections past --hello-timeout, one per call, taken off the
+ * anonymous ones for the caller to close (NULL: no more); then prune forgets idle peers. */
+kiln_conn_t *kiln_peer_expired(kiln_server_t *s, uint64_t now);
+void kiln_peers_prune(kiln_server_t *s, uint64_t now);
 
 /* --- requests (dispatch.c) ---------------------------------------------------------------- */
 
@@ -240,10 +274,11 @@ void kiln_req_fail(kiln_req_t *r, kiln_status_t st);
  * Their handlers still hold them: what they answer later is dropped. */
 void kiln_reqs_cancel(kiln_conn_t *c, kiln_status_t st);
 
-/* Handles one whole message from a client. */
+/* Handles one whole message from a client (conn.c's message handler: main.c sets it). */
 void kiln_dispatch(kiln_conn_t *c, const uint8_t *bytes, size_t len);
-const char *kiln_method_name(int method);
-int kiln_method_count(void);
+/* The server's method table (methods.c, set by main.c): a method's name, "?" when none. */
+const char *kiln_method_name(const kiln_server_t *s, int method);
+int kiln_method_count(const kiln_server_t *s);
 
 /* A handler either answers synchronously (returns OK having packed a result into `out`
  * after the result head, or returns an error) or takes over the request
@@ -260,6 +295,12 @@ typedef struct kiln_call {
 } kiln_call_t;
 
 typedef kiln_status_t (*kiln_handler_fn)(kiln_call_t *call);
+typedef struct kiln_method {
+  const char *name;
+  kiln_handler_fn fn;
+} kiln_method_t;
+/* The method table (methods.c): hello first, ping second. */
+const kiln_method_t *kiln_methods(int *out_count);
 
 KILN_MUST_USE kiln_status_t kiln_method_hello(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_ping(kiln_call_t *call);
@@ -357,7 +398,7 @@ void kiln_devices_conn_closed(kiln_server_t *s, kiln_conn_t *c);
 KILN_MUST_USE kiln_status_t kiln_method_lease(kiln_call_t *call);
 KILN_MUST_USE kiln_status_t kiln_method_release(kiln_call_t *call);
 /* Tenant t uses or waits for the device: a leaseholder that leases again soon after will
- * wait its turn (lease.c). */
+ * wait its turn (gate.c; lease.c reads the note). */
 void kiln_lease_note_use(kiln_device_entry_t *d, const kiln_tenant_t *t);
 
 /* The device gate (gate.c): requests that may not go to a device worker yet wait there.
@@ -447,9 +488,10 @@ KILN_MUST_USE kiln_status_t kiln_workers_identity_init(kiln_server_t *s);
 KILN_MUST_USE kiln_status_t kiln_worker_create(kiln_server_t *s, kiln_worker_kind_t kind, const char *device_id,
                                  const char *const *argv_tail, kiln_worker_t **out);
 void kiln_worker_destroy(kiln_worker_t *w); /* kills the process */
-/* The tenant whose device worker this is: it runs under the tenant's uid (kilnd as root) and
- * with an address space sized from the tenant's memory quota. Set before the first call. */
-void kiln_worker_set_tenant(kiln_worker_t *w, const kiln_tenant_t *t);
+/* The device and tenant whose device worker this is: it runs under the tenant's uid (kilnd as
+ * root) and with an address space sized, at each spawn, from the tenant's memory bound on the
+ * device (memory.c). Set before the first call. */
+void kiln_worker_set_tenant(kiln_worker_t *w, const kiln_device_entry_t *d, const kiln_tenant_t *t);
 /* Starts the process now instead of at the first call (compile workers start warm). */
 KILN_MUST_USE kiln_status_t kiln_worker_start(kiln_worker_t *w);
 /* Kills the process now; the calls it held fail with `code` and `reason` instead of the
@@ -565,6 +607,10 @@ struct kiln_server {
   kiln_shm_pool_t shm_pool; /* bulk-byte buffers (tensors.c); set up on first use */
   bool shm_pool_ready;
 
+  /* the method table (methods.c), given by main.c to dispatch.c */
+  const kiln_method_t *methods;
+  int num_methods;
+
   /* statistics */
   uint64_t *requests_by_method;
   uint64_t errors_by_code[KILN_E_COUNT_];
@@ -579,6 +625,8 @@ struct kiln_server {
   uint32_t num_anonymous;
   kiln_conn_t *anon_head, *anon_tail;
   struct kiln_tls_ctx *tls_ctx; /* set when a tls: listener is configured */
+  const kiln_conn_tls_ops_t *tls_ops;      /* set with it (listener.c) */
+  const kiln_conn_handler_t *conn_handler; /* set by main.c */
 
   /* hooks.c: who hears each lifecycle event (registered by main.c) */
   kiln_hook_fn hooks[KILN_EVENTS_][KILN_HOOKS_MAX];

@@ -79,6 +79,7 @@ struct kiln_worker {
   kiln_server_t *server;
   kiln_worker_kind_t kind;
   const kiln_tenant_t *tenant; /* device workers */
+  const kiln_device_entry_t *device; /* device workers: their device, for the memory bound */
   char device_id[128];
   char path[600];
   char *argv[16];
@@ -201,7 +202,11 @@ static kiln_status_t worker_identity(const kiln_worker_t *w, uid_t *uid, gid_t *
   return KILN_OK;
 }
 
-void kiln_worker_set_tenant(kiln_worker_t *w, const kiln_tenant_t *t) { w->tenant = t; }
+void kiln_worker_set_tenant(kiln_worker_t *w, const kiln_device_entry_t *d,
+                            const kiln_tenant_t *t) {
+  w->device = d;
+  w->tenant = t;
+}
 
 /* Removes a worker's private directory without following a link anywhere in it: every
  * level is opened O_NOFOLLOW relative to its parent, so a symlink put there by the worker
@@ -716,11 +721,8 @@ static kiln_status_t spawn(kiln_worker_t *w) {
     args[n++] = inc->tmp_dir;
   }
   /* The tenant's bound on this device (memory.c): its quota or the device's capacity. */
-  const kiln_device_entry_t *dev =
-      w->kind == KILN_WORKER_DEVICE && w->tenant
-          ? kiln_device_find(w->server, w->device_id, (uint32_t)strcspn(w->device_id, "/"))
-          : NULL;
-  uint64_t bound = dev ? kiln_device_memory_bound(dev, w->tenant) : UINT64_MAX;
+  uint64_t bound =
+      w->device && w->tenant ? kiln_device_memory_bound(w->device, w->tenant) : UINT64_MAX;
   if (bound && bound != UINT64_MAX) {
     snprintf(mem_s, sizeof(mem_s), "%llu", (unsigned long long)bound);
     args[n++] = "--max-memory";

@@ -6,6 +6,10 @@ or through others). Reads the sources only; exits 1 naming each offender.
     te_structure.py [compiler/te] [--self-test]
     te_structure.py server --prefix kiln_ --circles   (reports another folder's circles, the
                                                        edges that close them, exit 0)
+    te_structure.py server --prefix kiln_ --no-circles --refs
+        (the same report, exit 1 on any circle: the check of server/ in the test suite;
+        --refs counts a function named without a call, in a table or as a callback, as a
+        call: a dispatch table in one file names the handlers it depends on)
 
 Function definitions are found as the C style of the tree writes them: a line at column 0 that
 starts a declaration and opens its body (possibly after a wrapped parameter list), closed by
@@ -110,6 +114,23 @@ def self_test():
     assert len(probs) == 1 and "big is %d lines" % (MAX_LINES + 4) in probs[0], probs
     ok = "static int small(int x) {\n" + "  x++;\n" * (MAX_LINES - 3) + "  return x;\n}\n"
     assert check({"d.c": ok}) == [], check({"d.c": ok})
+    # A table that names a function is an edge only when references count.
+    table = "int te_c(int x) {\n  return x;\n}\nstatic int (*const fns[])(int) = {te_d};\n"
+    d = "int te_d(int x) {\n  return te_c(x);\n}\n"
+    assert check({"c.c": table, "d.c": d}) == []
+    global CALL_RE
+    saved = CALL_RE
+    use_prefix("te_", refs=True)
+    assert any("circle" in p for p in check({"c.c": table, "d.c": d}))
+    with open(os.devnull, "w") as null:
+        out, sys.stdout = sys.stdout, null
+        try:
+            assert report_circles({"c.c": table, "d.c": d}, strict=True) == 1
+            assert report_circles({"c.c": table, "d.c": d}) == 0
+            assert report_circles({"d.c": d}, strict=True) == 0
+        finally:
+            sys.stdout = out
+    CALL_RE = saved
 
 
 def public_defs(stripped):
@@ -125,15 +146,17 @@ def public_defs(stripped):
     return defs
 
 
-def use_prefix(prefix):
-    """Public functions are those named PREFIX*: the default is compiler/te's te_."""
+def use_prefix(prefix, refs=False):
+    """Public functions are those named PREFIX*: the default is compiler/te's te_. With refs,
+    any mention of one (a call, a table entry, a callback passed) is an edge."""
     global DEF_RE, CALL_RE
     DEF_RE = re.compile(r"^(?!static\b)(?:[A-Za-z_][\w \t\*]*?[ \t\*])?(%s\w+)\s*\(" % prefix)
-    CALL_RE = re.compile(r"\b(%s\w+)\s*\(" % prefix)
+    CALL_RE = re.compile((r"\b(%s\w+)\b" if refs else r"\b(%s\w+)\s*\(") % prefix)
 
 
-def report_circles(files):
-    """Prints each circle among files and the calls inside it; always succeeds."""
+def report_circles(files, strict=False):
+    """Prints each circle among files and the calls inside it; returns 1 when strict and there
+    is one, else 0."""
     stripped = {path: strip(src) for path, src in files.items()}
     defs = public_defs(stripped)
     calls = {p: {} for p in stripped}
@@ -150,7 +173,7 @@ def report_circles(files):
                     print("  %s -> %s: %s" % (p, q, " ".join(sorted(calls[p][q]))))
     if not comps:
         print("%d files: no call circle" % len(files))
-    return 0
+    return 1 if strict and comps else 0
 
 
 def main():
@@ -160,11 +183,13 @@ def main():
         i = argv.index("--prefix")
         prefix = argv[i + 1]
         del argv[i:i + 2]
-    report = "--circles" in argv
-    args = [a for a in argv if a not in ("--self-test", "--circles")]
+    strict = "--no-circles" in argv
+    report = "--circles" in argv or strict
+    refs = "--refs" in argv
+    args = [a for a in argv if a not in ("--self-test", "--circles", "--no-circles", "--refs")]
     self_test()
-    if prefix:
-        use_prefix(re.escape(prefix))
+    if prefix or refs:
+        use_prefix(re.escape(prefix or "te_"), refs)
     if "--self-test" in sys.argv[1:] and not args:
         print("self-test passed")
         return 0
@@ -178,7 +203,7 @@ def main():
         print("no .c files under %s" % root)
         return 1
     if report:
-        return report_circles(files)
+        return report_circles(files, strict)
     problems = check(files)
     for p in problems:
         print(p)
