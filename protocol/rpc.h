@@ -105,6 +105,31 @@ void kiln_pack_kv_i64(msgpack_packer *pk, const char *key, int64_t value);
 void kiln_pack_kv_f64(msgpack_packer *pk, const char *key, double value);
 void kiln_pack_kv_bool(msgpack_packer *pk, const char *key, bool value);
 
+/* A map whose fields are counted as they are packed, so that no count is written by hand (a
+ * wrong one silently corrupts the stream). kiln_fields_begin reserves the map's header in the
+ * packer's buffer; kiln_fields_key packs one key and counts its field (the caller packs the
+ * value, any value: a nested map is another kiln_fields_t), kiln_fields_str/... pack a whole
+ * field; kiln_fields_end writes the header for the count in the form msgpack_pack_map would
+ * (fixmap below 16 fields, map16, map32), moving the fields up when it needs more than the byte
+ * reserved. The bytes are those of msgpack_pack_map(n) and the same fields. The packer must be
+ * a kiln_packer_t's (its buffer is patched; another packer is a bug and aborts). After an out of
+ * memory the packer's status reports it and end writes nothing. */
+typedef struct kiln_fields {
+  msgpack_packer *pk;
+  size_t at;  /* the header's offset in the buffer */
+  uint32_t n; /* fields so far */
+} kiln_fields_t;
+
+void kiln_fields_begin(kiln_fields_t *m, msgpack_packer *pk);
+void kiln_fields_key(kiln_fields_t *m, const char *key);
+/* One whole field each, as kiln_pack_kv_* packs it. */
+void kiln_fields_str(kiln_fields_t *m, const char *key, const char *value);
+void kiln_fields_u64(kiln_fields_t *m, const char *key, uint64_t value);
+void kiln_fields_i64(kiln_fields_t *m, const char *key, int64_t value);
+void kiln_fields_f64(kiln_fields_t *m, const char *key, double value);
+void kiln_fields_bool(kiln_fields_t *m, const char *key, bool value);
+void kiln_fields_end(kiln_fields_t *m);
+
 /* [0, msgid, method, then the caller packs params (an array: [] or [map]). */
 void kiln_rpc_pack_request_head(msgpack_packer *pk, uint32_t msgid, const char *method);
 /* [1, msgid, nil, then the caller packs the result. */
