@@ -11,6 +11,7 @@
 
 #include "base/util.h"
 #include "protocol/mp.h"
+#include "protocol/rpc.h"
 
 #define ENCODING_VERSION 1
 #define MAX_KERNELS 4096
@@ -96,63 +97,56 @@ static const char *const hidden_names[] = {
 
 /* ---- encoding ---------------------------------------------------------------------- */
 
-static void pack_str(msgpack_packer *pk, const char *s) {
-  size_t n = strlen(s);
-  msgpack_pack_str(pk, n);
-  msgpack_pack_str_body(pk, s, n);
-}
-
-static void pack_key_u32(msgpack_packer *pk, const char *key, uint32_t v) {
-  pack_str(pk, key);
-  msgpack_pack_uint32(pk, v);
-}
-
-static void pack_key_text(msgpack_packer *pk, const char *key, const char *text) {
-  pack_str(pk, key);
+/* A text field: the string, or nil when there is none. */
+static void pack_text(kiln_fields_t *m, const char *key, const char *text) {
   if (text)
-    pack_str(pk, text);
-  else
-    msgpack_pack_nil(pk);
+    kiln_fields_str(m, key, text);
+  else {
+    kiln_fields_key(m, key);
+    msgpack_pack_nil(m->pk);
+  }
 }
 
 static void pack_arg(msgpack_packer *pk, const kiln_kernel_arg_t *arg, bool hidden) {
-  msgpack_pack_map(pk, 4);
-  pack_key_text(pk, "name", arg->name);
-  if (hidden) {
-    pack_str(pk, "hidden");
-    pack_str(pk, (unsigned)arg->hidden < NUM_HIDDEN ? hidden_names[arg->hidden] : "other");
-  } else {
-    pack_str(pk, "type");
-    pack_str(pk, kiln_arg_type_name(arg->type));
-  }
-  pack_key_u32(pk, "offset", arg->offset);
-  pack_key_u32(pk, "size", arg->size);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  pack_text(&m, "name", arg->name);
+  if (hidden)
+    kiln_fields_str(&m, "hidden",
+                    (unsigned)arg->hidden < NUM_HIDDEN ? hidden_names[arg->hidden] : "other");
+  else
+    kiln_fields_str(&m, "type", kiln_arg_type_name(arg->type));
+  kiln_fields_u64(&m, "offset", arg->offset);
+  kiln_fields_u64(&m, "size", arg->size);
+  kiln_fields_end(&m);
 }
 
 static void pack_kernel(msgpack_packer *pk, const kiln_kernel_t *k) {
-  msgpack_pack_map(pk, k->launch ? 14 : 13);
-  pack_key_text(pk, "name", k->name);
-  pack_str(pk, "args");
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  pack_text(&m, "name", k->name);
+  kiln_fields_key(&m, "args");
   msgpack_pack_array(pk, k->num_args);
   for (uint32_t i = 0; i < k->num_args; i++) pack_arg(pk, &k->args[i], false);
-  pack_str(pk, "hidden_args");
+  kiln_fields_key(&m, "hidden_args");
   msgpack_pack_array(pk, k->num_hidden);
   for (uint32_t i = 0; i < k->num_hidden; i++) pack_arg(pk, &k->args[k->num_args + i], true);
-  pack_key_u32(pk, "kernarg_size", k->kernarg_size);
-  pack_key_u32(pk, "kernarg_align", k->kernarg_align);
-  pack_key_u32(pk, "group_segment_size", k->group_segment_size);
-  pack_key_u32(pk, "private_segment_size", k->private_segment_size);
-  pack_key_u32(pk, "max_block", k->max_block);
-  pack_key_u32(pk, "sgpr_count", k->sgpr_count);
-  pack_key_u32(pk, "vgpr_count", k->vgpr_count);
-  pack_key_u32(pk, "sgpr_spill_count", k->sgpr_spill_count);
-  pack_key_u32(pk, "vgpr_spill_count", k->vgpr_spill_count);
-  pack_key_u32(pk, "wavefront_size", k->wavefront_size);
+  kiln_fields_u64(&m, "kernarg_size", k->kernarg_size);
+  kiln_fields_u64(&m, "kernarg_align", k->kernarg_align);
+  kiln_fields_u64(&m, "group_segment_size", k->group_segment_size);
+  kiln_fields_u64(&m, "private_segment_size", k->private_segment_size);
+  kiln_fields_u64(&m, "max_block", k->max_block);
+  kiln_fields_u64(&m, "sgpr_count", k->sgpr_count);
+  kiln_fields_u64(&m, "vgpr_count", k->vgpr_count);
+  kiln_fields_u64(&m, "sgpr_spill_count", k->sgpr_spill_count);
+  kiln_fields_u64(&m, "vgpr_spill_count", k->vgpr_spill_count);
+  kiln_fields_u64(&m, "wavefront_size", k->wavefront_size);
   if (k->launch) {
-    pack_str(pk, "launch");
+    kiln_fields_key(&m, "launch");
     msgpack_pack_bin(pk, k->launch_size);
     msgpack_pack_bin_body(pk, k->launch, k->launch_size);
   }
+  kiln_fields_end(&m);
 }
 
 static const char *format_name(kiln_artifact_format_t f) {
@@ -167,29 +161,34 @@ static const char *format_name(kiln_artifact_format_t f) {
 kiln_status_t kiln_artifact_encode(const kiln_artifact_t *a, uint8_t **out_bytes, size_t *out_len) {
   const char *fmt = format_name(a->format);
   if (!fmt) return KILN_STATUS(KILN_E_INTERNAL, "artifact has no valid format (%d)", (int)a->format);
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  kiln_buf_t buf;
+  kiln_buf_init(&buf);
+  kiln_packer_t p;
+  kiln_packer_init(&p, &buf);
+  msgpack_packer *pk = &p.pk;
 
-  msgpack_pack_map(&pk, 8);
-  pack_key_u32(&pk, "v", ENCODING_VERSION);
-  pack_key_text(&pk, "format", fmt);
-  pack_key_text(&pk, "target", a->target);
-  pack_str(&pk, "code");
-  msgpack_pack_bin(&pk, a->code_size);
-  msgpack_pack_bin_body(&pk, a->code, a->code_size);
-  pack_str(&pk, "kernels");
-  msgpack_pack_array(&pk, a->num_kernels);
-  for (uint32_t i = 0; i < a->num_kernels; i++) pack_kernel(&pk, &a->kernels[i]);
-  pack_key_text(&pk, "llvm_ir", a->llvm_ir);
-  pack_key_text(&pk, "assembly", a->assembly);
-  pack_key_text(&pk, "log", a->log);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_u64(&m, "v", ENCODING_VERSION);
+  pack_text(&m, "format", fmt);
+  pack_text(&m, "target", a->target);
+  kiln_fields_key(&m, "code");
+  msgpack_pack_bin(pk, a->code_size);
+  msgpack_pack_bin_body(pk, a->code, a->code_size);
+  kiln_fields_key(&m, "kernels");
+  msgpack_pack_array(pk, a->num_kernels);
+  for (uint32_t i = 0; i < a->num_kernels; i++) pack_kernel(pk, &a->kernels[i]);
+  pack_text(&m, "llvm_ir", a->llvm_ir);
+  pack_text(&m, "assembly", a->assembly);
+  pack_text(&m, "log", a->log);
+  kiln_fields_end(&m);
 
-  /* sbuffer reports allocation failure only by leaving data NULL. */
-  if (!sb.data) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory encoding an artifact");
-  *out_len = sb.size;
-  *out_bytes = (uint8_t *)msgpack_sbuffer_release(&sb);
+  kiln_status_t st = kiln_packer_status(&p);
+  if (st) {
+    kiln_buf_deinit(&buf);
+    return st;
+  }
+  *out_bytes = kiln_buf_release(&buf, out_len);
   return KILN_OK;
 }
 

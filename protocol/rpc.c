@@ -194,6 +194,11 @@ kiln_status_t kiln_packer_status(const kiln_packer_t *p) {
                    : KILN_OK;
 }
 
+bool kiln_packer_write(const kiln_packer_t *p, FILE *f) {
+  if (p->failed) return false;
+  return fwrite(p->buf->data, 1, p->buf->len, f) == p->buf->len && fflush(f) == 0;
+}
+
 void kiln_pack_cstr(msgpack_packer *pk, const char *s) {
   size_t n = strlen(s);
   msgpack_pack_str(pk, n);
@@ -248,6 +253,11 @@ void kiln_fields_begin(kiln_fields_t *m, msgpack_packer *pk) {
 void kiln_fields_key(kiln_fields_t *m, const char *key) {
   m->n++;
   kiln_pack_cstr(m->pk, key);
+}
+
+void kiln_fields_key_object(kiln_fields_t *m, const msgpack_object *key) {
+  m->n++;
+  msgpack_pack_object(m->pk, *key);
 }
 
 /* A whole field: counted, then packed as kiln_pack_kv_* packs it. */

@@ -11,6 +11,7 @@
 #include <msgpack.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/buf.h"
 #include "base/status.h"
@@ -97,6 +98,10 @@ typedef struct kiln_packer {
 
 void kiln_packer_init(kiln_packer_t *p, kiln_buf_t *buf);
 KILN_MUST_USE kiln_status_t kiln_packer_status(const kiln_packer_t *p);
+/* Writes what p packed to f and flushes f (the workers' --probe and --identity answers, packed
+ * whole first because a counted map's header is set last). False when packing or writing
+ * failed. */
+bool kiln_packer_write(const kiln_packer_t *p, FILE *f);
 
 void kiln_pack_cstr(msgpack_packer *pk, const char *s);
 void kiln_pack_kv_str(msgpack_packer *pk, const char *key, const char *value);
@@ -122,6 +127,7 @@ typedef struct kiln_fields {
 
 void kiln_fields_begin(kiln_fields_t *m, msgpack_packer *pk);
 void kiln_fields_key(kiln_fields_t *m, const char *key);
+void kiln_fields_key_object(kiln_fields_t *m, const msgpack_object *key); /* a key as decoded */
 /* One whole field each, as kiln_pack_kv_* packs it. */
 void kiln_fields_str(kiln_fields_t *m, const char *key, const char *value);
 void kiln_fields_u64(kiln_fields_t *m, const char *key, uint64_t value);

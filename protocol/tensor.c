@@ -94,11 +94,15 @@ kiln_status_t kiln_tensor_parse(const msgpack_object *map, kiln_tensor_desc_t *o
 }
 
 void kiln_tensor_pack_head(msgpack_packer *pk, const kiln_tensor_desc_t *t) {
-  msgpack_pack_map(pk, 3);
-  kiln_pack_kv_str(pk, "dtype", kiln_dtype_name(t->dtype));
-  kiln_pack_cstr(pk, "shape");
+  /* The map ends before its last value's bytes, which the caller appends or sends without a
+   * copy: three fields, a fixmap, so its one-byte header is set here, in place. */
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_str(&m, "dtype", kiln_dtype_name(t->dtype));
+  kiln_fields_key(&m, "shape");
   msgpack_pack_array(pk, t->ndim);
   for (uint32_t i = 0; i < t->ndim; i++) msgpack_pack_uint64(pk, t->shape[i]);
-  kiln_pack_cstr(pk, "data");
+  kiln_fields_key(&m, "data");
   msgpack_pack_bin(pk, (size_t)t->nbytes);
+  kiln_fields_end(&m);
 }

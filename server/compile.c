@@ -182,33 +182,38 @@ static void pack_kernels(msgpack_packer *pk, const kiln_artifact_t *a) {
   msgpack_pack_array(pk, a->num_kernels);
   for (uint32_t i = 0; i < a->num_kernels; i++) {
     const kiln_kernel_t *k = &a->kernels[i];
-    msgpack_pack_map(pk, k->launch ? 5 : 4);
-    kiln_pack_kv_str(pk, "name", k->name);
-    kiln_pack_cstr(pk, "args");
+    kiln_fields_t m, arg;
+    kiln_fields_begin(&m, pk);
+    kiln_fields_str(&m, "name", k->name);
+    kiln_fields_key(&m, "args");
     msgpack_pack_array(pk, k->num_args);
     for (uint32_t j = 0; j < k->num_args; j++) {
-      msgpack_pack_map(pk, 2);
-      kiln_pack_kv_str(pk, "name", k->args[j].name);
-      kiln_pack_kv_str(pk, "type", kiln_arg_type_name(k->args[j].type));
+      kiln_fields_begin(&arg, pk);
+      kiln_fields_str(&arg, "name", k->args[j].name);
+      kiln_fields_str(&arg, "type", kiln_arg_type_name(k->args[j].type));
+      kiln_fields_end(&arg);
     }
-    kiln_pack_kv_u64(pk, "shared", k->group_segment_size);
-    kiln_pack_kv_u64(pk, "max_block", k->max_block);
+    kiln_fields_u64(&m, "shared", k->group_segment_size);
+    kiln_fields_u64(&m, "max_block", k->max_block);
     if (k->launch) { /* te kernels: the recipe's MessagePack as the compiler wrote it */
-      kiln_pack_cstr(pk, "launch");
+      kiln_fields_key(&m, "launch");
       pk->callback(pk->data, (const char *)k->launch, k->launch_size);
     }
+    kiln_fields_end(&m);
   }
 }
 
 static void pack_result(msgpack_packer *pk, const kiln_module_t *m, bool cached, double ms) {
-  msgpack_pack_map(pk, 6);
-  kiln_pack_kv_str(pk, "module", m->hex);
-  kiln_pack_kv_bool(pk, "cached", cached);
-  kiln_pack_kv_str(pk, "target", m->art.target);
-  kiln_pack_cstr(pk, "kernels");
+  kiln_fields_t r;
+  kiln_fields_begin(&r, pk);
+  kiln_fields_str(&r, "module", m->hex);
+  kiln_fields_bool(&r, "cached", cached);
+  kiln_fields_str(&r, "target", m->art.target);
+  kiln_fields_key(&r, "kernels");
   pack_kernels(pk, &m->art);
-  kiln_pack_kv_f64(pk, "compile_ms", ms);
-  kiln_pack_kv_str(pk, "log", m->art.log ? m->art.log : "");
+  kiln_fields_f64(&r, "compile_ms", ms);
+  kiln_fields_str(&r, "log", m->art.log ? m->art.log : "");
+  kiln_fields_end(&r);
 }
 
 /* --- waiters ------------------------------------------------------------------------------ */
@@ -249,12 +254,14 @@ static void batch_progress(batch_t *b, uint32_t index) {
   kiln_packer_init(&pk, &out);
   kiln_rpc_pack_notification_head(&pk.pk, "progress");
   msgpack_pack_array(&pk.pk, 1);
-  msgpack_pack_map(&pk.pk, 5);
-  kiln_pack_kv_u64(&pk.pk, "msgid", b->req->msgid);
-  kiln_pack_kv_u64(&pk.pk, "index", index);
-  kiln_pack_kv_u64(&pk.pk, "done", b->done);
-  kiln_pack_kv_u64(&pk.pk, "failed", b->failed);
-  kiln_pack_kv_u64(&pk.pk, "total", b->n);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, &pk.pk);
+  kiln_fields_u64(&m, "msgid", b->req->msgid);
+  kiln_fields_u64(&m, "index", index);
+  kiln_fields_u64(&m, "done", b->done);
+  kiln_fields_u64(&m, "failed", b->failed);
+  kiln_fields_u64(&m, "total", b->n);
+  kiln_fields_end(&m);
   kiln_status_t st = kiln_packer_status(&pk);
   if (st) { /* out of memory: a notification is worth less than the reply */
     kiln_status_free(st);
@@ -301,11 +308,13 @@ static void waiter_finish(kiln_compile_state_t *cs, waiter_t *w, const kiln_modu
   } else {
     bool failed = st != KILN_OK;
     if (st) {
-      msgpack_pack_map(&pk.pk, 1);
-      kiln_pack_cstr(&pk.pk, "error");
+      kiln_fields_t m;
+      kiln_fields_begin(&m, &pk.pk);
+      kiln_fields_key(&m, "error");
       msgpack_pack_array(&pk.pk, 2);
       msgpack_pack_uint32(&pk.pk, kiln_status_code(st));
       kiln_pack_cstr(&pk.pk, kiln_status_message(st));
+      kiln_fields_end(&m);
       cs->server->errors_by_code[kiln_status_code(st)]++;
       kiln_status_free(st);
     } else {
@@ -894,8 +903,10 @@ kiln_status_t kiln_method_cancel(kiln_call_t *call) {
   resume_deferred(cs);
   uint64_t n = c.n;
   cs->cancelled += n;
-  msgpack_pack_map(call->pk, 1);
-  kiln_pack_kv_u64(call->pk, "cancelled", n);
+  kiln_fields_t r;
+  kiln_fields_begin(&r, call->pk);
+  kiln_fields_u64(&r, "cancelled", n);
+  kiln_fields_end(&r);
   return KILN_OK;
 }
 
@@ -924,18 +935,18 @@ void kiln_compile_metrics(kiln_server_t *s, kiln_compile_metrics_t *out) {
   if (cs->cache) kiln_cache_stats(cs->cache, &out->cache);
 }
 
-uint32_t kiln_compile_stats_fields(void) { return 2; }
-
-void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk) {
+void kiln_compile_pack_stats(kiln_server_t *s, kiln_fields_t *r) {
   kiln_compile_state_t *cs = state(s);
+  msgpack_packer *pk = r->pk;
   kiln_cache_stats_t c;
   kiln_cache_stats(cs->cache, &c);
-  kiln_pack_cstr(pk, "compile");
+  kiln_fields_key(r, "compile");
   uint32_t busy = 0;
   for (uint32_t i = 0; i < cs->nslots; i++) busy += cs->slots[i].job != NULL;
-  msgpack_pack_map(pk, 15);
-  kiln_pack_kv_u64(pk, "workers", cs->nslots);
-  kiln_pack_cstr(pk, "pids"); /* of the compile workers now running (0 while one restarts) */
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_u64(&m, "workers", cs->nslots);
+  kiln_fields_key(&m, "pids"); /* of the compile workers now running (0 while one restarts) */
   msgpack_pack_array(pk, cs->nslots);
   for (uint32_t i = 0; i < cs->nslots; i++)
     msgpack_pack_uint64(pk, cs->slots[i].worker ? (uint64_t)kiln_worker_pid(cs->slots[i].worker) : 0);
@@ -943,28 +954,30 @@ void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk) {
   kiln_modules_stats(&modules, &table_bytes);
   /* Modules alive (in the cache's entries, or held by work in flight) and the bytes their
    * kernel tables hold; their artifacts' bytes are the cache's (bytes_memory). */
-  kiln_pack_kv_u64(pk, "modules", modules);
-  kiln_pack_kv_u64(pk, "module_bytes", table_bytes);
-  kiln_pack_kv_u64(pk, "workers_busy", busy);
-  kiln_pack_kv_u64(pk, "queued_interactive", cs->queue.len[0]);
-  kiln_pack_kv_u64(pk, "queued_batch", cs->queue.len[1]);
-  kiln_pack_kv_u64(pk, "compiles", cs->compiles);
-  kiln_pack_kv_u64(pk, "errors", cs->compile_errors);
-  kiln_pack_kv_u64(pk, "crashes", cs->crashes);
-  kiln_pack_kv_u64(pk, "timeouts", cs->timeouts);
-  kiln_pack_kv_u64(pk, "cache_hits", cs->hits);
-  kiln_pack_kv_u64(pk, "single_flight_joins", cs->joins);
-  kiln_pack_kv_u64(pk, "cancelled", cs->cancelled);
-  kiln_pack_kv_f64(pk, "compile_ms_total", cs->compile_ms_total);
-  kiln_pack_cstr(pk, "cache");
-  msgpack_pack_map(pk, 9);
-  kiln_pack_kv_u64(pk, "hits_memory", c.hits_mem);
-  kiln_pack_kv_u64(pk, "hits_disk", c.hits_disk);
-  kiln_pack_kv_u64(pk, "misses", c.misses);
-  kiln_pack_kv_u64(pk, "corrupt", c.corrupt);
-  kiln_pack_kv_u64(pk, "write_errors", c.write_errors);
-  kiln_pack_kv_u64(pk, "evictions", c.evictions_mem + c.evictions_disk);
-  kiln_pack_kv_u64(pk, "entries_disk", c.entries_disk);
-  kiln_pack_kv_u64(pk, "bytes_disk", c.bytes_disk);
-  kiln_pack_kv_u64(pk, "bytes_memory", c.bytes_mem);
+  kiln_fields_u64(&m, "modules", modules);
+  kiln_fields_u64(&m, "module_bytes", table_bytes);
+  kiln_fields_u64(&m, "workers_busy", busy);
+  kiln_fields_u64(&m, "queued_interactive", cs->queue.len[0]);
+  kiln_fields_u64(&m, "queued_batch", cs->queue.len[1]);
+  kiln_fields_u64(&m, "compiles", cs->compiles);
+  kiln_fields_u64(&m, "errors", cs->compile_errors);
+  kiln_fields_u64(&m, "crashes", cs->crashes);
+  kiln_fields_u64(&m, "timeouts", cs->timeouts);
+  kiln_fields_u64(&m, "cache_hits", cs->hits);
+  kiln_fields_u64(&m, "single_flight_joins", cs->joins);
+  kiln_fields_u64(&m, "cancelled", cs->cancelled);
+  kiln_fields_f64(&m, "compile_ms_total", cs->compile_ms_total);
+  kiln_fields_end(&m);
+  kiln_fields_key(r, "cache");
+  kiln_fields_begin(&m, pk);
+  kiln_fields_u64(&m, "hits_memory", c.hits_mem);
+  kiln_fields_u64(&m, "hits_disk", c.hits_disk);
+  kiln_fields_u64(&m, "misses", c.misses);
+  kiln_fields_u64(&m, "corrupt", c.corrupt);
+  kiln_fields_u64(&m, "write_errors", c.write_errors);
+  kiln_fields_u64(&m, "evictions", c.evictions_mem + c.evictions_disk);
+  kiln_fields_u64(&m, "entries_disk", c.entries_disk);
+  kiln_fields_u64(&m, "bytes_disk", c.bytes_disk);
+  kiln_fields_u64(&m, "bytes_memory", c.bytes_mem);
+  kiln_fields_end(&m);
 }

@@ -14,8 +14,9 @@ void kiln_compile_shutdown(kiln_server_t *s);
  * have it, or answer E_RESOURCE_EXHAUSTED where the quota became 0. */
 void kiln_compile_quotas_changed(kiln_server_t *s);
 
-void kiln_compile_pack_stats(kiln_server_t *s, msgpack_packer *pk); /* "compile", "cache" */
-/* The numbers behind GET /metrics (server/metrics.c). Borrowed pointers stay valid until the
+/* The `stats` fields "compile" and "cache", added to the caller's map. */
+void kiln_compile_pack_stats(kiln_server_t *s, kiln_fields_t *r);
+/* The numbers behind GET /metrics (server/collectors.c). Borrowed pointers stay valid until the
  * next return to the loop. */
 typedef struct kiln_compile_metrics {
   uint32_t workers, busy;
@@ -31,7 +32,6 @@ typedef struct kiln_compile_metrics {
 void kiln_compile_metrics(kiln_server_t *s, kiln_compile_metrics_t *out);
 /* Compile jobs tenant t has waiting at a priority (0 interactive, 1 batch). */
 uint64_t kiln_compile_queued(kiln_server_t *s, const kiln_tenant_t *t, int prio);
-uint32_t kiln_compile_stats_fields(void);
 
 /* One build for kilnd itself (a graph's program, server/graph.c): `item` is a compile_batch
  * item; `done` runs exactly once, maybe before this returns (a cache hit), with the module

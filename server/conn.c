@@ -222,9 +222,11 @@ void kiln_conn_fail(kiln_conn_t *c, bool has_msgid, uint32_t msgid, kiln_status_
   } else {
     kiln_rpc_pack_notification_head(&p.pk, "error");
     msgpack_pack_array(&p.pk, 1);
-    msgpack_pack_map(&p.pk, 2);
-    kiln_pack_kv_u64(&p.pk, "code", (uint64_t)code);
-    kiln_pack_kv_str(&p.pk, "message", kiln_status_message(st));
+    kiln_fields_t m;
+    kiln_fields_begin(&m, &p.pk);
+    kiln_fields_u64(&m, "code", (uint64_t)code);
+    kiln_fields_str(&m, "message", kiln_status_message(st));
+    kiln_fields_end(&m);
   }
   c->server->errors_by_code[code < KILN_E_COUNT_ ? code : KILN_E_INTERNAL]++;
   char q[300];

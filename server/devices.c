@@ -161,14 +161,16 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
     kiln_buf_init(&e->info);
     kiln_packer_t pk;
     kiln_packer_init(&pk, &e->info);
-    msgpack_pack_map(&pk.pk, d->via.map.size + 1);
+    kiln_fields_t m;
+    kiln_fields_begin(&m, &pk.pk);
     for (uint32_t k = 0; k < d->via.map.size; k++) {
-      msgpack_pack_object(&pk.pk, d->via.map.ptr[k].key);
+      kiln_fields_key_object(&m, &d->via.map.ptr[k].key);
       if (host && kiln_obj_str_eq(&d->via.map.ptr[k].key, "memory"))
         msgpack_pack_uint64(&pk.pk, e->capacity);
       else msgpack_pack_object(&pk.pk, d->via.map.ptr[k].val);
     }
-    kiln_pack_kv_bool(&pk.pk, "available", true);
+    kiln_fields_bool(&m, "available", true);
+    kiln_fields_end(&m);
     s->num_devices++;
     KILN_LOG_INFO("device", "id=%s kind=%s capacity=%llu", e->id, e->kind,
                   (unsigned long long)e->capacity);

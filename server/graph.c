@@ -249,16 +249,18 @@ static void create_free(create_op_t *op) {
 }
 
 static void pack_create_reply(msgpack_packer *pk, const graph_t *g, bool cached) {
-  msgpack_pack_map(pk, 9);
-  kiln_pack_kv_str(pk, "graph", g->hex);
-  kiln_pack_kv_bool(pk, "cached", cached);
-  kiln_pack_kv_u64(pk, "nodes", g->nodes);
-  kiln_pack_kv_u64(pk, "launches", g->launches);
-  kiln_pack_kv_u64(pk, "programs", g->programs);
-  kiln_pack_kv_u64(pk, "compiled", cached ? 0 : g->compiled);
-  kiln_pack_kv_f64(pk, "compile_ms", cached ? 0 : g->compile_ms);
-  kiln_pack_kv_u64(pk, "constant_bytes", g->constant_bytes);
-  kiln_pack_kv_u64(pk, "arena_bytes", g->arena_bytes);
+  kiln_fields_t r;
+  kiln_fields_begin(&r, pk);
+  kiln_fields_str(&r, "graph", g->hex);
+  kiln_fields_bool(&r, "cached", cached);
+  kiln_fields_u64(&r, "nodes", g->nodes);
+  kiln_fields_u64(&r, "launches", g->launches);
+  kiln_fields_u64(&r, "programs", g->programs);
+  kiln_fields_u64(&r, "compiled", cached ? 0 : g->compiled);
+  kiln_fields_f64(&r, "compile_ms", cached ? 0 : g->compile_ms);
+  kiln_fields_u64(&r, "constant_bytes", g->constant_bytes);
+  kiln_fields_u64(&r, "arena_bytes", g->arena_bytes);
+  kiln_fields_end(&r);
 }
 
 static void create_fail(create_op_t *op, kiln_status_t st) {
@@ -896,17 +898,19 @@ kiln_status_t kiln_method_graph_create(kiln_call_t *call) {
       item.len = 0;
       kiln_packer_t pk;
       kiln_packer_init(&pk, &item);
-      msgpack_pack_map(&pk.pk, opts ? 4 : 3);
-      kiln_pack_cstr(&pk.pk, "ir");
+      kiln_fields_t it;
+      kiln_fields_begin(&it, &pk.pk);
+      kiln_fields_key(&it, "ir");
       msgpack_pack_object(&pk.pk, *kiln_params_find(pr->item, "ir"));
-      kiln_pack_kv_str(&pk.pk, "format", pr->kind == KILN_GPROG_TE ? "te" : "llvm");
+      kiln_fields_str(&it, "format", pr->kind == KILN_GPROG_TE ? "te" : "llvm");
       char target[40];
       snprintf(target, sizeof(target), "%s", d->id);
-      kiln_pack_kv_str(&pk.pk, "target", target);
+      kiln_fields_str(&it, "target", target);
       if (opts) {
-        kiln_pack_cstr(&pk.pk, "options");
+        kiln_fields_key(&it, "options");
         msgpack_pack_object(&pk.pk, *opts);
       }
+      kiln_fields_end(&it);
       pst = kiln_packer_status(&pk);
       msgpack_zone z;
       msgpack_zone_init(&z, 1024);
@@ -1072,26 +1076,29 @@ static void on_run_reply(void *ctx, kiln_status_t st, const msgpack_object *resu
       st = kiln_pack_time_result(&pk.pk, result);
     } else if (!(st = kiln_launch_reply_decode(result, &lr))) {
       double elapsed = lr.elapsed;
-      msgpack_pack_map(&pk.pk, 2);
-      kiln_pack_cstr(&pk.pk, "outputs");
+      kiln_fields_t r, out;
+      kiln_fields_begin(&r, &pk.pk);
+      kiln_fields_key(&r, "outputs");
       msgpack_pack_array(&pk.pk, op->npicked);
       uint64_t at = op->outs_at;
       for (uint32_t i = 0; i < op->npicked; i++) {
         const gout_t *o = &g->outputs[op->picked[i]];
         if (op->kept) {
-          msgpack_pack_map(&pk.pk, 3);
-          kiln_pack_kv_u64(&pk.pk, "id", op->kept[i]);
-          kiln_pack_kv_str(&pk.pk, "dtype", kiln_dtype_name(o->desc.dtype));
-          kiln_pack_cstr(&pk.pk, "shape");
+          kiln_fields_begin(&out, &pk.pk);
+          kiln_fields_u64(&out, "id", op->kept[i]);
+          kiln_fields_str(&out, "dtype", kiln_dtype_name(o->desc.dtype));
+          kiln_fields_key(&out, "shape");
           msgpack_pack_array(&pk.pk, o->desc.ndim);
           for (uint32_t k = 0; k < o->desc.ndim; k++) msgpack_pack_uint64(&pk.pk, o->desc.shape[k]);
+          kiln_fields_end(&out);
           continue;
         }
         kiln_tensor_pack_head(&pk.pk, &o->desc);
         if (!st) st = kiln_buf_append(&b, op->map + at, o->desc.nbytes);
         at = (at + o->desc.nbytes + 255) & ~255ull;
       }
-      kiln_pack_kv_f64(&pk.pk, "elapsed", elapsed);
+      kiln_fields_f64(&r, "elapsed", elapsed);
+      kiln_fields_end(&r);
       if (op->kept) {
         kiln_status_t ast = adopt_kept(op);
         if (!st) st = ast;

@@ -48,17 +48,19 @@ static void ops_remove(kiln_dslot_t *sl, launch_op_t *op) {
 kiln_status_t kiln_pack_time_result(msgpack_packer *pk, const msgpack_object *result) {
   kiln_time_reply_t r;
   KILN_RETURN_IF_ERROR(kiln_time_reply_decode(result, &r));
-  msgpack_pack_map(pk, 8);
-  kiln_pack_cstr(pk, "results");
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_key(&m, "results");
   msgpack_pack_array(pk, r.repeat);
   for (uint32_t i = 0; i < r.repeat; i++) msgpack_pack_double(pk, r.results[i]);
-  kiln_pack_kv_f64(pk, "min", r.min);
-  kiln_pack_kv_f64(pk, "median", r.median);
-  kiln_pack_kv_f64(pk, "mean", r.mean);
-  kiln_pack_kv_f64(pk, "std", r.std);
-  kiln_pack_kv_f64(pk, "cv", r.cv);
-  kiln_pack_kv_u64(pk, "number", r.number);
-  kiln_pack_kv_u64(pk, "repeat", r.repeat);
+  kiln_fields_f64(&m, "min", r.min);
+  kiln_fields_f64(&m, "median", r.median);
+  kiln_fields_f64(&m, "mean", r.mean);
+  kiln_fields_f64(&m, "std", r.std);
+  kiln_fields_f64(&m, "cv", r.cv);
+  kiln_fields_u64(&m, "number", r.number);
+  kiln_fields_u64(&m, "repeat", r.repeat);
+  kiln_fields_end(&m);
   kiln_time_reply_deinit(&r);
   return KILN_OK;
 }
@@ -78,8 +80,10 @@ static void on_reply(void *ctx, kiln_status_t st, const msgpack_object *result) 
     kiln_launch_reply_t r;
     st = kiln_launch_reply_decode(result, &r);
     if (!st) {
-      msgpack_pack_map(&pk.pk, 1);
-      kiln_pack_kv_f64(&pk.pk, "elapsed", r.elapsed);
+      kiln_fields_t m;
+      kiln_fields_begin(&m, &pk.pk);
+      kiln_fields_f64(&m, "elapsed", r.elapsed);
+      kiln_fields_end(&m);
       kiln_metrics_device_seconds(op->slot->device, op->slot->tenant, r.elapsed);
     }
   } else if (!st) {

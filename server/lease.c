@@ -68,10 +68,12 @@ static void lease_granted(void *ctx, kiln_status_t st) {
   kiln_packer_t pk;
   kiln_packer_init(&pk, &b);
   kiln_rpc_pack_result_head(&pk.pk, r->msgid);
-  msgpack_pack_map(&pk.pk, 3);
-  kiln_pack_kv_u64(&pk.pk, "lease", d->lease_id);
-  kiln_pack_kv_str(&pk.pk, "device", d->id);
-  kiln_pack_kv_u64(&pk.pk, "seconds", lr->seconds);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, &pk.pk);
+  kiln_fields_u64(&m, "lease", d->lease_id);
+  kiln_fields_str(&m, "device", d->id);
+  kiln_fields_u64(&m, "seconds", lr->seconds);
+  kiln_fields_end(&m);
   kiln_req_reply(r, &b, NULL, 0, NULL, NULL);
   free(lr);
 }

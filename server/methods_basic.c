@@ -58,19 +58,21 @@ kiln_status_t kiln_method_hello(kiln_call_t *call) {
   if (c->tenant->quotas.message < c->reader.limits.max_message)
     c->reader.limits.max_message = c->tenant->quotas.message;
   const kiln_config_t *cfg = &s->cfg;
-  msgpack_packer *pk = call->pk;
-  msgpack_pack_map(pk, 5);
-  kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
-  kiln_pack_kv_str(pk, "tensors", c->session_tensors ? "session" : "tenant");
-  kiln_pack_kv_u64(pk, "version", 1);
-  kiln_pack_kv_str(pk, "tenant", c->tenant->name);
-  kiln_pack_cstr(pk, "limits");
-  msgpack_pack_map(pk, 5);
-  kiln_pack_kv_u64(pk, "max_message", c->reader.limits.max_message);
-  kiln_pack_kv_u64(pk, "max_depth", cfg->limits.max_depth);
-  kiln_pack_kv_u64(pk, "max_items", cfg->limits.max_items);
-  kiln_pack_kv_u64(pk, "max_str", cfg->limits.max_str);
-  kiln_pack_kv_u64(pk, "max_inflight", cfg->max_inflight);
+  kiln_fields_t r, lim;
+  kiln_fields_begin(&r, call->pk);
+  kiln_fields_str(&r, "server", "kilnd " KILN_VERSION);
+  kiln_fields_str(&r, "tensors", c->session_tensors ? "session" : "tenant");
+  kiln_fields_u64(&r, "version", 1);
+  kiln_fields_str(&r, "tenant", c->tenant->name);
+  kiln_fields_key(&r, "limits");
+  kiln_fields_begin(&lim, call->pk);
+  kiln_fields_u64(&lim, "max_message", c->reader.limits.max_message);
+  kiln_fields_u64(&lim, "max_depth", cfg->limits.max_depth);
+  kiln_fields_u64(&lim, "max_items", cfg->limits.max_items);
+  kiln_fields_u64(&lim, "max_str", cfg->limits.max_str);
+  kiln_fields_u64(&lim, "max_inflight", cfg->max_inflight);
+  kiln_fields_end(&lim);
+  kiln_fields_end(&r);
   return KILN_OK;
 }
 
@@ -97,18 +99,21 @@ kiln_status_t kiln_method_devices(kiln_call_t *call) {
     if (kiln_tenant_may_use(call->conn->tenant, s->devices[i].id, s->devices[i].kind))
       msgpack_pack_str_body(pk, s->devices[i].info.data, s->devices[i].info.len);
   for (uint32_t i = 0; absent && i < s->num_absent; i++) {
-    msgpack_pack_map(pk, 4);
-    kiln_pack_kv_str(pk, "id", s->absent[i].kind);
-    kiln_pack_kv_str(pk, "kind", s->absent[i].kind);
-    kiln_pack_kv_bool(pk, "available", false);
-    kiln_pack_kv_str(pk, "reason", s->absent[i].reason);
+    kiln_fields_t m;
+    kiln_fields_begin(&m, pk);
+    kiln_fields_str(&m, "id", s->absent[i].kind);
+    kiln_fields_str(&m, "kind", s->absent[i].kind);
+    kiln_fields_bool(&m, "available", false);
+    kiln_fields_str(&m, "reason", s->absent[i].reason);
+    kiln_fields_end(&m);
   }
   return KILN_OK;
 }
 
 /* "devices": what runs on each device now, and what its tensors hold. A tenant that may not
  * see the others (`see_all` false) gets the lease holder's name only when it is its own. */
-static void pack_devices(kiln_server_t *s, msgpack_packer *pk, const kiln_tenant_t *me, bool see_all) {
+static void pack_devices(kiln_server_t *s, kiln_fields_t *r, const kiln_tenant_t *me,
+                         bool see_all) {
   uint64_t bytes[KILN_MAX_DEVICES] = {0}, count[KILN_MAX_DEVICES] = {0};
   size_t it = 0;
   void *v;
@@ -117,19 +122,21 @@ static void pack_devices(kiln_server_t *s, msgpack_packer *pk, const kiln_tenant
     bytes[t->device - s->devices] += t->desc.nbytes;
     count[t->device - s->devices]++;
   }
-  kiln_pack_cstr(pk, "devices");
-  msgpack_pack_array(pk, s->num_devices);
+  kiln_fields_key(r, "devices");
+  msgpack_pack_array(r->pk, s->num_devices);
   for (uint32_t i = 0; i < s->num_devices; i++) {
     const kiln_device_entry_t *d = &s->devices[i];
-    msgpack_pack_map(pk, 6);
-    kiln_pack_kv_str(pk, "id", d->id);
-    kiln_pack_kv_u64(pk, "capacity", d->capacity);
-    kiln_pack_kv_u64(pk, "launches", d->running);
+    kiln_fields_t m;
+    kiln_fields_begin(&m, r->pk);
+    kiln_fields_str(&m, "id", d->id);
+    kiln_fields_u64(&m, "capacity", d->capacity);
+    kiln_fields_u64(&m, "launches", d->running);
     const char *lease = !d->lease_tenant ? "" : see_all || d->lease_tenant == me ? d->lease_tenant->name
                                                                                 : "another tenant";
-    kiln_pack_kv_str(pk, "lease", lease);
-    kiln_pack_kv_u64(pk, "tensors", count[i]);
-    kiln_pack_kv_u64(pk, "memory", bytes[i]);
+    kiln_fields_str(&m, "lease", lease);
+    kiln_fields_u64(&m, "tensors", count[i]);
+    kiln_fields_u64(&m, "memory", bytes[i]);
+    kiln_fields_end(&m);
   }
 }
 
@@ -142,31 +149,31 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
    * stats=all in its line (docs/operations.md); server-wide counters are for everyone. */
   const kiln_tenant_t *me = call->conn->tenant;
   bool see_all = !s->tenants.auth_required || (me && me->stats_all);
-  msgpack_pack_map(pk, 12 + kiln_compile_stats_fields());
-  kiln_pack_kv_str(pk, "server", "kilnd " KILN_VERSION);
-  kiln_compile_pack_stats(s, pk);
-  kiln_pack_kv_f64(pk, "uptime_s", (double)(kiln_now_ns() - s->start_ns) / 1e9);
-  kiln_pack_kv_u64(pk, "connections", s->num_conns);
-  kiln_pack_cstr(pk, "requests");
-  uint32_t n = 0;
-  for (int i = 0; i < kiln_method_count(s); i++) n += s->requests_by_method[i] > 0;
-  msgpack_pack_map(pk, n);
+  kiln_fields_t r, m;
+  kiln_fields_begin(&r, pk);
+  kiln_fields_str(&r, "server", "kilnd " KILN_VERSION);
+  kiln_compile_pack_stats(s, &r);
+  kiln_fields_f64(&r, "uptime_s", (double)(kiln_now_ns() - s->start_ns) / 1e9);
+  kiln_fields_u64(&r, "connections", s->num_conns);
+  kiln_fields_key(&r, "requests");
+  kiln_fields_begin(&m, pk);
   for (int i = 0; i < kiln_method_count(s); i++)
     if (s->requests_by_method[i])
-      kiln_pack_kv_u64(pk, kiln_method_name(s, i), s->requests_by_method[i]);
-  kiln_pack_cstr(pk, "errors");
-  n = 0;
-  for (int i = 1; i < KILN_E_COUNT_; i++) n += s->errors_by_code[i] > 0;
-  msgpack_pack_map(pk, n);
+      kiln_fields_u64(&m, kiln_method_name(s, i), s->requests_by_method[i]);
+  kiln_fields_end(&m);
+  kiln_fields_key(&r, "errors");
+  kiln_fields_begin(&m, pk);
   for (int i = 1; i < KILN_E_COUNT_; i++)
-    if (s->errors_by_code[i]) kiln_pack_kv_u64(pk, kiln_code_name((kiln_code_t)i), s->errors_by_code[i]);
-  kiln_pack_kv_u64(pk, "tensors", s->tensors.count);
-  kiln_pack_kv_u64(pk, "tensor_bytes", s->tensor_bytes);
+    if (s->errors_by_code[i])
+      kiln_fields_u64(&m, kiln_code_name((kiln_code_t)i), s->errors_by_code[i]);
+  kiln_fields_end(&m);
+  kiln_fields_u64(&r, "tensors", s->tensors.count);
+  kiln_fields_u64(&r, "tensor_bytes", s->tensor_bytes);
   uint64_t graphs, graph_bytes, runs_ok, runs_failed;
   kiln_graphs_counts(s, NULL, &graphs, &graph_bytes, &runs_ok, &runs_failed);
-  kiln_pack_kv_u64(pk, "graphs", graphs);
-  kiln_pack_kv_u64(pk, "graph_bytes", graph_bytes);
-  kiln_pack_cstr(pk, "workers");
+  kiln_fields_u64(&r, "graphs", graphs);
+  kiln_fields_u64(&r, "graph_bytes", graph_bytes);
+  kiln_fields_key(&r, "workers");
   uint32_t nw = 0;
   for (int pass = 0; pass < 2; pass++) {
     if (pass) msgpack_pack_array(pk, nw);
@@ -180,18 +187,19 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
           nw++;
           continue;
         }
-        msgpack_pack_map(pk, 6);
-        kiln_pack_kv_str(pk, "kind", "device");
-        kiln_pack_kv_str(pk, "device", s->devices[i].id);
-        kiln_pack_kv_str(pk, "tenant", sl->tenant->name);
-        kiln_pack_kv_u64(pk, "pid", (uint64_t)kiln_worker_pid(sl->worker));
-        kiln_pack_kv_u64(pk, "restarts", kiln_worker_restarts(sl->worker));
-        kiln_pack_kv_u64(pk, "inflight", kiln_worker_inflight(sl->worker));
+        kiln_fields_begin(&m, pk);
+        kiln_fields_str(&m, "kind", "device");
+        kiln_fields_str(&m, "device", s->devices[i].id);
+        kiln_fields_str(&m, "tenant", sl->tenant->name);
+        kiln_fields_u64(&m, "pid", (uint64_t)kiln_worker_pid(sl->worker));
+        kiln_fields_u64(&m, "restarts", kiln_worker_restarts(sl->worker));
+        kiln_fields_u64(&m, "inflight", kiln_worker_inflight(sl->worker));
+        kiln_fields_end(&m);
       }
     }
   }
-  pack_devices(s, pk, me, see_all);
-  kiln_pack_cstr(pk, "tenants");
+  pack_devices(s, &r, me, see_all);
+  kiln_fields_key(&r, "tenants");
   uint32_t nt = 0;
   for (uint32_t i = 0; i < s->tenants.count; i++)
     nt += !s->tenants.all[i]->disabled && (see_all || s->tenants.all[i] == me);
@@ -199,21 +207,24 @@ kiln_status_t kiln_method_stats(kiln_call_t *call) {
   for (uint32_t i = 0; i < s->tenants.count; i++) {
     kiln_tenant_t *t = s->tenants.all[i];
     if (t->disabled || (!see_all && t != me)) continue;
-    msgpack_pack_map(pk, 13);
-    kiln_pack_kv_str(pk, "name", t->name);
+    kiln_fields_begin(&m, pk);
+    kiln_fields_str(&m, "name", t->name);
     kiln_graphs_counts(s, t, &graphs, &graph_bytes, &runs_ok, &runs_failed);
-    kiln_pack_kv_u64(pk, "graphs", graphs);
-    kiln_pack_kv_u64(pk, "connections", t->connections);
-    kiln_pack_kv_u64(pk, "tensors", t->tensors);
-    kiln_pack_kv_u64(pk, "memory", t->memory);
-    kiln_pack_kv_u64(pk, "launches", t->launches);
-    kiln_pack_kv_u64(pk, "compiles", t->compiles);
-    kiln_pack_kv_u64(pk, "compiles_queued", kiln_compile_queued(s, t, 0) + kiln_compile_queued(s, t, 1));
-    kiln_pack_kv_u64(pk, "modules", t->modules.count);
-    kiln_pack_kv_u64(pk, "requests", t->requests);
-    kiln_pack_kv_u64(pk, "errors", t->errors);
-    kiln_pack_kv_u64(pk, "transfer_bytes", t->transfer_bytes);
-    kiln_pack_kv_u64(pk, "transfers_queued", t->transfers_waiting);
+    kiln_fields_u64(&m, "graphs", graphs);
+    kiln_fields_u64(&m, "connections", t->connections);
+    kiln_fields_u64(&m, "tensors", t->tensors);
+    kiln_fields_u64(&m, "memory", t->memory);
+    kiln_fields_u64(&m, "launches", t->launches);
+    kiln_fields_u64(&m, "compiles", t->compiles);
+    kiln_fields_u64(&m, "compiles_queued",
+                    kiln_compile_queued(s, t, 0) + kiln_compile_queued(s, t, 1));
+    kiln_fields_u64(&m, "modules", t->modules.count);
+    kiln_fields_u64(&m, "requests", t->requests);
+    kiln_fields_u64(&m, "errors", t->errors);
+    kiln_fields_u64(&m, "transfer_bytes", t->transfer_bytes);
+    kiln_fields_u64(&m, "transfers_queued", t->transfers_waiting);
+    kiln_fields_end(&m);
   }
+  kiln_fields_end(&r);
   return KILN_OK;
 }

@@ -4,10 +4,10 @@
 #include "server/tenants.h"
 
 /* A limit as the wire says it: nil for unlimited. */
-static void pack_limit(msgpack_packer *pk, const char *name, uint64_t v) {
-  kiln_pack_cstr(pk, name);
-  if (v == UINT64_MAX) msgpack_pack_nil(pk);
-  else msgpack_pack_uint64(pk, v);
+static void pack_limit(kiln_fields_t *m, const char *name, uint64_t v) {
+  kiln_fields_key(m, name);
+  if (v == UINT64_MAX) msgpack_pack_nil(m->pk);
+  else msgpack_pack_uint64(m->pk, v);
 }
 
 kiln_status_t kiln_method_quotas(kiln_call_t *call) {
@@ -25,19 +25,18 @@ kiln_status_t kiln_method_quotas(kiln_call_t *call) {
       /* the longest lease granted: the quota, capped by kilnd's own maximum (lease.c) */
       {"lease", KILN_MIN(q->lease, (uint64_t)KILN_LEASE_MAX_S), 0, false},
   };
-  msgpack_packer *pk = call->pk;
-  msgpack_pack_map(pk, 3);
-  kiln_pack_kv_str(pk, "tenant", t->name);
-  kiln_pack_cstr(pk, "limits");
-  msgpack_pack_map(pk, (uint32_t)KILN_ARRAY_SIZE(rows));
-  uint32_t counted = 0;
-  for (size_t i = 0; i < KILN_ARRAY_SIZE(rows); i++) {
-    pack_limit(pk, rows[i].name, rows[i].limit);
-    counted += rows[i].counted;
-  }
-  kiln_pack_cstr(pk, "used");
-  msgpack_pack_map(pk, counted);
+  kiln_fields_t r, m;
+  kiln_fields_begin(&r, call->pk);
+  kiln_fields_str(&r, "tenant", t->name);
+  kiln_fields_key(&r, "limits");
+  kiln_fields_begin(&m, call->pk);
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(rows); i++) pack_limit(&m, rows[i].name, rows[i].limit);
+  kiln_fields_end(&m);
+  kiln_fields_key(&r, "used");
+  kiln_fields_begin(&m, call->pk);
   for (size_t i = 0; i < KILN_ARRAY_SIZE(rows); i++)
-    if (rows[i].counted) kiln_pack_kv_u64(pk, rows[i].name, rows[i].used);
+    if (rows[i].counted) kiln_fields_u64(&m, rows[i].name, rows[i].used);
+  kiln_fields_end(&m);
+  kiln_fields_end(&r);
   return KILN_OK;
 }

@@ -299,8 +299,10 @@ static void on_worker_reply(void *ctx, kiln_status_t st, const msgpack_object *r
       t->session = c->session_tensors ? c->id : 0;
       memcpy(t->client, c->client, sizeof(t->client));
       op->reserved = false; /* the tensor holds the charge now */
-      msgpack_pack_map(&pk.pk, 1);
-      kiln_pack_kv_u64(&pk.pk, "id", op->id);
+      kiln_fields_t r;
+      kiln_fields_begin(&r, &pk.pk);
+      kiln_fields_u64(&r, "id", op->id);
+      kiln_fields_end(&r);
       /* Nobody but this client knows the id: if the reply cannot be sent, the tensor goes. */
       watch = malloc(sizeof(*watch));
       if (watch) *watch = (reply_watch_t){.server = s, .conn = op->req->conn, .id = op->id};
@@ -660,8 +662,10 @@ static kiln_status_t free_many(kiln_call_t *call, const msgpack_object_array *id
       freed++;
     }
   }
-  msgpack_pack_map(call->pk, 1);
-  kiln_pack_kv_u64(call->pk, "freed", freed);
+  kiln_fields_t r;
+  kiln_fields_begin(&r, call->pk);
+  kiln_fields_u64(&r, "freed", freed);
+  kiln_fields_end(&r);
   return KILN_OK;
 }
 
@@ -727,18 +731,19 @@ kiln_status_t kiln_method_tensors(kiln_call_t *call) {
     if (t->tenant != me || (only && t->device != only) ||
         !kiln_tenant_may_use(me, t->device->id, t->device->kind))
       continue;
-    msgpack_pack_map(pk, 8);
-    kiln_pack_kv_u64(pk, "id", t->id);
-    kiln_pack_kv_str(pk, "device", t->device->id);
-    kiln_pack_kv_str(pk, "dtype", kiln_dtype_name(t->desc.dtype));
-    kiln_pack_cstr(pk, "shape");
+    kiln_fields_t m;
+    kiln_fields_begin(&m, pk);
+    kiln_fields_u64(&m, "id", t->id);
+    kiln_fields_str(&m, "device", t->device->id);
+    kiln_fields_str(&m, "dtype", kiln_dtype_name(t->desc.dtype));
+    kiln_fields_key(&m, "shape");
     msgpack_pack_array(pk, t->desc.ndim);
     for (uint32_t d = 0; d < t->desc.ndim; d++) msgpack_pack_uint64(pk, t->desc.shape[d]);
-    kiln_pack_kv_u64(pk, "bytes", t->desc.nbytes);
-    kiln_pack_cstr(pk, "age_s");
-    msgpack_pack_double(pk, (double)(now - t->created_ns) / 1e9);
-    kiln_pack_kv_str(pk, "client", t->client);
-    kiln_pack_kv_bool(pk, "session", t->session != 0);
+    kiln_fields_u64(&m, "bytes", t->desc.nbytes);
+    kiln_fields_f64(&m, "age_s", (double)(now - t->created_ns) / 1e9);
+    kiln_fields_str(&m, "client", t->client);
+    kiln_fields_bool(&m, "session", t->session != 0);
+    kiln_fields_end(&m);
   }
   return KILN_OK;
 }

@@ -36,11 +36,6 @@
 #include "protocol/job_serve.h"
 #include "protocol/rpc.h"
 
-static int write_stdout(void *data, const char *buf, size_t len) {
-  (void)data;
-  return fwrite(buf, 1, len, stdout) == len ? 0 : -1;
-}
-
 static int print_identity(void) {
   kiln_target_t host;
   kiln_status_t st = kiln_compiler_target_parse("cpu", &host);
@@ -82,12 +77,18 @@ static int print_identity(void) {
   }
   char ident[512];
   snprintf(ident, sizeof(ident), "%s; build %s", kiln_compiler_identity(), build);
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, NULL, write_stdout);
-  msgpack_pack_map(&pk, 2);
-  kiln_pack_kv_str(&pk, "identity", ident);
-  kiln_pack_kv_str(&pk, "host", hoststr);
-  return fflush(stdout) == 0 ? 0 : 1;
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  kiln_packer_t p;
+  kiln_packer_init(&p, &out);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, &p.pk);
+  kiln_fields_str(&m, "identity", ident);
+  kiln_fields_str(&m, "host", hoststr);
+  kiln_fields_end(&m);
+  bool ok = kiln_packer_write(&p, stdout);
+  kiln_buf_deinit(&out);
+  return ok ? 0 : 1;
 }
 
 /* The compile job (protocol/job_compile.h): its payload in the job's fd. */

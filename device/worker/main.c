@@ -21,22 +21,19 @@
 #include "device/worker/worker.h"
 #include "protocol/rpc.h"
 
-static int write_stdout(void *data, const char *buf, size_t len) {
-  (void)data;
-  return fwrite(buf, 1, len, stdout) == len ? 0 : -1;
-}
-
 static void pack_info(msgpack_packer *pk, const kiln_device_info_t *d) {
-  msgpack_pack_map(pk, 9);
-  kiln_pack_kv_str(pk, "id", d->id);
-  kiln_pack_kv_str(pk, "kind", d->kind);
-  kiln_pack_kv_str(pk, "name", d->name);
-  kiln_pack_kv_str(pk, "arch", d->arch);
-  kiln_pack_kv_u64(pk, "memory", d->memory);
-  kiln_pack_kv_u64(pk, "compute_units", d->compute_units);
-  kiln_pack_kv_u64(pk, "max_block", d->max_block);
-  kiln_pack_kv_u64(pk, "wave_size", d->wave_size);
-  kiln_pack_kv_u64(pk, "max_shared", d->max_shared);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_str(&m, "id", d->id);
+  kiln_fields_str(&m, "kind", d->kind);
+  kiln_fields_str(&m, "name", d->name);
+  kiln_fields_str(&m, "arch", d->arch);
+  kiln_fields_u64(&m, "memory", d->memory);
+  kiln_fields_u64(&m, "compute_units", d->compute_units);
+  kiln_fields_u64(&m, "max_block", d->max_block);
+  kiln_fields_u64(&m, "wave_size", d->wave_size);
+  kiln_fields_u64(&m, "max_shared", d->max_shared);
+  kiln_fields_end(&m);
 }
 
 /* Every backend's probe; absence is reported with its reason, never as a failure. */
@@ -64,20 +61,29 @@ static int probe_all(void) {
     }
     nfound += n;
   }
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, NULL, write_stdout);
-  msgpack_pack_map(&pk, 2);
-  kiln_pack_cstr(&pk, "devices");
-  msgpack_pack_array(&pk, nfound);
-  for (size_t i = 0; i < nfound; i++) pack_info(&pk, &found[i]);
-  kiln_pack_cstr(&pk, "absent");
-  msgpack_pack_array(&pk, nabsent);
+  /* Packed whole, then written: the maps' headers are set once their fields are counted. */
+  kiln_buf_t out;
+  kiln_buf_init(&out);
+  kiln_packer_t p;
+  kiln_packer_init(&p, &out);
+  msgpack_packer *pk = &p.pk;
+  kiln_fields_t r, m;
+  kiln_fields_begin(&r, pk);
+  kiln_fields_key(&r, "devices");
+  msgpack_pack_array(pk, nfound);
+  for (size_t i = 0; i < nfound; i++) pack_info(pk, &found[i]);
+  kiln_fields_key(&r, "absent");
+  msgpack_pack_array(pk, nabsent);
   for (size_t i = 0; i < nabsent; i++) {
-    msgpack_pack_map(&pk, 2);
-    kiln_pack_kv_str(&pk, "kind", absent[i].kind);
-    kiln_pack_kv_str(&pk, "reason", absent[i].reason);
+    kiln_fields_begin(&m, pk);
+    kiln_fields_str(&m, "kind", absent[i].kind);
+    kiln_fields_str(&m, "reason", absent[i].reason);
+    kiln_fields_end(&m);
   }
-  return fflush(stdout) == 0 ? 0 : 1;
+  kiln_fields_end(&r);
+  bool ok = kiln_packer_write(&p, stdout);
+  kiln_buf_deinit(&out);
+  return ok ? 0 : 1;
 }
 
 /* One job: each family in turn (tensors.c, modules.c); a new family adds its line. */

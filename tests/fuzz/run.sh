@@ -32,14 +32,14 @@ case $target in
 frame) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/tensor.c" ;;
 request) srcs="protocol/mp.c protocol/payload.c protocol/frame.c protocol/rpc.c protocol/tensor.c server/request.c" ;;
 codeobj)
-  srcs="compiler/validate.c compiler/elf.c compiler/amdgpu_metadata.c compiler/kernel_table.c protocol/mp.c protocol/artifact.c protocol/frame.c"
+  srcs="compiler/validate.c compiler/elf.c compiler/amdgpu_metadata.c compiler/kernel_table.c protocol/mp.c protocol/artifact.c protocol/frame.c protocol/rpc.c protocol/tensor.c"
   extra_cflags="-I$(/usr/lib/llvm-22/bin/llvm-config --includedir 2>/dev/null || echo /usr/lib/llvm-22/include)"
   max_len=65536 ;;
-artifact) srcs="protocol/mp.c protocol/artifact.c"; max_len=65536 ;;
+artifact) srcs="protocol/mp.c protocol/rpc.c protocol/frame.c protocol/tensor.c protocol/artifact.c"; max_len=65536 ;;
 job) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/payload.c protocol/job.c protocol/job_tensor.c protocol/job_module.c protocol/job_compile.c protocol/job_graph.c" ;;
 tokens) srcs="server/tenants.c"; max_len=8192 ;;
 te)
-  srcs="protocol/mp.c protocol/artifact.c"
+  srcs="protocol/mp.c protocol/artifact.c protocol/rpc.c protocol/frame.c protocol/tensor.c"
   for f in program expr simplify interval symbounds mp parse parse_expr parse_prim sched inline bounds launch; do
     srcs="$srcs compiler/te/te_$f.c"
   done
