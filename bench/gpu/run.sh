@@ -10,7 +10,8 @@
 #                                   machine's idle cores, written to $OUT/tls.md
 #   bench/gpu/run.sh tune           bench/gpu/tune_gemm.py: SGEMM 1024/2048/4096 tuned by kiln.autotune
 #                                   beside cuBLAS (torch, TF32 off); TUNE_BUDGET=s,s,s,
-#                                   TUNE_SIZES=n,n,n, TUNE_RESUME=records of an earlier run
+#                                   TUNE_SIZES=n,n,n, TUNE_RESUME=records of an earlier run;
+#                                   TUNE_CONFIGS=bench/gpu/gemm_quick.json: time those only
 #   bench/gpu/run.sh graph          the graph server tests on cuda:0, then ResNet-50 and
 #                                   EfficientNet-Lite0 (payloads staged by stage.sh) timed by
 #                                   graph_time, beside torch when the machine's python3 has it
@@ -63,6 +64,7 @@ tls() {
 tune() {
   python3 bench/gpu/tune_gemm.py --kilnd "$PWD/$build/server/kilnd" --budget "${TUNE_BUDGET:-60,60,240}" \
     --sizes "${TUNE_SIZES:-1024,2048,4096}" ${TUNE_RESUME:+--resume "$TUNE_RESUME"} \
+    ${TUNE_CONFIGS:+--configs "$TUNE_CONFIGS"} \
     --out "$OUT" > "$OUT/tune_gemm.log" 2>&1
   [ $? -eq 0 ] || rc=1
 }

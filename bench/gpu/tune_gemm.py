@@ -10,7 +10,13 @@ time budget is spent (rounds of 8 trials; the records file makes each round resu
 measures cuBLAS SGEMM through torch.mm with TF32 off (CUDA events, the median of 3 repeats of
 20 calls, 5 at 4096), and writes tune_gemm.md (the table, the machine, the date) and the
 records (tune_gemm_records.jsonl) to --out. Tuner: model (scikit-learn's gradient boosting
-where it is installed; where not, kiln.autotune's documented fallback)."""
+where it is installed; where not, kiln.autotune's documented fallback).
+
+Quick mode, for feedback in a few minutes: ``--configs FILE`` (a JSON list of knob maps; knobs
+left out take the template's defaults) measures exactly those configurations at each size
+(checked and timed as the tuner does, in the order given, the first one as the ratio's base)
+beside cuBLAS, writes tune_gemm_quick.md, and tunes nothing; their records go to the same
+records file, so a later full run resumes from them."""
 
 import argparse
 import json
@@ -26,6 +32,61 @@ import kiln  # noqa: E402
 from kiln.autotune import records as R  # noqa: E402
 from kiln.autotune.tune import Task, tune  # noqa: E402
 from kiln.daemon import start_daemon  # noqa: E402
+from kiln.topi.space import Space, space as make_space  # noqa: E402
+
+
+class ListedSpace(Space):
+    """The matmul space reduced to the listed configurations (each checked against the
+    template's rules), in that order: the grid tuner measures exactly them."""
+
+    def __init__(self, base, cfgs):
+        self.__dict__.update(base.__dict__)
+        self.listed = []
+        for c in cfgs:
+            full = dict(base.default(), **c)
+            why = base.check(full)
+            if why:
+                sys.exit("tune_gemm: %s: %s" % (json.dumps(c, sort_keys=True), why))
+            self.listed.append(full)
+
+    def configs(self):
+        return iter([dict(c) for c in self.listed])
+
+    def default(self):
+        return dict(self.listed[0])
+
+    def sample(self, rng=None, tries=0):
+        return dict((rng or __import__("random")).choice(self.listed))
+
+    def neighbour(self, cfg, rng=None):
+        return self.sample(rng)
+
+
+def quick(session, dev, n, cfgs, records):
+    """Each listed configuration checked and timed once at n x n x n: [(cfg, record)]."""
+    base = make_space("matmul", dev, [n, n, n], "float32", device=dev)
+    sp = ListedSpace(base, cfgs)
+    task = Task("matmul", [n, n, n], "float32", dev, space=sp)
+    res = tune(task, [(session, dev)], trials=len(sp.listed), tuner="grid", records=records, repeat=3,
+               min_repeat_ms=20, timeout_ms=10000, lease_s=120, progress=sys.stderr)
+    by_key = {sp.key(r["knobs"]): r for r in res.records}
+    return [(c, by_key.get(sp.key(c))) for c in sp.listed]
+
+
+def write_quick(out, rows, gpu):
+    with open(os.path.join(out, "tune_gemm_quick.md"), "w") as f:
+        f.write("# SGEMM: listed configurations beside cuBLAS (bench/gpu/tune_gemm.py --configs)\n\n")
+        f.write("%s; GPU: %s.\n\n" % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), gpu))
+        f.write("| n | knobs | TFLOP/s | of cuBLAS | |\n|---|---|---|---|---|\n")
+        for n, ref, results in rows:
+            for c, r in results:
+                res = (r or {}).get("result", {})
+                tf = res.get("gflops", 0) / 1e3 if res.get("ok") else None
+                f.write("| %d | `%s` | %s | %s | %s |\n" % (
+                    n, json.dumps(c, sort_keys=True), "%.1f" % tf if tf else "-",
+                    "%.0f%%" % (100 * tf / ref) if tf and ref else "-",
+                    "" if res.get("ok") else "%s %s" % (res.get("error", "not measured"), res.get("message", "")[:200])))
+            f.write("| %d | cuBLAS | %s | 100%% | |\n" % (n, "%.1f" % ref if ref else "-"))
 
 
 def cublas_tflops(n):
@@ -69,6 +130,14 @@ def tune_size(session, dev, n, budget_s, records):
     return res, spent
 
 
+def _gpu_name(dev):
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "%s (no nvidia-smi)" % dev.name
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kilnd", required=True)
@@ -77,6 +146,7 @@ def main():
     ap.add_argument("--budget", default="60,60,240", help="seconds of tuning per size")
     ap.add_argument("--out", required=True)
     ap.add_argument("--resume", help="records of an earlier run to go on from (copied into --out first)")
+    ap.add_argument("--configs", help="quick mode: a JSON file (or literal) listing knob maps to time, no tuning")
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",")]
     budgets = [float(x) for x in a.budget.split(",")]
@@ -91,6 +161,19 @@ def main():
         dev = s.device(a.device)
         if not dev.exist:
             sys.exit("tune_gemm: kilnd serves no %s" % a.device)
+        if a.configs:
+            text = open(a.configs).read() if os.path.exists(a.configs) else a.configs
+            cfgs = json.loads(text)
+            for n in sizes:
+                results = quick(s, dev, n, cfgs, records)
+                ref, _ = cublas_tflops(n)
+                rows.append((n, ref, results))
+                for c, r in results:
+                    res = (r or {}).get("result", {})
+                    print(json.dumps({"n": n, "knobs": c, "tflops": res.get("gflops", 0) / 1e3 if res.get("ok") else None,
+                                      "cublas_tflops": ref, "error": res.get("error")}, sort_keys=True), flush=True)
+            write_quick(a.out, rows, _gpu_name(dev))
+            return 0
         for n, budget in zip(sizes, budgets):
             res, spent = tune_size(s, dev, n, budget, records)
             best = res.best if res else None
@@ -106,11 +189,7 @@ def main():
                 row["default_tflops"] = res.default["result"]["gflops"] / 1e3
             rows.append(row)
             print(json.dumps(row, sort_keys=True), flush=True)
-    try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True).stdout.strip()
-    except OSError:
-        gpu = "%s (no nvidia-smi)" % dev.name
+    gpu = _gpu_name(dev)
     with open(os.path.join(a.out, "tune_gemm.md"), "w") as f:
         f.write("# SGEMM tuned by kiln.autotune beside cuBLAS\n\n")
         f.write("Written by `bench/gpu/tune_gemm.py` (through `bench/gpu/run.sh tune`) on %s.\n\n"

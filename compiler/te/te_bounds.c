@@ -10,6 +10,12 @@
 
 static te_expr_t *simp(te_program_t *p, te_expr_t *e) { return te_simplify(p, e); }
 
+static bool has_align(const te_tensor_t *t) {
+  for (int d = 0; d < t->ndim; d++)
+    if (t->align_factor[d]) return true;
+  return false;
+}
+
 static void set_cext(te_var_t *v) {
   int64_t c;
   v->cext = te_const(v->extent, &c) ? c : -1;
@@ -216,6 +222,62 @@ static kiln_status_t infer_region(te_program_t *p, int st) {
   return s;
 }
 
+/* ---- storage of attached stages ----------------------------------------------------- */
+
+/* Element strides of an attached stage's storage over its region, row-major with each
+ * dimension's stride padded as storage_align asks (TVM's rule: the next k * factor + offset);
+ * a double-buffered stage has two halves, each a whole number of 16 bytes. */
+static kiln_status_t storage_layout(te_program_t *p, te_tensor_t *t) {
+  int64_t s = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    int64_t f = t->align_factor[d], o = t->align_offset[d];
+    if (f) s += ((o - s) % f + f) % f;
+    t->stride[d] = s;
+    s *= t->rext[d];
+    if (s > (1 << 24)) return KC_COMPILE_ERROR("te: %s needs more than 2^24 elements of storage", t->name);
+  }
+  if (t->double_buffer) {
+    int64_t q = t->dtype == TE_F64 || t->dtype == TE_I64 || t->dtype == TE_U64 ? 2 : 16;
+    s = (s + q - 1) / q * q; /* 16 bytes for 1..4-byte elements too: halves keep vector alignment */
+  }
+  t->storage = s;
+  return KILN_OK;
+}
+
+/* Elements a work-item stages in registers while it prefetches a double-buffered stage: the
+ * product of its loops that are not bound to threads. */
+static int64_t staged_elements(const te_program_t *p, const te_tensor_t *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->nleaves; i++) {
+    const te_var_t *v = &p->vars[t->leaves[i]];
+    if (v->bind >= 0) continue;
+    if (v->cext <= 0) return -1;
+    n *= v->cext;
+  }
+  return n;
+}
+
+/* double_buffer (docs/te.md §5): shared storage filled at a plain loop of its consumer,
+ * nothing attached inside it, a bounded number of elements per work-item to prefetch. */
+static kiln_status_t check_double_buffer(te_program_t *p, const te_tensor_t *t) {
+  const te_tensor_t *c = &p->tensors[t->attach_stage];
+  const te_var_t *at = &p->vars[t->attach_var];
+  if (t->eff_scope != TE_SCOPE_SHARED)
+    return KC_COMPILE_ERROR("te: double_buffer of %s: only shared stages are double-buffered", t->name);
+  if (at->bind >= 0 || at->ann == TE_ANN_VECTORIZE || at->ann == TE_ANN_PARALLEL)
+    return KC_COMPILE_ERROR("te: double_buffer of %s: it is computed at %s.%s, which is not a plain loop", t->name,
+                            c->name, at->name);
+  for (int j = 0; j < p->ntensors; j++)
+    if (p->tensors[j].in_kernel && p->tensors[j].attach_stage == (int)(t - p->tensors))
+      return KC_COMPILE_ERROR("te: double_buffer of %s: %s is computed inside it", t->name, p->tensors[j].name);
+  int64_t n = staged_elements(p, t);
+  if (n < 0 || n > TE_DB_MAX_STAGED)
+    return KC_COMPILE_ERROR("te: double_buffer of %s: a work-item would prefetch %s elements; at most %d (bind more "
+                            "of its loops to threads, split by constants)",
+                            t->name, n < 0 ? "a non-constant number of" : "too many", TE_DB_MAX_STAGED);
+  return KILN_OK;
+}
+
 /* ---- the kernel --------------------------------------------------------------------- */
 
 /* order[]: the kernel's output stage and every stage attached to it, transitively, parents
@@ -226,6 +288,10 @@ static kiln_status_t kernel_stages(te_program_t *p, te_kernel_t *k, int *order, 
   if (root->inlined) return KC_COMPILE_ERROR("te: kernel %s outputs %s, which is inlined", k->name, root->name);
   if (root->attach_stage >= 0)
     return KC_COMPILE_ERROR("te: kernel %s outputs %s, which is computed at another stage", k->name, root->name);
+  if (root->double_buffer || has_align(root))
+    return KC_COMPILE_ERROR("te: kernel %s outputs %s into its argument: storage_align and double_buffer apply to "
+                            "stages attached inside a kernel",
+                            k->name, root->name);
   order[n++] = k->root;
   root->in_kernel = true;
   for (int i = 0; i < n; i++)
@@ -327,12 +393,14 @@ static kiln_status_t bound_stage(te_program_t *p, te_kernel_t *k, int st, int i,
     }
   } else {
     KILN_RETURN_IF_ERROR(infer_region(p, st));
+    KILN_RETURN_IF_ERROR(storage_layout(p, t));
   }
   for (int d = 0; d < t->ndim; d++) set_cext(&p->vars[t->axes[d]]);
   for (int r = 0; r < t->nred; r++) set_cext(&p->vars[t->red[r]]);
   KILN_RETURN_IF_ERROR(derive(p, st));
   for (int l = 0; l < t->nleaves; l++)
     if (p->vars[t->leaves[l]].bind >= 0) KILN_RETURN_IF_ERROR(check_binding(p, k, t, i, t->leaves[l], used));
+  if (t->double_buffer && i) KILN_RETURN_IF_ERROR(check_double_buffer(p, t));
   return KILN_OK;
 }
 

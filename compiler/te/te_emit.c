@@ -64,7 +64,11 @@ kiln_status_t te_emit_kernel(kc_job_t *job, te_program_t *p, int kernel) {
   m.sub = calloc((size_t)p->nvars + 1, sizeof(*m.sub));
   m.val = calloc((size_t)p->nvars + 1, sizeof(*m.val));
   m.buf = calloc((size_t)p->ntensors + 1, sizeof(*m.buf));
-  kiln_status_t s = !m.sub || !m.val || !m.buf ? KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory") : KILN_OK;
+  m.half = calloc((size_t)p->ntensors + 1, sizeof(*m.half));
+  m.regs = calloc((size_t)p->ntensors + 1, sizeof(*m.regs));
+  kiln_status_t s = !m.sub || !m.val || !m.buf || !m.half || !m.regs
+                        ? KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory")
+                        : KILN_OK;
   if (!s) s = kernel_function(&m);
   if (!s) {
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(m.ctx, m.fn, "entry");
@@ -85,5 +89,7 @@ kiln_status_t te_emit_kernel(kc_job_t *job, te_program_t *p, int kernel) {
   free(m.sub);
   free(m.val);
   free(m.buf);
+  free(m.half);
+  free(m.regs);
   return s;
 }

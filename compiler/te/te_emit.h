@@ -27,6 +27,9 @@ typedef struct te_em {
   LLVMValueRef groups[3]; /* __kiln_num_groups(0..2) */
   LLVMValueRef *val; /* per var: its value where it is defined (loop phi, id, parameter) */
   LLVMValueRef *buf; /* per tensor: storage of a stage computed inside the kernel */
+  LLVMValueRef *half; /* per tensor: element offset of the double buffer's half in use, or NULL */
+  LLVMValueRef *regs; /* per tensor: a double-buffered stage's prefetch registers (an alloca) */
+  int db_mode;        /* TE_DB_*: how the statements of the stage being emitted store */
   te_expr_t **sub;   /* scratch substitution (p->nvars + 1) */
   uint64_t shared_bytes;
   LLVMValueRef vmask; /* vector lanes whose loads may be read (a lazy select's side), or NULL: all */
@@ -79,6 +82,10 @@ void te_em_vstore(te_em_t *m, int tensor, te_expr_t **idx, LLVMValueRef val, con
 int64_t te_em_stride(te_em_t *m, int tensor, te_expr_t *const *idx, int var);
 /* Does every load in e access memory at stride 0 or 1 in var, with no lazy select over var? */
 bool te_em_loads_contiguous(te_em_t *m, const te_expr_t *e, int var);
+
+/* Statements of a double-buffered stage (te_emit_nest.c): stored to its storage (the
+ * prologue), their values kept in the work-item's prefetch registers, or stored from them. */
+enum { TE_DB_NONE, TE_DB_LOAD, TE_DB_STORE };
 
 /* te_emit_stmt.c: the statement of stage st at the innermost point of its nest. mode is
  * TE_MODE_PLAIN, or for reductions TE_MODE_INIT (the identity) / TE_MODE_MAIN (one step);

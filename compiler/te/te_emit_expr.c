@@ -64,9 +64,9 @@ te_expr_t *te_em_flat(te_em_t *m, int tid, te_expr_t **idx) {
   for (int d = 0; d < t->ndim; d++) {
     if (t->kernel_arg >= 0) {
       flat = flat ? te_bin(p, TE_ADD, te_bin(p, TE_MUL, flat, t->shape[d]), idx[d]) : idx[d];
-    } else {
-      te_expr_t *rel = te_bin(p, TE_SUB, idx[d], t->rmin[d]);
-      flat = flat ? te_bin(p, TE_ADD, te_bin(p, TE_MUL, flat, te_int(p, t->rext[d], dt)), rel) : rel;
+    } else { /* the region from its min, at the storage's strides (storage_align pads them) */
+      te_expr_t *rel = te_bin(p, TE_MUL, te_bin(p, TE_SUB, idx[d], t->rmin[d]), te_int(p, t->stride[d], dt));
+      flat = flat ? te_bin(p, TE_ADD, flat, rel) : rel;
     }
   }
   return flat;
@@ -76,6 +76,7 @@ LLVMValueRef te_em_base(te_em_t *m, int tid) {
   te_tensor_t *t = &m->p->tensors[tid];
   LLVMValueRef base = t->kernel_arg >= 0 ? LLVMGetParam(m->fn, (unsigned)t->kernel_arg) : m->buf[tid];
   if (!base) te_em_fail(m, KC_COMPILE_ERROR("te: kernel %s reads %s, which has no storage here", m->k->name, t->name));
+  if (base && m->half[tid]) base = te_em_gep(m, tid, base, m->half[tid]); /* a whole number of 16 bytes */
   return base;
 }
 

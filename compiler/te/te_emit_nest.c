@@ -110,12 +110,77 @@ static void attached_at(te_em_t *m, int st, int var) {
   te_program_t *p = m->p;
   for (int j = 0; j < p->ntensors && !m->err; j++) {
     te_tensor_t *a = &p->tensors[j];
-    if (!a->in_kernel || a->attach_stage != st || a->attach_var != var) continue;
+    if (!a->in_kernel || a->attach_stage != st || a->attach_var != var || a->double_buffer) continue;
     bool sh = a->eff_scope == TE_SCOPE_SHARED;
     if (sh) barrier(m);
     te_em_stage(m, j);
     if (sh) barrier(m);
   }
+}
+
+/* ---- double buffering (docs/te.md §5 double_buffer) ---------------------------------- */
+
+static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool versioned);
+static void stage_storage(te_em_t *m, int st);
+
+/* Double-buffered stages attached at (st, var): they are filled once before var's loop
+ * (iteration 0 into half 0); iteration i loads iteration i+1's region into registers before
+ * its body, reads half i%2 in its body, stores the registers into half (i+1)%2 after it, and
+ * ends with one barrier, which both publishes that half and ends the reads of half i%2
+ * before iteration i+1 overwrites it. The global loads' latency hides behind the body. */
+static bool db_at(te_em_t *m, int st, int var) {
+  for (int j = 0; j < m->p->ntensors; j++) {
+    const te_tensor_t *a = &m->p->tensors[j];
+    if (a->in_kernel && a->double_buffer && a->attach_stage == st && a->attach_var == var) return true;
+  }
+  return false;
+}
+
+/* Every double-buffered stage at (st, var) with var = `at`: the half of `at` is the one in use
+ * (half[] of a stage read later is `half_of`'s, NULL: none), its statements store as `mode`. */
+static void db_emit(te_em_t *m, int st, int var, LLVMValueRef at, LLVMValueRef half_of, int mode) {
+  te_program_t *p = m->p;
+  LLVMValueRef keep = m->val[var];
+  for (int j = 0; j < p->ntensors && !m->err; j++) {
+    te_tensor_t *a = &p->tensors[j];
+    if (!a->in_kernel || !a->double_buffer || a->attach_stage != st || a->attach_var != var) continue;
+    if (!m->buf[j]) stage_storage(m, j);
+    LLVMValueRef one = LLVMConstInt(m->ity, 1, 0), size = LLVMConstInt(m->ity, (unsigned long long)a->storage, 0);
+    if (at) {
+      m->val[var] = at;
+      m->half[j] = LLVMBuildMul(m->b, LLVMBuildAnd(m->b, at, one, ""), size, "half");
+      m->db_mode = mode;
+      nest(m, j, 0, TE_MODE_PLAIN, 0, false);
+      m->db_mode = TE_DB_NONE;
+    }
+    m->half[j] = half_of ? LLVMBuildMul(m->b, LLVMBuildAnd(m->b, half_of, one, ""), size, "half") : NULL;
+  }
+  m->val[var] = keep;
+}
+
+/* Before var's loop: iteration 0's regions into half 0 of each double-buffered stage. */
+static void db_prologue(te_em_t *m, int st, int var) {
+  barrier(m);
+  db_emit(m, st, var, LLVMConstInt(m->ity, 0, 0), NULL, TE_DB_NONE);
+  barrier(m);
+}
+
+/* In iteration `i` of var's loop: the next regions into registers when there is a next
+ * iteration (a uniform branch: no barrier inside), then half i%2 for the body's reads
+ * (store: the registers into the next half, and the barrier). */
+static void db_step(te_em_t *m, int st, int var, bool store) {
+  LLVMValueRef i = m->val[var], ext = te_em_expr(m, m->p->vars[var].extent);
+  if (!i || !ext) return;
+  LLVMValueRef next = LLVMBuildNSWAdd(m->b, i, LLVMConstInt(m->ity, 1, 0), "next");
+  LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(m->ctx, m->fn, store ? "db.store" : "db.load");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(m->ctx, m->fn, "db.end");
+  LLVMBuildCondBr(m->b, LLVMBuildICmp(m->b, LLVMIntSLT, next, ext, ""), then, done);
+  LLVMPositionBuilderAtEnd(m->b, then);
+  db_emit(m, st, var, next, NULL, store ? TE_DB_STORE : TE_DB_LOAD);
+  LLVMBuildBr(m->b, done);
+  LLVMPositionBuilderAtEnd(m->b, done);
+  if (store) barrier(m);
+  db_emit(m, st, var, NULL, store ? NULL : i, TE_DB_NONE);
 }
 
 static int first_reduce_leaf(const te_program_t *p, const te_tensor_t *t) {
@@ -200,8 +265,6 @@ static te_expr_t *full_tile(te_em_t *m, const te_tensor_t *t, int pos, int mode,
   free(relax);
   return cond;
 }
-
-static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool versioned);
 
 /* Loop versioning: a whole tile inside the tensor runs without guards. False when no guard
  * can be tested for the whole tile here. */
@@ -380,15 +443,19 @@ static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool 
     return;
   }
   loop_t l = {0};
+  bool db = mode != TE_MODE_INIT && v->bind < 0 && db_at(m, st, var);
+  if (db) db_prologue(m, st, var);
   if (v->bind >= 0 && v->ann == TE_ANN_PARALLEL) parallel_begin(m, var, loop_extent(m, t, pos, st, mode, &consumed), &l);
   else if (v->bind >= 0) m->val[var] = te_em_id(m, v->bind);
   else loop_begin(m, var, NULL, loop_extent(m, t, pos, st, mode, &consumed), &l);
+  if (db) db_step(m, st, var, false);
   if (mode != TE_MODE_INIT) attached_at(m, st, var);
   LLVMBasicBlockRef merge = NULL;
   if (!hoist_guards(m, t, st, pos, mode, &consumed, &merge)) return;
   l.auto_vec = l.header && auto_vec_leaf(m, st, pos, mode, consumed);
   nest(m, st, pos + 1, mode, consumed, versioned);
   te_em_close_guard(m, merge);
+  if (db) db_step(m, st, var, true);
   if (v->bind < 0 || v->ann == TE_ANN_PARALLEL) loop_close(m, &l);
 }
 
@@ -398,13 +465,15 @@ static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool 
  * limits), an alloca for local. */
 static void stage_storage(te_em_t *m, int st) {
   te_tensor_t *t = &m->p->tensors[st];
-  int64_t n = 1;
-  for (int d = 0; d < t->ndim; d++) n *= t->rext[d];
-  if (n > (1 << 24)) {
-    te_em_fail(m, KC_COMPILE_ERROR("te: %s needs %lld elements of storage", t->name, (long long)n));
-    return;
-  }
+  int64_t n = t->double_buffer ? 2 * t->storage : t->storage; /* te_bounds.c: at most 2^24 a half */
   LLVMTypeRef et = te_em_type(m, t->dtype, true), at = LLVMArrayType2(et, (uint64_t)n);
+  if (t->double_buffer) { /* the prefetch registers (te_bounds.c bounds them) */
+    int64_t r = 1;
+    for (int i = 0; i < t->nleaves; i++)
+      if (m->p->vars[t->leaves[i]].bind < 0) r *= m->p->vars[t->leaves[i]].cext;
+    m->regs[st] = LLVMBuildAlloca(m->eb, LLVMArrayType2(et, (uint64_t)r), "prefetch");
+    LLVMSetAlignment(m->regs[st], 16);
+  }
   if (t->eff_scope != TE_SCOPE_SHARED) {
     m->buf[st] = LLVMBuildAlloca(m->eb, at, t->name);
     LLVMSetAlignment(m->buf[st], 16);

@@ -109,6 +109,42 @@ static void accumulate(te_em_t *m, int st, te_expr_t **idx, const te_vec_t *v) {
   store(m, st, idx, r, v);
 }
 
+/* The prefetch register of this statement instance (double_buffer): its loops that are not
+ * bound to threads, row-major; the vector var is the innermost leaf, so lanes are adjacent. */
+static LLVMValueRef reg_address(te_em_t *m, int st) {
+  const te_tensor_t *t = &m->p->tensors[st];
+  LLVMValueRef i = LLVMConstInt(m->ity, 0, 0);
+  for (int l = 0; l < t->nleaves; l++) {
+    const te_var_t *x = &m->p->vars[t->leaves[l]];
+    if (x->bind >= 0) continue;
+    if (!m->val[t->leaves[l]]) {
+      te_em_fail(m, KILN_STATUS(KILN_E_INTERNAL, "te: %s.%s has no value in its statement", t->name, x->name));
+      return NULL;
+    }
+    i = LLVMBuildNSWMul(m->b, i, LLVMConstInt(m->ity, (unsigned long long)x->cext, 0), "");
+    i = LLVMBuildNSWAdd(m->b, i, m->val[t->leaves[l]], "");
+  }
+  return te_em_gep(m, st, m->regs[st], i);
+}
+
+/* A double-buffered stage's statement: its value into the prefetch registers (TE_DB_LOAD),
+ * or the registers into its storage (TE_DB_STORE), under the same guards. */
+static void db_statement(te_em_t *m, int st, te_expr_t **idx, const te_vec_t *v) {
+  const te_tensor_t *t = &m->p->tensors[st];
+  LLVMValueRef r = reg_address(m, st), x;
+  LLVMTypeRef et = te_em_type(m, t->dtype, true), vt = v ? LLVMVectorType(et, (unsigned)v->width) : et;
+  if (!r) return;
+  if (m->db_mode == TE_DB_LOAD) {
+    if (!(x = value(m, in_leaves(m, st, t->body), v))) return;
+    if (t->dtype == TE_BOOL) x = LLVMBuildZExt(m->b, x, vt, "");
+    LLVMBuildStore(m->b, x, r);
+    return;
+  }
+  x = LLVMBuildLoad2(m->b, vt, r, "");
+  if (t->dtype == TE_BOOL) x = LLVMBuildICmp(m->b, LLVMIntNE, x, LLVMConstNull(vt), "");
+  store(m, st, idx, x, v);
+}
+
 static void statement(te_em_t *m, int st, int mode, uint32_t consumed, const te_vec_t *v) {
   te_program_t *p = m->p;
   te_tensor_t *t = &p->tensors[st];
@@ -119,7 +155,8 @@ static void statement(te_em_t *m, int st, int mode, uint32_t consumed, const te_
   if (g && !te_em_open_guard(m, g, &merge)) return;
   te_expr_t *idx[TE_MAX_DIMS];
   for (int d = 0; d < t->ndim; d++) idx[d] = t->val[d];
-  if (t->body->kind != TE_REDUCE) store(m, st, idx, value(m, in_leaves(m, st, t->body), v), v);
+  if (m->db_mode != TE_DB_NONE) db_statement(m, st, idx, v);
+  else if (t->body->kind != TE_REDUCE) store(m, st, idx, value(m, in_leaves(m, st, t->body), v), v);
   else if (mode == TE_MODE_INIT) store(m, st, idx, identity(m, t->body->op, t->dtype), v);
   else accumulate(m, st, idx, v);
   te_em_close_guard(m, merge);

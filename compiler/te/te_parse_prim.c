@@ -138,6 +138,15 @@ static kiln_status_t read_rfactor(const msgpack_object *o, te_prim_t *m) {
   return KILN_OK;
 }
 
+static kiln_status_t read_storage_align(const msgpack_object *o, te_prim_t *m) {
+  KILN_RETURN_IF_ERROR(read_one_var(o, m));
+  if (!te_mp_int(te_mp_get(o, "factor"), &m->factor[0]) || !te_mp_int(te_mp_get(o, "offset"), &m->factor[1]) ||
+      m->factor[0] < 1 || m->factor[0] > 4096 || m->factor[1] < 0 || m->factor[1] >= m->factor[0])
+    return KC_COMPILE_ERROR("te: storage_align of %s.%s needs integers factor (1..4096) and offset (0..factor-1)",
+                            m->stage, m->vars[0]);
+  return KILN_OK;
+}
+
 #define KEYS(...) ((const char *const[]){"op", __VA_ARGS__, NULL})
 
 static const struct {
@@ -161,6 +170,8 @@ static const struct {
     {"cache_read", TE_P_CACHE_READ, "tensor", KEYS("tensor", "scope", "readers", "name"), read_cache_read},
     {"cache_write", TE_P_CACHE_WRITE, "tensor", KEYS("tensor", "scope", "name"), read_cache_stage},
     {"rfactor", TE_P_RFACTOR, "stage", KEYS("stage", "var", "name", "factor_axis"), read_rfactor},
+    {"storage_align", TE_P_STORAGE_ALIGN, "stage", KEYS("stage", "var", "factor", "offset"), read_storage_align},
+    {"double_buffer", TE_P_DOUBLE_BUFFER, "stage", KEYS("stage"), read_no_fields},
 };
 
 kiln_status_t te_parse_prim(const msgpack_object *o, te_prim_t *m) {

@@ -19,6 +19,7 @@
 #define TE_MAX_KERNELS 64
 #define TE_MAX_SHAPE_VARS 64
 #define TE_MAX_GUARDS 32
+#define TE_DB_MAX_STAGED 256 /* elements a work-item prefetches for a double-buffered stage */
 
 typedef enum te_dtype {
   TE_BOOL = 1, TE_I8, TE_I16, TE_I32, TE_I64, TE_U8, TE_U16, TE_U32, TE_U64, TE_F16, TE_F32, TE_F64,
@@ -103,10 +104,15 @@ typedef struct te_tensor {
   bool inlined;
   int scope;
   int attach_stage, attach_var; /* -1: root */
+  int64_t align_factor[TE_MAX_DIMS]; /* storage_align: stride of dim d % factor == offset (0: none) */
+  int64_t align_offset[TE_MAX_DIMS];
+  bool double_buffer;                /* double_buffer: two halves, the next region prefetched */
   /* bound inference (per kernel) */
   int kernel_arg; /* parameter index in the current kernel, or -1 */
   te_expr_t *rmin[TE_MAX_DIMS];
   int64_t rext[TE_MAX_DIMS]; /* attached stages: region extents */
+  int64_t stride[TE_MAX_DIMS]; /* attached stages: element strides of the storage (storage_align) */
+  int64_t storage;             /* attached stages: elements of storage (of one half when double-buffered) */
   int nguards;               /* conditions around the statement */
   te_expr_t *guards[TE_MAX_GUARDS];
   bool guard_red[TE_MAX_GUARDS];   /* uses reduce vars: not around the initialisation */

@@ -215,6 +215,32 @@ static kiln_status_t compute_inline(te_program_t *p, const te_prim_t *m, int st)
   return KILN_OK;
 }
 
+/* ---- storage ------------------------------------------------------------------------ */
+
+/* The storage stride of dimension `axis` becomes the next k * factor + offset (bank-conflict
+ * padding of shared tiles); it applies where the stage has storage of its own in a kernel. */
+static kiln_status_t storage_align(te_program_t *p, const te_prim_t *m, int st) {
+  te_tensor_t *t = &p->tensors[st];
+  int v = te_find_var(p, st, m->vars[0]);
+  for (int d = 0; d < t->ndim; d++)
+    if (t->axes[d] == v) {
+      t->align_factor[d] = m->factor[0];
+      t->align_offset[d] = m->factor[1];
+      return KILN_OK;
+    }
+  return KC_COMPILE_ERROR("te: storage_align of %s: '%s' is not one of its axes", t->name, m->vars[0]);
+}
+
+/* Checked where the kernel is known (te_bounds.c: shared storage, attached at a loop, no
+ * reduction). */
+static kiln_status_t double_buffer(te_program_t *p, const te_prim_t *m, int st) {
+  (void)m;
+  te_tensor_t *t = &p->tensors[st];
+  if (t->nred) return KC_COMPILE_ERROR("te: double_buffer of %s, a reduction: only copies and element-wise stages", t->name);
+  t->double_buffer = true;
+  return KILN_OK;
+}
+
 /* ---- cache stages ------------------------------------------------------------------- */
 
 /* Replaces loads of tensor `from` with loads of `to` in e (in place: bodies are private). */
@@ -449,6 +475,7 @@ static const stage_prim_fn stage_prims[TE_P_COUNT] = {
     [TE_P_REORDER] = reorder,       [TE_P_BIND] = bind_var,         [TE_P_UNROLL] = annotate,
     [TE_P_VECTORIZE] = annotate,    [TE_P_PARALLEL] = annotate, [TE_P_COMPUTE_AT] = compute_at,
     [TE_P_COMPUTE_INLINE] = compute_inline, [TE_P_RFACTOR] = rfactor,
+    [TE_P_STORAGE_ALIGN] = storage_align, [TE_P_DOUBLE_BUFFER] = double_buffer,
 };
 
 kiln_status_t te_sched_apply(te_program_t *p, const te_prim_t *m) {

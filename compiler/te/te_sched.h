@@ -10,6 +10,7 @@
 typedef enum te_prim_op {
   TE_P_SPLIT = 1, TE_P_TILE, TE_P_FUSE, TE_P_REORDER, TE_P_BIND, TE_P_UNROLL, TE_P_VECTORIZE, TE_P_PARALLEL,
   TE_P_COMPUTE_AT, TE_P_COMPUTE_INLINE, TE_P_CACHE_READ, TE_P_CACHE_WRITE, TE_P_RFACTOR,
+  TE_P_STORAGE_ALIGN, TE_P_DOUBLE_BUFFER,
   TE_P_COUNT
 } te_prim_op_t;
 
@@ -28,7 +29,9 @@ typedef enum te_prim_op {
  *   compute_inline: stage
  *   cache_read: stage (the tensor read), scope, vars[] (the readers), names[0] (the new stage)
  *   cache_write: stage (the tensor), scope, names[0] (the new stage)
- *   rfactor:    stage, vars[0] (a reduce leaf), names[0] (the new stage), factor[0] (factor_axis) */
+ *   rfactor:    stage, vars[0] (a reduce leaf), names[0] (the new stage), factor[0] (factor_axis)
+ *   storage_align: stage, vars[0] (an axis of the stage), factor[0] factor, factor[1] offset
+ *   double_buffer: stage */
 typedef struct te_prim {
   int op;
   char stage[TE_NAME];

@@ -1069,3 +1069,78 @@ Test(te, vectorised_padding_reads_under_a_mask) {
   munmap(mem, 3 * (size_t)page);
   kiln_artifact_deinit(&a);
 }
+
+/* ---- storage_align and double_buffer ------------------------------------------------------ */
+
+/* GEMM_SHARED with both tiles double-buffered and padded: the next k step's tiles are loaded
+ * into registers while this one computes, into the other half; rows of 8 padded to 12. */
+#define GEMM_DOUBLE                                                                                          \
+  GEMM_SHARED ","                                                                                            \
+  "{'op': 'double_buffer', 'stage': 'AS'}, {'op': 'double_buffer', 'stage': 'BS'},"                          \
+  "{'op': 'storage_align', 'stage': 'AS', 'var': 'ax0', 'factor': 8, 'offset': 4},"                          \
+  "{'op': 'storage_align', 'stage': 'BS', 'var': 'ax0', 'factor': 8, 'offset': 4}"
+
+Test(te, double_buffer_and_storage_align_run_on_cpu) {
+  gemm_check(GEMM(GEMM_DOUBLE), 37, 29, 19); /* partial tiles: guards in the prefetch */
+  gemm_check(GEMM(GEMM_DOUBLE), 32, 16, 64);
+  gemm_check(GEMM(GEMM_DOUBLE), 8, 8, 8); /* one k step: the loop never prefetches */
+  gemm_check(GEMM(GEMM_DOUBLE), 9, 9, 0); /* no k step at all */
+}
+
+/* The prologue fills half 0 between two barriers and the loop has one barrier a step; the
+ * padded tiles take 8 rows of 12 floats (a multiple of 16 bytes) twice: 768 bytes each. */
+Test(te, double_buffer_on_gpus) {
+  kiln_artifact_t a;
+  te_compile(GEMM(GEMM_DOUBLE), "sm_90", &a);
+  const char *ptx = (const char *)a.code;
+  int bars = 0;
+  for (const char *q = ptx; (q = strstr(q, "bar.sync")) != NULL; q++) bars++;
+  cr_assert_eq(bars, 3, "barriers: %d\n%s", bars, ptx);
+  cr_assert(strstr(ptx, "gemm_$_AS[768]") && strstr(ptx, "gemm_$_BS[768]"), "two padded halves:\n%s", ptx);
+  kiln_artifact_deinit(&a);
+  gpu_build(GEMM(GEMM_DOUBLE), "sm_90", "gemm");
+  gpu_build(GEMM(GEMM_DOUBLE), "gfx942", "gemm");
+}
+
+Test(te, double_buffer_and_storage_align_errors) {
+  /* hostile fields */
+  expect_error(GEMM(GEMM_SHARED ",{'op': 'storage_align', 'stage': 'AS', 'var': 'ax0', 'factor': 0, 'offset': 0}"),
+               "factor (1..4096)");
+  expect_error(GEMM(GEMM_SHARED ",{'op': 'storage_align', 'stage': 'AS', 'var': 'ax0', 'factor': 4, 'offset': 4}"),
+               "offset (0..factor-1)");
+  expect_error(GEMM(GEMM_SHARED ",{'op': 'storage_align', 'stage': 'AS', 'var': 'ax0', 'factor': 4}"), "offset");
+  expect_error(GEMM(GEMM_SHARED ",{'op': 'storage_align', 'stage': 'AS', 'var': 'nope', 'factor': 4, 'offset': 1}"),
+               "not one of its axes");
+  expect_error(GEMM(GEMM_SHARED ",{'op': 'double_buffer', 'stage': 'AS', 'var': 'ax0'}"), "unknown key");
+  expect_error(GEMM(GEMM_SHARED ",{'op': 'double_buffer', 'stage': 'A'}"), "placeholder");
+  /* where the kernel refuses them */
+  expect_error(GEMM(GEMM_SHARED ",{'op': 'double_buffer', 'stage': 'C'}"), "a reduction");
+  expect_error(GEMM(GEMM_SHARED ",{'op': 'storage_align', 'stage': 'C', 'var': 'i', 'factor': 4, 'offset': 1}"),
+               "stages attached inside a kernel");
+  expect_error(GEMM(GEMM_LOCAL ",{'op': 'double_buffer', 'stage': 'CL'}"), "a reduction");
+  /* attached at a bound var: no loop to prefetch along */
+  expect_error(GEMM("{'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'},"
+                    "{'op': 'split', 'stage': 'C', 'var': 'i', 'factor': 8, 'outer': 'bi', 'inner': 'ti'},"
+                    "{'op': 'split', 'stage': 'C', 'var': 'k', 'factor': 8, 'outer': 'ko', 'inner': 'ki'},"
+                    "{'op': 'reorder', 'stage': 'C', 'vars': ['bi', 'ko', 'ti', 'j', 'ki']},"
+                    "{'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.x'},"
+                    "{'op': 'bind', 'stage': 'C', 'var': 'ti', 'thread': 'threadIdx.x'},"
+                    "{'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ti'},"
+                    "{'op': 'double_buffer', 'stage': 'AS'}"),
+               "not a plain loop");
+  /* local storage is not double-buffered */
+  expect_error(GEMM("{'op': 'cache_read', 'tensor': 'A', 'scope': 'local', 'readers': ['C'], 'name': 'AL'},"
+                    "{'op': 'split', 'stage': 'C', 'var': 'k', 'factor': 8, 'outer': 'ko', 'inner': 'ki'},"
+                    "{'op': 'compute_at', 'stage': 'AL', 'parent': 'C', 'var': 'ko'},"
+                    "{'op': 'double_buffer', 'stage': 'AL'}"),
+               "only shared stages");
+  /* a work-item's share of a 64 x 64 tile with no thread bound: 4096 elements to stage */
+  expect_error(GEMM("{'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'},"
+                    "{'op': 'split', 'stage': 'C', 'var': 'i', 'factor': 64, 'outer': 'bi', 'inner': 'ti'},"
+                    "{'op': 'split', 'stage': 'C', 'var': 'k', 'factor': 64, 'outer': 'ko', 'inner': 'ki'},"
+                    "{'op': 'reorder', 'stage': 'C', 'vars': ['bi', 'ko', 'ti', 'j', 'ki']},"
+                    "{'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.x'},"
+                    "{'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ko'},"
+                    "{'op': 'double_buffer', 'stage': 'AS'}"),
+               "at most 256");
+}

@@ -389,6 +389,10 @@ def _encode_schedule(s, tensor_names, top):
                  "var": pl.of[id(iv)]}
         elif kind == "compute_inline":
             m = {"op": "compute_inline", "stage": sname}
+        elif kind == "storage_align":
+            m = {"op": "storage_align", "stage": sname, "var": nm(entry[2]), "factor": entry[3], "offset": entry[4]}
+        elif kind == "double_buffer":
+            m = {"op": "double_buffer", "stage": sname}
         else:
             raise InvalidArgument("schedule primitive %s is not supported by kiln" % kind)
         out.append(m)

@@ -224,10 +224,27 @@ class Stage:
         self.scope = scope
 
     def storage_align(self, axis, factor, offset):
-        self.aligns[axis] = (int(factor), int(offset))
+        """Pads the storage stride of dimension ``axis`` (one of ``op.axis``) to the next
+        k * factor + offset elements (shared tiles without bank conflicts); for a stage
+        attached inside a kernel (docs/te.md §5)."""
+        if axis not in list(self.op.axis):
+            raise InvalidArgument("storage_align: %r is not an axis of %s" % (axis, self.op.name))
+        factor, offset = int(factor), int(offset)
+        if not 1 <= factor <= 4096 or not 0 <= offset < factor:
+            raise InvalidArgument("storage_align: factor is 1..4096 and offset 0..factor-1, not %d, %d"
+                                  % (factor, offset))
+        self._no_inline("storage_align")
+        self.aligns[axis] = (factor, offset)
+        self.schedule.log.append(("storage_align", self, axis, factor, offset))
 
     def double_buffer(self):
-        pass  # a hint; kiln does not double-buffer
+        """A shared stage attached at a loop of its reader is filled for iteration i + 1
+        (through registers) while iteration i reads it: two halves, one barrier an iteration
+        (docs/te.md §5)."""
+        self._no_inline("double_buffer")
+        if self.op.reduce_axis:
+            raise InvalidArgument("double_buffer: %s is a reduction" % self.op.name)
+        self.schedule.log.append(("double_buffer", self))
 
     def __repr__(self):
         return "stage(%s)" % self.op.name

@@ -16,7 +16,8 @@ __all__ = ["schedule_matmul", "schedule_dense", "schedule_batch_matmul", "schedu
 KNOBS = {
     "matmul": {
         "cpu": {"bm": 8, "bn": 32, "bk": 4, "order": "ji", "unroll_k": False},
-        "gpu": {"block_m": 64, "block_n": 64, "thread_m": 16, "thread_n": 16, "k_tile": 8},
+        "gpu": {"block_m": 64, "block_n": 64, "thread_m": 16, "thread_n": 16, "k_tile": 8, "vec": 1,
+                "double_buffer": False},
     },
     "batch_matmul": {
         "cpu": {"bm": 8, "bn": 32},
@@ -131,7 +132,10 @@ def schedule_matmul(C, target="cpu", **kw):
     """matmul and dense. CPU: tiles of bm x bn accumulated in a local block, k split by bk,
     the bn loop vectorized, row tiles over the
     pool. GPU: block_m x block_n tiles per work-group of thread_m x thread_n work-items,
-    A and B tiles staged in shared memory per k_tile step, accumulators in registers."""
+    A and B tiles staged in shared memory per k_tile step, accumulators in registers;
+    ``vec`` elements per global load and shared store of the staging copies (4: 128-bit),
+    ``double_buffer``: the next k step's tiles are loaded into registers while this one
+    computes, into the other half of two shared tiles (one barrier a step)."""
     gpu = is_gpu(target)
     k = _knobs("matmul", target, kw, C)
     A, B = C.op.input_tensors
@@ -210,14 +214,24 @@ def _matmul_gpu(s, C, A, B, k):
     s[CC].unroll(ki)
     s[CC].unroll(yc)
     s[CC].unroll(xc)
+    vec, dbuf = k["vec"], k["double_buffer"]
     for T in (AA, BB):
         s[T].compute_at(s[CC], ko)
         a0, a1 = s[T].op.axis
+        if vec > 1:
+            # 128-bit loads and stores: whole vectors along the rows' contiguous axis
+            a1, av = s[T].split(a1, factor=vec)
         f = s[T].fuse(a0, a1)
         f, t_x = s[T].split(f, factor=tn)
         f, t_y = s[T].split(f, factor=tm)
         s[T].bind(t_y, te.thread_axis("threadIdx.y"))
         s[T].bind(t_x, te.thread_axis("threadIdx.x"))
+        if vec > 1:
+            s[T].vectorize(av)
+        if vec > 1 or dbuf:
+            s[T].unroll(f)   # a work-item's share: registers when double-buffered
+        if dbuf:
+            s[T].double_buffer()
     return s
 
 

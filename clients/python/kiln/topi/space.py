@@ -49,6 +49,14 @@ def dims(t):
     return tuple(int(_eval_expr(d, {})) for d in t.shape)
 
 
+def _staged(c):
+    """Elements a work-item of the GPU matmul stages per k step (both tiles, whole vectors)."""
+    threads = c["thread_m"] * c["thread_n"]
+    per = [-(-(rows * cols // c["vec"]) // threads) * c["vec"]
+           for rows, cols in ((c["block_m"], c["k_tile"]), (c["k_tile"], c["block_n"]))]
+    return sum(per)
+
+
 def _fit(cands, n):
     """Candidates no larger than the dimension (the smallest one always stays)."""
     keep = [c for c in cands if c <= n]
@@ -117,18 +125,27 @@ class Space:
                        lambda c: c["bm"] * c["bn"] <= 512)
             return
         L = self.limits
+        esize = np.dtype(self.dtype).itemsize
         self.knobs = {"block_m": _fit([16, 32, 64, 128], M), "block_n": _fit([16, 32, 64, 128], N),
-                      "thread_m": [4, 8, 16, 32], "thread_n": [4, 8, 16, 32], "k_tile": _fit([4, 8, 16, 32], K)}
+                      "thread_m": [4, 8, 16, 32], "thread_n": [4, 8, 16, 32], "k_tile": _fit([4, 8, 16, 32], K),
+                      # 128-bit staging copies; double-buffered shared tiles (issue 15 item 6)
+                      "vec": [1, 16 // esize] if esize < 16 else [1], "double_buffer": [False, True]}
         self._rule("divisible", "block_m % thread_m == 0 and block_n % thread_n == 0 (whole thread tiles)",
                    lambda c: c["block_m"] % c["thread_m"] == 0 and c["block_n"] % c["thread_n"] == 0)
         self._rule("threads", "thread_m * thread_n <= max_block (%d) and >= wave_size (%d)"
                    % (L["max_block"], L["wave_size"]),
                    lambda c: L["wave_size"] <= c["thread_m"] * c["thread_n"] <= L["max_block"])
-        esize = np.dtype(self.dtype).itemsize
-        self._rule("shared", "(block_m + block_n) * k_tile * %d bytes <= max_shared (%d)" % (esize, L["max_shared"]),
-                   lambda c: (c["block_m"] + c["block_n"]) * c["k_tile"] * esize <= L["max_shared"])
+        self._rule("vector", "k_tile % vec == 0 and block_n % vec == 0 (the staging copies in whole vectors)",
+                   lambda c: c["k_tile"] % c["vec"] == 0 and c["block_n"] % c["vec"] == 0)
+        self._rule("shared", "(block_m + block_n) * k_tile * %d bytes, twice when double-buffered, <= max_shared (%d)"
+                   % (esize, L["max_shared"]),
+                   lambda c: (c["block_m"] + c["block_n"]) * c["k_tile"] * esize * (2 if c["double_buffer"] else 1)
+                   <= L["max_shared"])
         self._rule("registers", "(block_m / thread_m) * (block_n / thread_n) <= 64 accumulators a thread",
                    lambda c: (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"]) <= 64)
+        self._rule("prefetch", "double-buffered: (block_m + block_n) * k_tile / threads <= 32 elements a thread "
+                   "prefetches in registers",
+                   lambda c: not c["double_buffer"] or _staged(c) <= 32)
 
     def _declare_batch_matmul(self):
         self._need(4, "B, M, N, K")
@@ -280,13 +297,21 @@ class Space:
         return dict(cfg)
 
     def key(self, cfg):
-        """A hashable form of a configuration."""
+        """A hashable form of a configuration (knobs it lacks, as in records made before the
+        knob existed, take the template's default)."""
+        cfg = self._complete(cfg)
         return tuple((k, cfg[k]) for k in self.knobs)
+
+    def _complete(self, cfg):
+        if all(k in cfg for k in self.knobs):
+            return cfg
+        return dict(self.default(), **cfg)
 
     def features(self, cfg):
         """Numbers describing cfg for a cost model: log2 of numeric knobs, 0/1 of the others,
         and derived sizes (tile areas, threads, shared bytes, dimensions each tile divides)."""
         f = []
+        cfg = self._complete(cfg)
         for k, cands in self.knobs.items():
             v = cfg[k]
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -299,7 +324,7 @@ class Space:
             if self.gpu:
                 tm, tn = c["block_m"] // c["thread_m"], c["block_n"] // c["thread_n"]
                 f += [math.log2(c["thread_m"] * c["thread_n"]), math.log2(max(1, tm * tn)),
-                      math.log2((c["block_m"] + c["block_n"]) * c["k_tile"]),
+                      math.log2((c["block_m"] + c["block_n"]) * c["k_tile"]), math.log2(_staged(c)),
                       float(M % c["block_m"] == 0), float(N % c["block_n"] == 0), float(K % c["k_tile"] == 0)]
             else:
                 f += [math.log2(c["bm"] * c["bn"]), float(M % c["bm"] == 0), float(N % c["bn"] == 0),

@@ -1,0 +1,126 @@
+"""The GPU matmul/dense template's fast-SGEMM knobs (issue 15 item 6): 128-bit staging
+copies (vec), double-buffered shared tiles (te's double_buffer), storage_align. Every
+configuration the space allows computes the right answer: a sample of the space runs on cpu:0
+(te programs with threadIdx bindings run there as work-items) on even and odd shapes, and
+compiles for sm_90 (ptxas where installed)."""
+
+import os
+import random
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import te, topi
+from kiln.topi import schedules as S
+
+PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
+                                  else None)
+
+
+def sample(sp, n, seed):
+    """n distinct configurations: every (vec, double_buffer) pair, then random ones."""
+    rng = random.Random(seed)
+    cfgs = list(sp.configs())
+    out = []
+    for vec in sp.knobs["vec"]:
+        for db in (False, True):
+            out.append(rng.choice([c for c in cfgs if c["vec"] == vec and c["double_buffer"] == db]))
+    while len(out) < n:
+        c = rng.choice(cfgs)
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def test_space_keeps_the_old_configurations_and_the_new_rules():
+    sp = topi.space("matmul", "gpu", (4096, 4096, 4096))
+    assert sp.knobs["vec"] == [1, 4] and sp.knobs["double_buffer"] == [False, True]
+    old = [c for c in sp.configs() if c["vec"] == 1 and not c["double_buffer"]]
+    assert len(old) == 736  # the whole space before item 6, measured on the H200
+    assert sp.default()["vec"] == 1 and not sp.default()["double_buffer"]
+    big = dict(sp.default(), block_m=128, block_n=128, k_tile=32, thread_m=16, thread_n=16, vec=4)
+    assert sp.check(big) is None  # 32 KiB of tiles
+    assert "shared" in sp.check(dict(big, double_buffer=True))  # 64 KiB: over sm_90's static 48
+    # 64 threads staging 64 x 32 of A and 32 x 64 of B: 64 registers each
+    assert "prefetch" in sp.check(dict(sp.default(), k_tile=32, thread_m=8, thread_n=8, double_buffer=True))
+    vector = [fn for name, _, fn in sp.rules if name == "vector"][0]
+    assert not vector(dict(sp.default(), k_tile=4, vec=8)) and vector(dict(sp.default(), k_tile=8, vec=4))
+    # records made before the knobs existed still key and describe (their defaults)
+    legacy = {k: v for k, v in sp.default().items() if k not in ("vec", "double_buffer")}
+    assert sp.key(legacy) == sp.key(sp.default())
+    assert sp.features(legacy) == sp.features(sp.default())
+    # the CPU template is untouched
+    assert "vec" not in topi.space("matmul", "cpu", (64, 64, 64)).knobs
+
+
+@pytest.mark.parametrize("op,shapes", [("matmul", (64, 48, 32)), ("matmul", (37, 29, 19)), ("dense", (33, 40, 24))])
+def test_gpu_space_sample_is_right_on_cpu(s, dev, op, shapes):
+    sp = topi.space(op, "gpu", shapes)
+    ins = sp.inputs()
+    ref = sp.reference(ins)
+    cfgs = sample(sp, 8, hash(shapes) & 0xffff)
+    builds = te.build_batch([sp.build(c) for c in cfgs], "cpu", session=s)
+    for c, f in zip(cfgs, builds):
+        xs = [kiln.nd.array(a, dev) for a in ins] + [kiln.nd.array(np.full(sp.output_shape(), np.nan, "float32"), dev)]
+        f(*xs)
+        np.testing.assert_allclose(xs[-1].numpy(), ref, rtol=1e-4, atol=1e-4, err_msg=str(c))
+
+
+def test_gpu_space_sample_compiles_for_sm_90(s, tmp_path):
+    sp = topi.space("matmul", "gpu", (1024, 1024, 1024))
+    cfgs = sample(sp, 6, 7)
+    builds = te.build_batch([sp.build(c) for c in cfgs], "sm_90", session=s)
+    for c, f in zip(cfgs, builds):
+        ptx = f.get_source("ptx")
+        shared = sorted(int(x) for x in re.findall(r"\.shared \.align 16 \.b8 \S+\[(\d+)\]", ptx))
+        tiles = sorted((c["block_m"] * c["k_tile"] * 4, c["k_tile"] * c["block_n"] * 4))
+        assert shared == [2 * t for t in tiles] if c["double_buffer"] else tiles, (c, shared)  # two halves
+        assert "bar.sync" in ptx
+        if c["vec"] == 4:
+            assert "ld.global.nc.v4" in ptx and "st.shared.v4" in ptx, c
+        if PTXAS:
+            p = tmp_path / "mm.ptx"
+            p.write_text(ptx)
+            r = subprocess.run([PTXAS, "-arch=sm_90", "-v", str(p), "-o", str(tmp_path / "mm.cubin")],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            assert not re.search(r"[1-9]\d* bytes spill", r.stderr), (c, r.stderr)
+
+
+def test_storage_align_and_double_buffer_from_python(s, dev):
+    """TVM's spellings: s[AA].storage_align(axis, factor, offset), s[AA].double_buffer()."""
+    sp = topi.space("matmul", "gpu", (40, 36, 44))
+    cfg = dict(sp.default(), block_m=16, block_n=16, thread_m=4, thread_n=8, k_tile=8, vec=4, double_buffer=True)
+    sch, args = sp.build(cfg)
+    shared = [st for st in sch.stages if st.scope == "shared"]
+    assert len(shared) == 2
+    for st in shared:
+        st.storage_align(st.op.axis[0], 8, 4)   # rows of 8 or 16 padded by 4: 12 and 20
+    prog = te.lower(sch, args).program
+    ops = [p["op"] for p in prog["schedule"]]
+    assert ops.count("storage_align") == 2 and ops.count("double_buffer") == 2
+    f = kiln.build(sch, args, "cpu", session=s)
+    ins = sp.inputs()
+    xs = [kiln.nd.array(a, dev) for a in ins] + [kiln.nd.empty(sp.output_shape(), "float32", dev)]
+    f(*xs)
+    np.testing.assert_allclose(xs[-1].numpy(), sp.reference(ins), rtol=1e-4, atol=1e-4)
+    st = shared[0]
+    with pytest.raises(kiln.InvalidArgument):
+        st.storage_align(st.op.axis[0], 4, 4)
+    with pytest.raises(kiln.InvalidArgument):
+        st.storage_align(sch.stages[-1].op.axis[0], 4, 1)
+    out = [x for x in sch.stages if getattr(x.op, "reduce_axis", None)][0]
+    with pytest.raises(kiln.InvalidArgument):
+        out.double_buffer()
+    # the lowering's own check: a kernel's output has no storage of its own to pad
+    A = te.placeholder((8, 8), name="A")
+    B = te.compute((8, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    s2 = te.create_schedule(B.op)
+    s2[B].storage_align(B.op.axis[0], 8, 1)
+    with pytest.raises(kiln.KilnError) as e:
+        kiln.build(s2, [A, B], "cpu", session=s)
+    assert "storage_align" in str(e.value)
