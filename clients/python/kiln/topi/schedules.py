@@ -206,6 +206,11 @@ def _matmul_gpu(s, C, A, B, k):
     s[C].bind(bx, te.thread_axis("blockIdx.x"))
     s[C].bind(ty, te.thread_axis("threadIdx.y"))
     s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    if k["vec"] > 1:
+        # the thread tile's copy-out unrolled: the accumulators stay registers for every tile
+        # shape (LLVM left a 16 x 4 tile's loops, and its accumulators went to local memory)
+        s[C].unroll(yi)
+        s[C].unroll(xi)
     s[CC].compute_at(s[C], tx)
     yc, xc = s[CC].op.axis
     (kaxis,) = s[CC].op.reduce_axis
