@@ -152,7 +152,7 @@ def main():
     budgets = [float(x) for x in a.budget.split(",")]
     os.makedirs(a.out, exist_ok=True)
     records = os.path.join(a.out, "tune_gemm_records.jsonl")
-    if a.resume:
+    if a.resume and os.path.abspath(a.resume) != os.path.abspath(records):
         import shutil
         shutil.copyfile(a.resume, records)
     rows = []
