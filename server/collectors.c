@@ -71,6 +71,7 @@ void kiln_compile_collect(FILE *f, kiln_server_t *s) {
                        (double)c->write_errors);
   kiln_metrics_gauge(f, "kiln_cache_writes_pending", "Cache disk writes queued or running.",
                      (double)c->writes_pending);
+  if (cm.remote_on) kiln_remote_stats_render(&cm.remote, f); /* --cache-remote (server/fleet/) */
 }
 
 void kiln_graphs_collect(FILE *f, kiln_server_t *s) {

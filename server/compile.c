@@ -22,6 +22,7 @@
 #include "server/cache.h"
 #include "server/compile.h"
 #include "server/compile_queue.h"
+#include "server/fleet/remote.h"
 #include "server/modules.h"
 #include "server/request.h"
 
@@ -68,6 +69,9 @@ typedef struct job {
   uint64_t size;
   kiln_buf_t params; /* the compile job for the worker (protocol/job_compile.h) */
   waiter_t *waiters;
+  struct kiln_compile_state *cs;
+  bool remote_pending; /* asking the remote tier (server/fleet/remote.h): not in the queue */
+  bool cached;         /* answered from the remote tier */
 } job_t;
 
 typedef struct slot {
@@ -89,6 +93,7 @@ typedef struct kiln_compile_state {
   batch_t *deferred;   /* batches with items waiting for quota, oldest first */
   bool resuming;       /* inside resume_deferred, or where it must not run */
   kiln_cache_t *cache;
+  kiln_remote_t *remote; /* --cache-remote: the fleet's tier behind the disk store, or NULL */
   /* counters */
   uint64_t compiles, compile_errors, crashes, timeouts, hits, joins, cancelled;
   double compile_ms_total;
@@ -123,6 +128,20 @@ static kiln_status_t read_identity(kiln_server_t *s, kiln_compile_state_t *cs) {
   return st;
 }
 
+/* --cache-remote: the fleet's tier (server/fleet/remote.h) with this server's options. */
+static kiln_status_t remote_open(kiln_server_t *s, kiln_remote_t **out) {
+  const kiln_config_t *c = &s->cfg;
+  kiln_remote_config_t rc = {
+      .redis = {.url = c->cache_remote, .auth_file = c->cache_remote_auth, .what = "cache_remote",
+                .timeout_ms = (uint32_t)(c->cache_remote_timeout_s * 1000)},
+      .secret_file = c->fleet_secret_file,
+      .max_bytes = c->cache_remote_max_bytes,
+      .wait_ms = (uint32_t)(c->cache_remote_wait_s * 1000)};
+  KILN_RETURN_IF_ERROR(kiln_remote_create(s->loop, &rc, out));
+  KILN_LOG_INFO("cache_remote", "url=%s", kiln_remote_url(*out));
+  return KILN_OK;
+}
+
 kiln_status_t kiln_compile_init(kiln_server_t *s) {
   kiln_compile_state_t *cs = calloc(1, sizeof(*cs));
   if (!cs) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -137,6 +156,7 @@ kiln_status_t kiln_compile_init(kiln_server_t *s) {
   cc.max_mem_bytes = 256ull << 20;
   KILN_RETURN_IF_ERROR(kiln_cache_open(s->loop, &cc, &cs->cache));
   s->cache = cs->cache; /* the module table's store (server/modules.h) */
+  if (s->cfg.cache_remote[0]) KILN_RETURN_IF_ERROR(remote_open(s, &cs->remote));
   cs->nslots = s->cfg.compile_workers;
   cs->slots = calloc(cs->nslots, sizeof(slot_t));
   if (!cs->slots) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -165,6 +185,8 @@ void kiln_compile_shutdown(kiln_server_t *s) {
       kiln_worker_destroy(cs->slots[i].worker);
       cs->slots[i].worker = NULL;
     }
+  kiln_remote_destroy(cs->remote); /* jobs asking it are cancelled with their requests */
+  cs->remote = NULL;
   if (cs->cache) {
     kiln_cache_close(cs->cache, NULL, NULL);
     cs->cache = NULL;
@@ -332,6 +354,7 @@ static void schedule(kiln_compile_state_t *cs);
 static void resume_deferred(kiln_compile_state_t *cs);
 
 static void job_free(job_t *j) {
+  if (j->cs->remote) kiln_remote_abandon(j->cs->remote, j->key); /* a lock still held */
   free(j->payload);
   kiln_buf_deinit(&j->params);
   free(j);
@@ -342,7 +365,7 @@ static void job_finish(kiln_compile_state_t *cs, job_t *j, const kiln_module_t *
   kiln_map_remove(&cs->inflight, j->key64);
   for (waiter_t *w = j->waiters; w;) {
     waiter_t *n = w->next;
-    waiter_finish(cs, w, m, false, ms,
+    waiter_finish(cs, w, m, j->cached, ms,
                   st ? KILN_STATUS(kiln_status_code(st), "%s", kiln_status_message(st)) : KILN_OK);
     w = n;
   }
@@ -404,6 +427,7 @@ static void on_compiled(void *ctx, kiln_status_t st, const msgpack_object *resul
         KILN_LOG_WARN("cache_put", "message=\"%s\"", kiln_status_message(cst));
         kiln_status_free(cst);
       }
+      if (cs->remote) kiln_remote_put(cs->remote, j->key, m->bytes, m->len);
     }
   }
   if (st) {
@@ -498,6 +522,43 @@ static void build_key(const kiln_compile_state_t *cs, const build_t *b, uint8_t 
   kiln_build_key(&in, out);
 }
 
+/* The remote tier's answer for job j: the artifact's bytes (a hit: they go into the cache
+ * like a compile's, and every waiter is answered cached), or NULL: the build runs here. */
+static void on_remote(void *arg, const uint8_t *bytes, size_t len) {
+  job_t *j = arg;
+  kiln_compile_state_t *cs = j->cs;
+  j->remote_pending = false;
+  kiln_module_t *m = NULL;
+  kiln_cache_entry_t *e = bytes ? kiln_cache_entry_new(j->key, len) : NULL;
+  if (e) {
+    memcpy(kiln_cache_entry_bytes(e), bytes, len);
+    kiln_status_t st = kiln_module_of(e, &m);
+    if (st) { /* MACed with the fleet secret, yet not an artifact: build it here */
+      KILN_LOG_WARN("cache_remote_undecodable", "module=%.16s message=\"%s\"", j->hex,
+                    kiln_status_message(st));
+      kiln_status_free(st);
+      kiln_cache_entry_release(e);
+      m = NULL;
+    } else if ((st = kiln_cache_put_entry(cs->cache, e))) {
+      kiln_status_free(st); /* served all the same; the next look-up asks Redis again */
+    }
+  }
+  if (m) {
+    j->cached = true;
+    job_finish(cs, j, m, 0, KILN_OK);
+    kiln_module_release(m);
+    resume_deferred(cs);
+    return;
+  }
+  kiln_status_t st = kiln_cq_push(&cs->queue, &j->q);
+  if (st) {
+    job_finish(cs, j, NULL, 0, st);
+    resume_deferred(cs);
+    return;
+  }
+  schedule(cs);
+}
+
 /* Starts (or joins, or answers from the cache) one build for waiter `w`. */
 static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio, waiter_t *w) {
   kiln_tenant_t *t = w->tenant;
@@ -525,7 +586,10 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
     cs->joins++;
     w->next = j->waiters;
     j->waiters = w;
-    if (prio == PRIO_INTERACTIVE && j->q.prio == PRIO_BATCH) kiln_cq_promote(&cs->queue, &j->q);
+    if (prio == PRIO_INTERACTIVE && j->q.prio == PRIO_BATCH) {
+      if (j->remote_pending) j->q.prio = PRIO_INTERACTIVE; /* not in the queue yet */
+      else kiln_cq_promote(&cs->queue, &j->q);
+    }
     return KILN_OK;
   }
   j = calloc(1, sizeof(*j));
@@ -534,6 +598,7 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   }
   memcpy(j->key, key, KILN_HASH_BYTES);
+  j->cs = cs;
   kiln_hex(key, KILN_HASH_BYTES, j->hex);
   j->key64 = key64(key);
   j->q.prio = prio;
@@ -564,6 +629,9 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   }
   w->next = NULL;
   j->waiters = w;
+  /* Memory and disk missed: the fleet's tier next; on_remote queues the build on a miss. */
+  if (cs->remote && (j->remote_pending = kiln_remote_get(cs->remote, key, on_remote, j)))
+    return KILN_OK;
   st = kiln_cq_push(&cs->queue, &j->q);
   if (st) {
     kiln_map_remove(&cs->inflight, j->key64);
@@ -933,6 +1001,8 @@ void kiln_compile_metrics(kiln_server_t *s, kiln_compile_metrics_t *out) {
   uint64_t table_bytes;
   kiln_modules_stats(&out->modules, &table_bytes);
   if (cs->cache) kiln_cache_stats(cs->cache, &out->cache);
+  out->remote_on = cs->remote != NULL;
+  if (cs->remote) kiln_remote_stats(cs->remote, &out->remote);
 }
 
 void kiln_compile_pack_stats(kiln_server_t *s, kiln_fields_t *r) {
@@ -980,4 +1050,7 @@ void kiln_compile_pack_stats(kiln_server_t *s, kiln_fields_t *r) {
   kiln_fields_u64(&m, "bytes_disk", c.bytes_disk);
   kiln_fields_u64(&m, "bytes_memory", c.bytes_mem);
   kiln_fields_end(&m);
+  kiln_fields_key(r, "cache_remote"); /* nil without --cache-remote */
+  if (cs->remote) kiln_remote_pack_stats(cs->remote, pk);
+  else msgpack_pack_nil(pk);
 }

@@ -6,6 +6,7 @@
 #include "base/util.h"
 #include "protocol/artifact.h"
 #include "server/cache.h"
+#include "server/fleet/remote.h"
 #include "server/server.h"
 
 KILN_MUST_USE kiln_status_t kiln_compile_init(kiln_server_t *s);
@@ -28,6 +29,8 @@ typedef struct kiln_compile_metrics {
   const uint64_t *buckets; /* nbuckets + 1 counts, not cumulative; the last is +Inf */
   uint64_t modules;
   kiln_cache_stats_t cache;
+  bool remote_on; /* --cache-remote (server/fleet/remote.h) */
+  kiln_remote_stats_t remote;
 } kiln_compile_metrics_t;
 void kiln_compile_metrics(kiln_server_t *s, kiln_compile_metrics_t *out);
 /* Compile jobs tenant t has waiting at a priority (0 interactive, 1 batch). */

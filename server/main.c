@@ -79,6 +79,13 @@ static void usage(FILE *f) {
           "                        write permission\n"
           "  --socket-group GROUP  group of unix: sockets (a name or number; kilnd's user must\n"
           "                        be a member)\n"
+          "  --cache-remote URL    share artifacts through Redis: redis://HOST:PORT/DB or\n"
+          "                        unix:PATH[?db=N] (docs/operations.md \"A fleet\")\n"
+          "  --cache-remote-auth-file FILE  Redis AUTH: one line, PASSWORD or USER PASSWORD\n"
+          "  --fleet-secret-file FILE  the fleet's MAC key (32+ bytes, same on every host)\n"
+          "  --cache-remote-max-bytes BYTES  largest artifact shared (default 64 MiB)\n"
+          "  --cache-remote-timeout S  deadline of one Redis command (default 2)\n"
+          "  --cache-remote-wait S     longest wait for another host's build (default 60)\n"
           "  --version, --help\n");
 }
 
@@ -120,7 +127,8 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
          O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_CPUMEM, O_HSALIB,
          O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER, O_WUIDS, O_PREBUILT, O_TLS_CERT,
          O_TLS_KEY, O_TLS_CA, O_HANDSHAKE, O_INSECURE, O_CONFIG, O_SOCK_MODE,
-         O_SOCK_GROUP };
+         O_SOCK_GROUP, O_REMOTE, O_REMOTE_AUTH, O_FLEET_SECRET, O_REMOTE_MAX, O_REMOTE_TIMEOUT,
+         O_REMOTE_WAIT };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -158,6 +166,12 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"config", required_argument, 0, O_CONFIG},
       {"socket-mode", required_argument, 0, O_SOCK_MODE},
       {"socket-group", required_argument, 0, O_SOCK_GROUP},
+      {"cache-remote", required_argument, 0, O_REMOTE},
+      {"cache-remote-auth-file", required_argument, 0, O_REMOTE_AUTH},
+      {"fleet-secret-file", required_argument, 0, O_FLEET_SECRET},
+      {"cache-remote-max-bytes", required_argument, 0, O_REMOTE_MAX},
+      {"cache-remote-timeout", required_argument, 0, O_REMOTE_TIMEOUT},
+      {"cache-remote-wait", required_argument, 0, O_REMOTE_WAIT},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -216,6 +230,23 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         break;
       }
       case O_TOKENS: snprintf(cfg->tokens, sizeof(cfg->tokens), "%s", optarg); break;
+      case O_REMOTE: snprintf(cfg->cache_remote, sizeof(cfg->cache_remote), "%s", optarg); break;
+      case O_REMOTE_AUTH: snprintf(cfg->cache_remote_auth, sizeof(cfg->cache_remote_auth), "%s", optarg); break;
+      case O_FLEET_SECRET: snprintf(cfg->fleet_secret_file, sizeof(cfg->fleet_secret_file), "%s", optarg); break;
+      case O_REMOTE_MAX: {
+        kiln_status_t st = kiln_size_parse(optarg, &cfg->cache_remote_max_bytes);
+        bool ok = !st && cfg->cache_remote_max_bytes >= 1024 && cfg->cache_remote_max_bytes <= (1ull << 30);
+        kiln_status_free(st);
+        if (!ok) goto bad;
+        break;
+      }
+      case O_REMOTE_TIMEOUT:
+        if (!parse_double(optarg, &cfg->cache_remote_timeout_s) || cfg->cache_remote_timeout_s < 0.001 ||
+            cfg->cache_remote_timeout_s > 3600) goto bad;
+        break;
+      case O_REMOTE_WAIT:
+        if (!parse_double(optarg, &cfg->cache_remote_wait_s) || cfg->cache_remote_wait_s > 86400) goto bad;
+        break;
       case O_METRICS:
         if (strncmp(optarg, "tcp:", 4) != 0) goto bad;
         metrics_spec = optarg;

@@ -85,6 +85,10 @@ typedef struct kiln_config {
   bool allow_prebuilt_cpu;     /* --allow-prebuilt-cpu */
   uint32_t socket_mode;        /* --socket-mode of unix: listeners; -1: the umask's (0660 with a group) */
   uint32_t socket_gid;         /* --socket-group; (uint32_t)-1: kilnd's own */
+  /* The fleet (server/fleet/): the shared artifact tier on Redis ("" = none). */
+  char cache_remote[512], cache_remote_auth[512], fleet_secret_file[512];
+  uint64_t cache_remote_max_bytes; /* 0: 64 MiB */
+  double cache_remote_timeout_s, cache_remote_wait_s; /* 0: 2 s and 60 s */
 } kiln_config_t;
 
 /* --- listeners (listener.c) --------------------------------------------------------------- */

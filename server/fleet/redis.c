@@ -1,0 +1,515 @@
+/* One connection to Redis on the loop: connect, AUTH, SELECT, deadlines, reconnects, bounds
+ * (redis.h says what and why). hiredis 0.14 has no command timeouts, no connect timeout
+ * and no bound on a reply's size, and resolves host names with a blocking getaddrinfo, so
+ * this file adds each of them around it: names are resolved with uv_getaddrinfo (the thread
+ * pool) and hiredis is handed an address; one timer watches the oldest command's deadline
+ * (replies come in order, so a late oldest one means Redis stopped answering); a check
+ * handle after every poll phase drops a connection whose unparsed input passed the bound. */
+#include "server/fleet/redis.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <hiredis/adapters/libuv.h>
+#include <hiredis/async.h>
+
+#include "base/log.h"
+#include "base/util.h"
+
+#define MAX_ARRAY 4096 /* elements of one reply array: no command of ours gets more */
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+
+typedef enum { ST_DOWN, ST_RESOLVING, ST_CONNECTING, ST_UP } state_t;
+
+typedef struct op {
+  struct op *prev, *next;
+  kiln_redis_t *r;
+  kiln_redis_cb cb; /* NULL: a handshake command (AUTH, SELECT, PING) */
+  void *arg;
+  uint64_t deadline_ns;
+  int step; /* handshake: 1 AUTH, 2 SELECT, 3 PING */
+} op_t;
+
+struct kiln_redis {
+  uv_loop_t *loop;
+  char what[32];
+  char url[600]; /* without secrets */
+  char host[512];
+  int port, db;
+  bool is_unix;
+  char user[256], pass[512];
+  bool have_auth, have_user;
+  uint32_t timeout_ms;
+  uint64_t max_reply;
+  state_t state;
+  redisAsyncContext *ac;
+  uint64_t connect_deadline_ns;
+  uv_timer_t tick;  /* deadlines, while anything is pending */
+  uv_timer_t retry; /* the next connect attempt */
+  uv_check_t check; /* the bound on buffered reply bytes */
+  uv_getaddrinfo_t gai;
+  bool gai_busy;
+  bool destroying;
+  uint32_t backoff_ms;
+  bool logged_down; /* the current outage has been logged */
+  op_t *head, *tail;
+  redisReplyObjectFunctions fns;
+  void *(*create_array)(const redisReadTask *, int);
+  kiln_redis_stats_t st;
+  int handles_open;
+};
+
+static void connect_now(kiln_redis_t *r);
+
+/* --- configuration ------------------------------------------------------------------------ */
+
+kiln_status_t kiln_redis_url_parse(const char *url, char *host, size_t host_cap, int *port, int *db,
+                                   bool *is_unix) {
+  *db = 0;
+  *port = 0;
+  if (strncmp(url, "unix:", 5) == 0) {
+    const char *p = url + 5, *q = strchr(p, '?');
+    size_t n = q ? (size_t)(q - p) : strlen(p);
+    if (n == 0 || n >= host_cap || n >= 108)
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "'%s': unix:PATH wants a path of 1..107 bytes", url);
+    memcpy(host, p, n);
+    host[n] = 0;
+    if (q) {
+      char *end;
+      if (strncmp(q, "?db=", 4) != 0) goto bad;
+      errno = 0;
+      long v = strtol(q + 4, &end, 10);
+      if (errno || end == q + 4 || *end || v < 0 || v > 1000000) goto bad;
+      *db = (int)v;
+    }
+    *is_unix = true;
+    return KILN_OK;
+  }
+  if (strncmp(url, "redis://", 8) != 0) goto bad;
+  const char *h = url + 8;
+  if (strchr(h, '@'))
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "'%s': no credentials in the URL (they would show in ps and logs); "
+                       "put them in --cache-remote-auth-file", "redis://...@...");
+  const char *colon, *hend;
+  if (h[0] == '[') { /* [IPv6]:port */
+    hend = strchr(h, ']');
+    if (!hend) goto bad;
+    colon = hend[1] == ':' ? hend + 1 : NULL;
+    h++;
+  } else {
+    hend = h + strcspn(h, ":/");
+    colon = *hend == ':' ? hend : NULL;
+  }
+  size_t hn = (size_t)(hend - h);
+  if (hn == 0 || hn >= host_cap) goto bad;
+  memcpy(host, h, hn);
+  host[hn] = 0;
+  const char *rest = hend + (h[-1] == '[' ? 1 : 0);
+  *port = 6379;
+  if (colon) {
+    char *end;
+    errno = 0;
+    long v = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || v < 1 || v > 65535) goto bad;
+    *port = (int)v;
+    rest = end;
+  }
+  if (*rest == '/' && rest[1]) {
+    char *end;
+    errno = 0;
+    long v = strtol(rest + 1, &end, 10);
+    if (errno || end == rest + 1 || *end || v < 0 || v > 1000000) goto bad;
+    *db = (int)v;
+  } else if (*rest && strcmp(rest, "/") != 0) {
+    goto bad;
+  }
+  *is_unix = false;
+  return KILN_OK;
+bad:
+  return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                     "'%s' is not redis://HOST[:PORT][/DB] or unix:PATH[?db=N]", url);
+}
+
+/* The AUTH file: one line, PASSWORD or USER PASSWORD; private to kilnd's user. */
+static kiln_status_t read_auth(kiln_redis_t *r, const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return KILN_STATUS(errno == ENOENT ? KILN_E_NOT_FOUND : KILN_E_PERMISSION, "%s: %s", path,
+                       strerror(errno));
+  struct stat sb;
+  char buf[800];
+  ssize_t n = -1;
+  kiln_status_t st = KILN_OK;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    st = KILN_STATUS(KILN_E_PERMISSION, "%s is not a regular file", path);
+  else if (sb.st_mode & 077)
+    st = KILN_STATUS(KILN_E_PERMISSION, "%s holds a Redis password and must not be readable by "
+                     "group or others (chmod 600)", path);
+  else if ((n = read(fd, buf, sizeof(buf) - 1)) < 0 || (size_t)n >= sizeof(buf) - 1)
+    st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: one line of at most %zu bytes", path, sizeof(buf) - 2);
+  close(fd);
+  if (st) return st;
+  buf[n] = 0;
+  buf[strcspn(buf, "\r\n")] = 0;
+  char *sp = strchr(buf, ' ');
+  if (sp) {
+    *sp = 0;
+    if (strlen(buf) >= sizeof(r->user) || strchr(sp + 1, ' '))
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: PASSWORD or USER PASSWORD on one line", path);
+    snprintf(r->user, sizeof(r->user), "%.255s", buf);
+    snprintf(r->pass, sizeof(r->pass), "%.511s", sp + 1);
+    r->have_user = true;
+  } else {
+    snprintf(r->pass, sizeof(r->pass), "%.511s", buf);
+  }
+  if (!r->pass[0]) return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s holds no password", path);
+  r->have_auth = true;
+  explicit_bzero(buf, sizeof(buf));
+  return KILN_OK;
+}
+
+/* --- the operations list ------------------------------------------------------------------ */
+
+static void op_link(kiln_redis_t *r, op_t *o) {
+  o->prev = r->tail;
+  o->next = NULL;
+  if (r->tail) r->tail->next = o;
+  else r->head = o;
+  r->tail = o;
+}
+
+static void op_unlink(kiln_redis_t *r, op_t *o) {
+  if (o->prev) o->prev->next = o->next;
+  else r->head = o->next;
+  if (o->next) o->next->prev = o->prev;
+  else r->tail = o->prev;
+}
+
+/* --- connection state --------------------------------------------------------------------- */
+
+static void on_retry(uv_timer_t *t) { connect_now(t->data); }
+
+static void schedule_retry(kiln_redis_t *r) {
+  if (r->destroying) return;
+  r->state = ST_DOWN;
+  r->st.up = false;
+  uv_timer_start(&r->retry, on_retry, r->backoff_ms, 0);
+  r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+}
+
+static void went_down(kiln_redis_t *r, const char *why) {
+  bool was_up = r->state == ST_UP;
+  if (was_up) r->st.disconnects++;
+  if (was_up || !r->logged_down) {
+    char q[300];
+    KILN_LOG_WARN("redis_down", "what=%s url=%s reason=%s action=%s", r->what, r->url,
+                  kiln_log_quote(q, sizeof(q), why),
+                  was_up ? "local_only_until_back" : "local_only_retrying");
+    r->logged_down = true;
+  }
+}
+
+/* Ends the connection this side (a deadline passed, a reply too large, AUTH refused): every
+ * pending command fails (hiredis calls them with NULL) and a new attempt is scheduled. */
+static void drop(kiln_redis_t *r, const char *why) {
+  redisAsyncContext *ac = r->ac;
+  went_down(r, why);
+  r->ac = NULL;
+  schedule_retry(r);
+  if (ac) redisAsyncFree(ac);
+}
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
+  op_t *o = privdata;
+  kiln_redis_t *r = o->r;
+  op_unlink(r, o);
+  redisReply *rep = reply;
+  if (rep && rep->type == REDIS_REPLY_ERROR) r->st.errors++;
+  if (r->destroying) {
+    free(o);
+    return;
+  }
+  if (o->cb) {
+    o->cb(o->arg, rep);
+    free(o);
+    return;
+  }
+  /* The handshake: AUTH, SELECT, then PING; the PING's PONG means up. */
+  int step = o->step;
+  free(o);
+  if (!rep || ac != r->ac) return; /* this connection is already gone */
+  if (rep->type == REDIS_REPLY_ERROR) {
+    char why[300];
+    snprintf(why, sizeof(why), "%s refused: %.*s", step == 1 ? "AUTH" : step == 2 ? "SELECT" : "PING",
+             (int)(rep->len > 200 ? 200 : rep->len), rep->str);
+    if (step == 1) {
+      r->st.auth_failures++;
+      r->backoff_ms = BACKOFF_MAX_MS; /* a wrong password does not get right by retrying fast */
+    }
+    drop(r, why);
+    return;
+  }
+  if (step == 3) {
+    r->state = ST_UP;
+    r->st.up = true;
+    r->st.connects++;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    KILN_LOG_INFO("redis_up", "what=%s url=%s", r->what, r->url);
+    r->logged_down = false;
+  }
+}
+
+static void on_connect(const redisAsyncContext *ac, int status) {
+  kiln_redis_t *r = ac->data;
+  if (r->ac != ac || status == REDIS_OK) return;
+  /* hiredis frees the context after this callback */
+  r->ac = NULL;
+  went_down(r, ac->errstr[0] ? ac->errstr : "connect failed");
+  schedule_retry(r);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status) {
+  kiln_redis_t *r = ac->data;
+  if (r->ac != ac) return; /* we dropped it ourselves */
+  r->ac = NULL;
+  went_down(r, status == REDIS_OK ? "closed" : ac->errstr[0] ? ac->errstr : "connection lost");
+  schedule_retry(r);
+}
+
+/* hiredis's own array constructor (its reader table is static in hiredis.c): ours refuses
+ * more than MAX_ARRAY elements before anything is allocated, and the reader then fails the
+ * connection ("out of memory"), which is dropped like any other. */
+static void *(*default_array)(const redisReadTask *, int);
+
+static void *create_array(const redisReadTask *task, int elements) {
+  if (elements < 0 || elements > MAX_ARRAY) return NULL;
+  return default_array(task, elements);
+}
+
+static bool queue_handshake(kiln_redis_t *r, int step, int argc, const char **argv) {
+  op_t *o = calloc(1, sizeof(*o));
+  if (!o) return false;
+  o->r = r;
+  o->step = step;
+  o->deadline_ns = r->connect_deadline_ns;
+  op_link(r, o);
+  if (redisAsyncCommandArgv(r->ac, on_reply, o, argc, argv, NULL) != REDIS_OK) {
+    op_unlink(r, o);
+    free(o);
+    return false;
+  }
+  return true;
+}
+
+static void start_tick(kiln_redis_t *r);
+
+static void connect_to(kiln_redis_t *r, const char *addr) {
+  redisAsyncContext *ac = r->is_unix ? redisAsyncConnectUnix(r->host) : redisAsyncConnect(addr, r->port);
+  if (!ac || ac->err) {
+    went_down(r, ac ? ac->errstr : "out of memory");
+    if (ac) redisAsyncFree(ac);
+    schedule_retry(r);
+    return;
+  }
+  ac->data = r;
+  if (redisLibuvAttach(ac, r->loop) != REDIS_OK) {
+    redisAsyncFree(ac);
+    went_down(r, "attaching to the loop failed");
+    schedule_retry(r);
+    return;
+  }
+  /* Bound arrays in replies: the reader's table is hiredis's default one, shared. */
+  if (!default_array) default_array = ac->c.reader->fn->createArray;
+  r->fns = *ac->c.reader->fn;
+  r->fns.createArray = create_array;
+  ac->c.reader->fn = &r->fns;
+  redisAsyncSetConnectCallback(ac, on_connect);
+  redisAsyncSetDisconnectCallback(ac, on_disconnect);
+  r->ac = ac;
+  r->state = ST_CONNECTING;
+  r->connect_deadline_ns = kiln_now_ns() + (uint64_t)r->timeout_ms * 1000000ull;
+  bool ok = true;
+  if (r->have_auth) {
+    const char *a3[] = {"AUTH", r->user, r->pass};
+    const char *a2[] = {"AUTH", r->pass};
+    ok = r->have_user ? queue_handshake(r, 1, 3, a3) : queue_handshake(r, 1, 2, a2);
+  }
+  char dbs[16];
+  snprintf(dbs, sizeof(dbs), "%d", r->db);
+  const char *sel[] = {"SELECT", dbs};
+  if (ok && r->db) ok = queue_handshake(r, 2, 2, sel);
+  const char *ping[] = {"PING"};
+  if (ok) ok = queue_handshake(r, 3, 1, ping);
+  if (!ok) {
+    drop(r, "out of memory");
+    return;
+  }
+  start_tick(r);
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
+  kiln_redis_t *r = req->data;
+  r->gai_busy = false;
+  if (r->destroying) {
+    uv_freeaddrinfo(res);
+    if (r->handles_open == 0) free(r);
+    return;
+  }
+  char addr[INET6_ADDRSTRLEN] = "";
+  for (struct addrinfo *a = status == 0 ? res : NULL; a && !addr[0]; a = a->ai_next) {
+    if (a->ai_family == AF_INET)
+      inet_ntop(AF_INET, &((struct sockaddr_in *)a->ai_addr)->sin_addr, addr, sizeof(addr));
+    else if (a->ai_family == AF_INET6)
+      inet_ntop(AF_INET6, &((struct sockaddr_in6 *)a->ai_addr)->sin6_addr, addr, sizeof(addr));
+  }
+  uv_freeaddrinfo(res);
+  if (!addr[0]) {
+    char why[300];
+    snprintf(why, sizeof(why), "cannot resolve %.200s: %s", r->host, status ? uv_strerror(status) : "no address");
+    went_down(r, why);
+    schedule_retry(r);
+    return;
+  }
+  connect_to(r, addr);
+}
+
+static void connect_now(kiln_redis_t *r) {
+  if (r->destroying || r->ac || r->gai_busy) return;
+  if (r->is_unix) {
+    connect_to(r, NULL);
+    return;
+  }
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+  r->state = ST_RESOLVING;
+  r->gai.data = r;
+  if (uv_getaddrinfo(r->loop, &r->gai, on_resolved, r->host, NULL, &hints) != 0) {
+    went_down(r, "uv_getaddrinfo failed");
+    schedule_retry(r);
+    return;
+  }
+  r->gai_busy = true;
+}
+
+/* --- deadlines and bounds ----------------------------------------------------------------- */
+
+static void on_tick(uv_timer_t *t) {
+  kiln_redis_t *r = t->data;
+  uint64_t now = kiln_now_ns();
+  if (r->ac && r->state == ST_CONNECTING && now > r->connect_deadline_ns) {
+    r->st.timeouts++;
+    drop(r, "connect or handshake timed out");
+  } else if (r->ac && r->head && now > r->head->deadline_ns) {
+    r->st.timeouts++;
+    drop(r, "a command timed out");
+  }
+  if (!r->ac || !r->head) uv_timer_stop(&r->tick);
+}
+
+static void start_tick(kiln_redis_t *r) {
+  if (uv_is_active((uv_handle_t *)&r->tick)) return;
+  uint64_t every = r->timeout_ms / 4 ? r->timeout_ms / 4 : 1;
+  uv_timer_start(&r->tick, on_tick, every, every);
+}
+
+static void on_check(uv_check_t *h) {
+  kiln_redis_t *r = h->data;
+  if (r->ac && r->ac->c.reader && r->ac->c.reader->len > r->max_reply) {
+    char why[120];
+    snprintf(why, sizeof(why), "a reply passed %llu bytes", (unsigned long long)r->max_reply);
+    r->st.errors++;
+    drop(r, why);
+  }
+}
+
+/* --- public ------------------------------------------------------------------------------- */
+
+kiln_status_t kiln_redis_create(uv_loop_t *loop, const kiln_redis_config_t *cfg, kiln_redis_t **out) {
+  kiln_redis_t *r = calloc(1, sizeof(*r));
+  if (!r) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  kiln_status_t st = kiln_redis_url_parse(cfg->url, r->host, sizeof(r->host), &r->port, &r->db, &r->is_unix);
+  if (!st && cfg->auth_file && cfg->auth_file[0]) st = read_auth(r, cfg->auth_file);
+  if (st) {
+    explicit_bzero(r, sizeof(*r));
+    free(r);
+    return st;
+  }
+  r->loop = loop;
+  snprintf(r->what, sizeof(r->what), "%s", cfg->what ? cfg->what : "redis");
+  snprintf(r->url, sizeof(r->url), "%s", cfg->url);
+  r->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : 2000;
+  r->max_reply = cfg->max_reply ? cfg->max_reply : (65ull << 20);
+  r->backoff_ms = BACKOFF_MIN_MS;
+  uv_timer_init(loop, &r->tick);
+  uv_timer_init(loop, &r->retry);
+  uv_check_init(loop, &r->check);
+  r->tick.data = r->retry.data = r->check.data = r;
+  uv_check_start(&r->check, on_check);
+  /* None of these keeps the loop alive: kilnd's drain ends the loop by closing handles. */
+  uv_unref((uv_handle_t *)&r->check);
+  uv_unref((uv_handle_t *)&r->retry);
+  uv_unref((uv_handle_t *)&r->tick);
+  connect_now(r);
+  *out = r;
+  return KILN_OK;
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  kiln_redis_t *r = h->data;
+  if (--r->handles_open == 0) {
+    if (r->gai_busy) return; /* on_resolved frees */
+    explicit_bzero(r->pass, sizeof(r->pass));
+    free(r);
+  }
+}
+
+void kiln_redis_destroy(kiln_redis_t *r) {
+  if (!r) return;
+  r->destroying = true;
+  if (r->ac) {
+    redisAsyncContext *ac = r->ac;
+    r->ac = NULL;
+    redisAsyncFree(ac); /* pending callbacks run with NULL and see `destroying` */
+  }
+  if (r->gai_busy) uv_cancel((uv_req_t *)&r->gai);
+  r->handles_open = 3;
+  uv_close((uv_handle_t *)&r->tick, on_handle_closed);
+  uv_close((uv_handle_t *)&r->retry, on_handle_closed);
+  uv_close((uv_handle_t *)&r->check, on_handle_closed);
+}
+
+bool kiln_redis_up(const kiln_redis_t *r) { return r && r->state == ST_UP && r->ac; }
+
+bool kiln_redis_command(kiln_redis_t *r, kiln_redis_cb cb, void *arg, int argc, const char **argv,
+                        const size_t *lens) {
+  if (!kiln_redis_up(r)) return false;
+  op_t *o = calloc(1, sizeof(*o));
+  if (!o) return false;
+  o->r = r;
+  o->cb = cb;
+  o->arg = arg;
+  o->deadline_ns = kiln_now_ns() + (uint64_t)r->timeout_ms * 1000000ull;
+  op_link(r, o);
+  if (redisAsyncCommandArgv(r->ac, on_reply, o, argc, argv, lens) != REDIS_OK) {
+    op_unlink(r, o);
+    free(o);
+    return false;
+  }
+  start_tick(r);
+  return true;
+}
+
+void kiln_redis_stats(const kiln_redis_t *r, kiln_redis_stats_t *out) {
+  *out = r->st;
+  out->up = kiln_redis_up(r);
+}
+
+const char *kiln_redis_url(const kiln_redis_t *r) { return r->url; }

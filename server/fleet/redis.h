@@ -1,0 +1,70 @@
+/* One connection to Redis on kilnd's loop (hiredis's async API and its libuv adapter),
+ * made to survive Redis: it reconnects with backoff when Redis goes away or restarts, every
+ * command has a deadline (a Redis that stops answering is dropped, its commands fail and the
+ * connection is made again), and replies are bounded (a reply buffer past max_reply bytes or
+ * an array past 4096 elements drops the connection), so a hostile or broken Redis costs the
+ * caller a failed command and nothing else.
+ *
+ * Commands are accepted only while the connection is up (connected, AUTH and SELECT done);
+ * otherwise kiln_redis_command returns false at once and the caller carries on without Redis.
+ *
+ * Threads: everything here runs on the loop thread that created the connection. */
+#ifndef KILN_FLEET_REDIS_H
+#define KILN_FLEET_REDIS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include <hiredis/hiredis.h>
+
+#include "base/status.h"
+
+typedef struct kiln_redis kiln_redis_t;
+
+typedef struct kiln_redis_config {
+  const char *url;        /* redis://HOST:PORT[/DB] or unix:PATH[?db=N] */
+  const char *auth_file;  /* NULL, or a file of one line: PASSWORD or USER PASSWORD */
+  const char *what;       /* the name in log lines: "cache_remote", "fleet" */
+  uint32_t timeout_ms;    /* a command's deadline and the connect deadline (0: 2000) */
+  uint64_t max_reply;     /* the largest reply buffered (0: 64 MiB + 1 MiB) */
+} kiln_redis_config_t;
+
+typedef struct kiln_redis_stats {
+  bool up;
+  uint64_t connects, disconnects, errors, timeouts, auth_failures;
+} kiln_redis_stats_t;
+
+/* The reply of a command, or NULL when it failed (Redis down, dropped, timed out, or the
+ * connection closed). The reply is borrowed: valid only during the callback. */
+typedef void (*kiln_redis_cb)(void *arg, const redisReply *reply);
+
+/* Parses the URL and reads the AUTH file (it must be a regular file nobody but kilnd's user
+ * can read), then starts connecting in the background: E_INVALID_ARGUMENT for a URL that
+ * does not parse, E_PERMISSION/E_NOT_FOUND for the AUTH file; Redis being down is no error. */
+KILN_MUST_USE kiln_status_t kiln_redis_create(uv_loop_t *loop, const kiln_redis_config_t *cfg,
+                                              kiln_redis_t **out);
+
+/* Closes the connection and frees it. Callbacks of commands still pending are NOT called
+ * (kilnd is exiting); their args belong to the caller. */
+void kiln_redis_destroy(kiln_redis_t *r);
+
+bool kiln_redis_up(const kiln_redis_t *r);
+
+/* Sends a command (argv with lengths, binary-safe). false when the connection is not up or
+ * the command could not be queued: cb is then never called. Otherwise cb is called exactly
+ * once, from the loop, never inside this call. */
+bool kiln_redis_command(kiln_redis_t *r, kiln_redis_cb cb, void *arg, int argc, const char **argv,
+                        const size_t *lens);
+
+void kiln_redis_stats(const kiln_redis_t *r, kiln_redis_stats_t *out);
+
+/* The URL with no secret in it (for logs and metrics). */
+const char *kiln_redis_url(const kiln_redis_t *r);
+
+/* Parses a URL alone (tests, option checks): host (or path for unix:), port and db. */
+KILN_MUST_USE kiln_status_t kiln_redis_url_parse(const char *url, char *host, size_t host_cap,
+                                                 int *port, int *db, bool *is_unix);
+
+#endif

@@ -1,0 +1,517 @@
+/* The remote artifact tier (remote.h): entries sealed with HMAC-SHA256, look-ups with a
+ * cross-host build lock, puts that never wait.
+ *
+ * Entry under "kiln:art:<64 hex>", little-endian:
+ *   0  8  magic "KILNRMT1"
+ *   8  8  payload length
+ *  16 32  build key
+ *  48 32  HMAC-SHA256(fleet secret, bytes 0..47 || payload)
+ *  80  n  payload (the encoded artifact)
+ * Lock under "kiln:lock:<64 hex>": a random token of the holder, with a TTL. */
+#include "server/fleet/remote.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <sodium.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "protocol/rpc.h"
+
+#define ART_PREFIX "kiln:art:"
+#define LOCK_PREFIX "kiln:lock:"
+#define SECRET_MAX 4096
+
+/* Compare-and-delete: a holder whose lock expired and was taken by another host must not
+ * delete the other host's lock. */
+static const char release_script[] =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
+    "else return 0 end";
+
+typedef struct lookup {
+  struct lookup *prev, *next;
+  kiln_remote_t *rc;
+  uint8_t key[KILN_REMOTE_KEY_BYTES];
+  kiln_remote_get_cb cb;
+  void *arg;
+  uint64_t wait_deadline_ns;
+  bool waited;   /* found the lock held at least once */
+  bool in_redis; /* a command of ours is pending */
+  uv_timer_t poll;
+} lookup_t;
+
+typedef struct held {
+  struct held *prev, *next;
+  uint8_t key[KILN_REMOTE_KEY_BYTES];
+} held_t;
+
+struct kiln_remote {
+  uv_loop_t *loop;
+  kiln_redis_t *redis;
+  uint8_t secret[SECRET_MAX];
+  size_t secret_len;
+  uint64_t max_bytes;
+  uint32_t lock_ttl_ms, wait_ms, poll_ms;
+  char token[33]; /* this kilnd's lock value */
+  lookup_t *lookups;
+  held_t *held;
+  uv_timer_t renew;
+  kiln_remote_stats_t st;
+};
+
+/* --- the entry ---------------------------------------------------------------------------- */
+
+static void put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* HMAC-SHA256 through OpenSSL 3's EVP_MAC (the HMAC_CTX calls are deprecated). */
+static void mac(const uint8_t *secret, size_t secret_len, const uint8_t *head, const uint8_t *payload,
+                size_t len, uint8_t out[32]) {
+  static EVP_MAC *hmac; /* fetched once; the loop thread is the only caller */
+  if (!hmac) hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
+  EVP_MAC_CTX *c = hmac ? EVP_MAC_CTX_new(hmac) : NULL;
+  size_t n = 0;
+  if (!c || !EVP_MAC_init(c, secret, secret_len, params) || !EVP_MAC_update(c, head, 48) ||
+      !EVP_MAC_update(c, payload, len) || !EVP_MAC_final(c, out, &n, 32) || n != 32)
+    memset(out, 0, 32); /* no real MAC is all zeros... and a forger cannot know: refused */
+  EVP_MAC_CTX_free(c);
+}
+
+void kiln_remote_seal(const uint8_t *secret, size_t secret_len, const uint8_t key[KILN_REMOTE_KEY_BYTES],
+                      const uint8_t *bytes, size_t len, uint8_t *out) {
+  memcpy(out, "KILNRMT1", 8);
+  put_u64(out + 8, len);
+  memcpy(out + 16, key, KILN_REMOTE_KEY_BYTES);
+  memcpy(out + KILN_REMOTE_HEADER_BYTES, bytes, len);
+  mac(secret, secret_len, out, out + KILN_REMOTE_HEADER_BYTES, len, out + 48);
+}
+
+const uint8_t *kiln_remote_open(const uint8_t *secret, size_t secret_len,
+                                const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *e,
+                                size_t n, uint64_t max_bytes, size_t *out_len, const char **why) {
+  if (n < KILN_REMOTE_HEADER_BYTES) {
+    *why = "shorter than its header";
+    return NULL;
+  }
+  if (memcmp(e, "KILNRMT1", 8) != 0) {
+    *why = "not a kiln entry (magic)";
+    return NULL;
+  }
+  uint64_t len = get_u64(e + 8);
+  if (len == 0 || len > max_bytes || len != n - KILN_REMOTE_HEADER_BYTES) {
+    *why = "its length is wrong or over the bound";
+    return NULL;
+  }
+  if (memcmp(e + 16, key, KILN_REMOTE_KEY_BYTES) != 0) {
+    *why = "it names another key";
+    return NULL;
+  }
+  uint8_t m[32];
+  mac(secret, secret_len, e, e + KILN_REMOTE_HEADER_BYTES, (size_t)len, m);
+  if (CRYPTO_memcmp(m, e + 48, 32) != 0) {
+    *why = "its MAC does not match (forged, corrupt, or another fleet secret)";
+    return NULL;
+  }
+  *out_len = (size_t)len;
+  return e + KILN_REMOTE_HEADER_BYTES;
+}
+
+static void key_name(const char *prefix, const uint8_t key[KILN_REMOTE_KEY_BYTES], char *out) {
+  size_t p = strlen(prefix);
+  memcpy(out, prefix, p);
+  kiln_hex(key, KILN_REMOTE_KEY_BYTES, out + p);
+}
+
+/* --- the secret --------------------------------------------------------------------------- */
+
+static kiln_status_t read_secret(kiln_remote_t *rc, const char *path) {
+  if (!path || !path[0])
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "--cache-remote needs --fleet-secret-file: entries are MACed with the fleet "
+                       "secret (at least 32 random bytes, the same file on every host)");
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return KILN_STATUS(errno == ENOENT ? KILN_E_NOT_FOUND : KILN_E_PERMISSION, "%s: %s", path,
+                       strerror(errno));
+  struct stat sb;
+  kiln_status_t st = KILN_OK;
+  ssize_t n = 0;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    st = KILN_STATUS(KILN_E_PERMISSION, "%s is not a regular file", path);
+  else if (sb.st_mode & 077)
+    st = KILN_STATUS(KILN_E_PERMISSION, "the fleet secret %s must not be readable by group or "
+                     "others (chmod 600)", path);
+  else if ((n = read(fd, rc->secret, SECRET_MAX)) < 32 || sb.st_size > SECRET_MAX)
+    st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "the fleet secret %s must hold 32 to %d bytes "
+                     "(head -c 32 /dev/urandom > %s)", path, SECRET_MAX, path);
+  close(fd);
+  if (st) return st;
+  rc->secret_len = (size_t)n;
+  return KILN_OK;
+}
+
+/* --- look-ups ----------------------------------------------------------------------------- */
+
+static void send_get(lookup_t *l);
+static void send_lock(lookup_t *l);
+
+static void lookup_closed(uv_handle_t *h) { free(h->data); }
+
+static void lookup_end(lookup_t *l, const uint8_t *bytes, size_t len) {
+  kiln_remote_t *rc = l->rc;
+  if (l->prev) l->prev->next = l->next;
+  else rc->lookups = l->next;
+  if (l->next) l->next->prev = l->prev;
+  if (bytes) {
+    rc->st.hits++;
+    rc->st.bytes_read += len;
+    if (l->waited) rc->st.wait_hits++;
+  } else {
+    rc->st.misses++;
+  }
+  l->cb(l->arg, bytes, len);
+  uv_close((uv_handle_t *)&l->poll, lookup_closed);
+}
+
+static void ignore_reply(void *arg, const redisReply *reply) { (void)arg, (void)reply; }
+
+static void drop_entry(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES], const char *why) {
+  char name[sizeof(ART_PREFIX) + 64];
+  key_name(ART_PREFIX, key, name);
+  rc->st.corrupt++;
+  KILN_LOG_WARN("cache_remote_corrupt", "key=%.16s reason=\"%s\" action=deleted_and_rebuilt",
+                name + strlen(ART_PREFIX), why);
+  const char *argv[] = {"DEL", name};
+  (void)kiln_redis_command(rc->redis, ignore_reply, NULL, 2, argv, NULL);
+}
+
+static void on_get(void *arg, const redisReply *r) {
+  lookup_t *l = arg;
+  kiln_remote_t *rc = l->rc;
+  l->in_redis = false;
+  if (!r) { /* Redis went away: build it here */
+    lookup_end(l, NULL, 0);
+    return;
+  }
+  if (r->type == REDIS_REPLY_STRING && r->len > 0) {
+    const char *why = NULL;
+    size_t len = 0;
+    const uint8_t *p = kiln_remote_open(rc->secret, rc->secret_len, l->key, (const uint8_t *)r->str,
+                                        r->len, rc->max_bytes, &len, &why);
+    if (p) {
+      lookup_end(l, p, len);
+      return;
+    }
+    drop_entry(rc, l->key, why);
+  } else if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL) {
+    drop_entry(rc, l->key, r->type == REDIS_REPLY_ERROR ? "Redis answered an error (a key of another type?)"
+                                                       : "Redis answered a value of another type");
+  }
+  send_lock(l);
+}
+
+static void on_poll(uv_timer_t *t) { send_get(t->data); }
+
+static void on_lock(void *arg, const redisReply *r) {
+  lookup_t *l = arg;
+  kiln_remote_t *rc = l->rc;
+  l->in_redis = false;
+  if (r && r->type == REDIS_REPLY_STATUS && r->len == 2 && memcmp(r->str, "OK", 2) == 0) {
+    held_t *h = calloc(1, sizeof(*h));
+    if (h) { /* without it the lock just expires */
+      memcpy(h->key, l->key, KILN_REMOTE_KEY_BYTES);
+      h->next = rc->held;
+      if (rc->held) rc->held->prev = h;
+      rc->held = h;
+    }
+    lookup_end(l, NULL, 0);
+    return;
+  }
+  if (!r || r->type != REDIS_REPLY_NIL) { /* down, or an answer SET NX cannot give */
+    lookup_end(l, NULL, 0);
+    return;
+  }
+  /* Another host builds it: wait for its entry, within bounds. */
+  uint64_t now = kiln_now_ns();
+  if (!l->waited) {
+    l->waited = true;
+    rc->st.lock_waits++;
+    l->wait_deadline_ns = now + (uint64_t)rc->wait_ms * 1000000ull;
+  } else if (now >= l->wait_deadline_ns) {
+    rc->st.wait_timeouts++;
+    KILN_LOG_WARN("cache_remote_wait_timeout", "wait_ms=%u action=compile_here", rc->wait_ms);
+    lookup_end(l, NULL, 0);
+    return;
+  }
+  uv_timer_start(&l->poll, on_poll, rc->poll_ms, 0);
+}
+
+static void send_get(lookup_t *l) {
+  kiln_remote_t *rc = l->rc;
+  char name[sizeof(ART_PREFIX) + 64], last[24];
+  key_name(ART_PREFIX, l->key, name);
+  /* GETRANGE bounds what even a well-behaved Redis sends for an oversized value. */
+  snprintf(last, sizeof(last), "%llu", (unsigned long long)(rc->max_bytes + KILN_REMOTE_HEADER_BYTES));
+  const char *argv[] = {"GETRANGE", name, "0", last};
+  l->in_redis = kiln_redis_command(rc->redis, on_get, l, 4, argv, NULL);
+  if (!l->in_redis) lookup_end(l, NULL, 0);
+}
+
+static void send_lock(lookup_t *l) {
+  kiln_remote_t *rc = l->rc;
+  char name[sizeof(LOCK_PREFIX) + 64], ttl[16];
+  key_name(LOCK_PREFIX, l->key, name);
+  snprintf(ttl, sizeof(ttl), "%u", rc->lock_ttl_ms);
+  const char *argv[] = {"SET", name, rc->token, "NX", "PX", ttl};
+  l->in_redis = kiln_redis_command(rc->redis, on_lock, l, 6, argv, NULL);
+  if (!l->in_redis) lookup_end(l, NULL, 0);
+}
+
+bool kiln_remote_get(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES], kiln_remote_get_cb cb,
+                     void *arg) {
+  if (!kiln_redis_up(rc->redis)) {
+    rc->st.skipped++;
+    return false;
+  }
+  lookup_t *l = calloc(1, sizeof(*l));
+  if (!l) return false;
+  l->rc = rc;
+  memcpy(l->key, key, KILN_REMOTE_KEY_BYTES);
+  l->cb = cb;
+  l->arg = arg;
+  char name[sizeof(ART_PREFIX) + 64], last[24];
+  key_name(ART_PREFIX, key, name);
+  snprintf(last, sizeof(last), "%llu", (unsigned long long)(rc->max_bytes + KILN_REMOTE_HEADER_BYTES));
+  const char *argv[] = {"GETRANGE", name, "0", last};
+  if (!kiln_redis_command(rc->redis, on_get, l, 4, argv, NULL)) {
+    free(l);
+    rc->st.skipped++;
+    return false;
+  }
+  l->in_redis = true;
+  uv_timer_init(rc->loop, &l->poll);
+  l->poll.data = l;
+  l->next = rc->lookups;
+  if (rc->lookups) rc->lookups->prev = l;
+  rc->lookups = l;
+  return true;
+}
+
+/* --- puts and locks ----------------------------------------------------------------------- */
+
+static bool release(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES]) {
+  held_t *h = rc->held;
+  while (h && memcmp(h->key, key, KILN_REMOTE_KEY_BYTES) != 0) h = h->next;
+  if (!h) return false;
+  if (h->prev) h->prev->next = h->next;
+  else rc->held = h->next;
+  if (h->next) h->next->prev = h->prev;
+  free(h);
+  char name[sizeof(LOCK_PREFIX) + 64];
+  key_name(LOCK_PREFIX, key, name);
+  const char *argv[] = {"EVAL", release_script, "1", name, rc->token};
+  (void)kiln_redis_command(rc->redis, ignore_reply, NULL, 5, argv, NULL);
+  return true;
+}
+
+typedef struct put_ctx {
+  kiln_remote_t *rc;
+  size_t len;
+} put_ctx_t;
+
+static void on_put(void *arg, const redisReply *r) {
+  put_ctx_t *p = arg;
+  if (r && r->type == REDIS_REPLY_STATUS) {
+    p->rc->st.puts++;
+    p->rc->st.bytes_written += p->len;
+  } else {
+    p->rc->st.put_errors++;
+  }
+  free(p);
+}
+
+void kiln_remote_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *bytes,
+                     size_t len) {
+  if (len == 0 || len > rc->max_bytes) {
+    rc->st.too_large += len > 0;
+  } else if (!kiln_redis_up(rc->redis)) {
+    rc->st.skipped++;
+  } else {
+    uint8_t *e = malloc(KILN_REMOTE_HEADER_BYTES + len);
+    put_ctx_t *p = malloc(sizeof(*p));
+    if (e && p) {
+      kiln_remote_seal(rc->secret, rc->secret_len, key, bytes, len, e);
+      char name[sizeof(ART_PREFIX) + 64];
+      key_name(ART_PREFIX, key, name);
+      const char *argv[] = {"SET", name, (const char *)e};
+      size_t lens[] = {3, strlen(name), KILN_REMOTE_HEADER_BYTES + len};
+      p->rc = rc;
+      p->len = len;
+      if (kiln_redis_command(rc->redis, on_put, p, 3, argv, lens)) p = NULL; /* hiredis copied e */
+      else rc->st.put_errors++;
+    } else {
+      rc->st.put_errors++;
+    }
+    free(e);
+    free(p);
+  }
+  release(rc, key); /* after the SET: Redis runs one connection's commands in order */
+}
+
+void kiln_remote_abandon(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES]) { release(rc, key); }
+
+static void on_renew(uv_timer_t *t) {
+  kiln_remote_t *rc = t->data;
+  char ttl[16];
+  snprintf(ttl, sizeof(ttl), "%u", rc->lock_ttl_ms);
+  for (held_t *h = rc->held; h; h = h->next) {
+    char name[sizeof(LOCK_PREFIX) + 64];
+    key_name(LOCK_PREFIX, h->key, name);
+    const char *argv[] = {"PEXPIRE", name, ttl};
+    (void)kiln_redis_command(rc->redis, ignore_reply, NULL, 3, argv, NULL);
+  }
+}
+
+/* --- lifetime ----------------------------------------------------------------------------- */
+
+kiln_status_t kiln_remote_create(uv_loop_t *loop, const kiln_remote_config_t *cfg, kiln_remote_t **out) {
+  kiln_remote_t *rc = calloc(1, sizeof(*rc));
+  if (!rc) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  kiln_status_t st = read_secret(rc, cfg->secret_file);
+  kiln_redis_config_t redis = cfg->redis;
+  uint64_t max_bytes = cfg->max_bytes ? cfg->max_bytes : KILN_REMOTE_DEFAULT_MAX_BYTES;
+  redis.max_reply = max_bytes + KILN_REMOTE_HEADER_BYTES + (1u << 20); /* one entry and slack */
+  if (!st) st = kiln_redis_create(loop, &redis, &rc->redis);
+  if (st) {
+    sodium_memzero(rc, sizeof(*rc));
+    free(rc);
+    return st;
+  }
+  rc->loop = loop;
+  rc->max_bytes = max_bytes;
+  rc->lock_ttl_ms = cfg->lock_ttl_ms ? cfg->lock_ttl_ms : 10000;
+  rc->wait_ms = cfg->wait_ms ? cfg->wait_ms : 60000;
+  rc->poll_ms = cfg->poll_ms ? cfg->poll_ms : 25;
+  uint8_t tok[16];
+  randombytes_buf(tok, sizeof(tok));
+  kiln_hex(tok, sizeof(tok), rc->token);
+  uv_timer_init(loop, &rc->renew);
+  rc->renew.data = rc;
+  uint64_t every = rc->lock_ttl_ms / 3 ? rc->lock_ttl_ms / 3 : 1;
+  uv_timer_start(&rc->renew, on_renew, every, every);
+  uv_unref((uv_handle_t *)&rc->renew);
+  *out = rc;
+  return KILN_OK;
+}
+
+static void renew_closed(uv_handle_t *h) {
+  kiln_remote_t *rc = h->data;
+  sodium_memzero(rc->secret, sizeof(rc->secret));
+  free(rc);
+}
+
+void kiln_remote_destroy(kiln_remote_t *rc) {
+  if (!rc) return;
+  kiln_redis_destroy(rc->redis); /* pending callbacks are not called */
+  rc->redis = NULL;
+  for (lookup_t *l = rc->lookups, *n; l; l = n) {
+    n = l->next;
+    uv_close((uv_handle_t *)&l->poll, lookup_closed);
+  }
+  rc->lookups = NULL;
+  for (held_t *h = rc->held, *n; h; h = n) {
+    n = h->next;
+    free(h);
+  }
+  rc->held = NULL;
+  uv_close((uv_handle_t *)&rc->renew, renew_closed);
+}
+
+void kiln_remote_stats(const kiln_remote_t *rc, kiln_remote_stats_t *out) {
+  *out = rc->st;
+  kiln_redis_stats(rc->redis, &out->redis);
+}
+
+const char *kiln_remote_url(const kiln_remote_t *rc) { return kiln_redis_url(rc->redis); }
+
+void kiln_remote_pack_stats(const kiln_remote_t *rc, msgpack_packer *pk) {
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_str(&m, "url", kiln_remote_url(rc));
+  kiln_fields_bool(&m, "up", s.redis.up);
+  kiln_fields_u64(&m, "hits", s.hits);
+  kiln_fields_u64(&m, "misses", s.misses);
+  kiln_fields_u64(&m, "skipped", s.skipped);
+  kiln_fields_u64(&m, "corrupt", s.corrupt);
+  kiln_fields_u64(&m, "bytes_read", s.bytes_read);
+  kiln_fields_u64(&m, "bytes_written", s.bytes_written);
+  kiln_fields_u64(&m, "puts", s.puts);
+  kiln_fields_u64(&m, "put_errors", s.put_errors);
+  kiln_fields_u64(&m, "too_large", s.too_large);
+  kiln_fields_u64(&m, "lock_waits", s.lock_waits);
+  kiln_fields_u64(&m, "wait_hits", s.wait_hits);
+  kiln_fields_u64(&m, "wait_timeouts", s.wait_timeouts);
+  kiln_fields_u64(&m, "errors", s.redis.errors);
+  kiln_fields_u64(&m, "timeouts", s.redis.timeouts);
+  kiln_fields_u64(&m, "connects", s.redis.connects);
+  kiln_fields_u64(&m, "disconnects", s.redis.disconnects);
+  kiln_fields_u64(&m, "auth_failures", s.redis.auth_failures);
+  kiln_fields_u64(&m, "max_bytes", rc->max_bytes);
+  kiln_fields_end(&m);
+}
+
+static void metric(FILE *f, const char *name, const char *type, const char *help) {
+  fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void kiln_remote_stats_render(const kiln_remote_stats_t *s, FILE *f) {
+  metric(f, "kiln_cache_remote_up", "gauge", "1 while the remote artifact tier (Redis) is connected.");
+  fprintf(f, "kiln_cache_remote_up %d\n", s->redis.up ? 1 : 0);
+  metric(f, "kiln_cache_remote_lookups_total", "counter",
+         "Remote tier look-ups by result: hit, miss (built here), skipped (Redis down).");
+  fprintf(f, "kiln_cache_remote_lookups_total{result=\"hit\"} %llu\n", (unsigned long long)s->hits);
+  fprintf(f, "kiln_cache_remote_lookups_total{result=\"miss\"} %llu\n", (unsigned long long)s->misses);
+  fprintf(f, "kiln_cache_remote_lookups_total{result=\"skipped\"} %llu\n", (unsigned long long)s->skipped);
+  metric(f, "kiln_cache_remote_bytes_total", "counter", "Artifact bytes read from and written to Redis.");
+  fprintf(f, "kiln_cache_remote_bytes_total{direction=\"read\"} %llu\n", (unsigned long long)s->bytes_read);
+  fprintf(f, "kiln_cache_remote_bytes_total{direction=\"written\"} %llu\n", (unsigned long long)s->bytes_written);
+  metric(f, "kiln_cache_remote_puts_total", "counter", "Builds offered to Redis by result: ok, error, too_large.");
+  fprintf(f, "kiln_cache_remote_puts_total{result=\"ok\"} %llu\n", (unsigned long long)s->puts);
+  fprintf(f, "kiln_cache_remote_puts_total{result=\"error\"} %llu\n", (unsigned long long)s->put_errors);
+  fprintf(f, "kiln_cache_remote_puts_total{result=\"too_large\"} %llu\n", (unsigned long long)s->too_large);
+  metric(f, "kiln_cache_remote_corrupt_total", "counter",
+         "Remote entries refused (MAC, size, key or type) and deleted; the build ran here.");
+  fprintf(f, "kiln_cache_remote_corrupt_total %llu\n", (unsigned long long)s->corrupt);
+  metric(f, "kiln_cache_remote_lock_waits_total", "counter",
+         "Look-ups that found another host building the key, by how the wait ended: hit, timeout, other.");
+  uint64_t other = s->lock_waits - s->wait_hits - s->wait_timeouts;
+  fprintf(f, "kiln_cache_remote_lock_waits_total{result=\"hit\"} %llu\n", (unsigned long long)s->wait_hits);
+  fprintf(f, "kiln_cache_remote_lock_waits_total{result=\"timeout\"} %llu\n", (unsigned long long)s->wait_timeouts);
+  fprintf(f, "kiln_cache_remote_lock_waits_total{result=\"other\"} %llu\n", (unsigned long long)other);
+  metric(f, "kiln_cache_remote_errors_total", "counter",
+         "Redis trouble by kind: error replies, command or connect timeouts, refused AUTH, lost connections.");
+  fprintf(f, "kiln_cache_remote_errors_total{kind=\"reply\"} %llu\n", (unsigned long long)s->redis.errors);
+  fprintf(f, "kiln_cache_remote_errors_total{kind=\"timeout\"} %llu\n", (unsigned long long)s->redis.timeouts);
+  fprintf(f, "kiln_cache_remote_errors_total{kind=\"auth\"} %llu\n", (unsigned long long)s->redis.auth_failures);
+  fprintf(f, "kiln_cache_remote_errors_total{kind=\"disconnect\"} %llu\n", (unsigned long long)s->redis.disconnects);
+}

@@ -1,0 +1,87 @@
+/* The remote artifact tier: a Redis shared by a fleet of kilnds, behind each kilnd's memory
+ * and disk cache (docs/cache.md "The remote tier"). Keys are build keys (docs/cache.md), so
+ * a build made on one host is found by every other host with the same compiler identity.
+ *
+ * Every entry carries an HMAC-SHA256 keyed by the fleet secret (a file every kilnd of the
+ * fleet holds, never sent anywhere): an entry that is short, long, misnamed, oversized, of
+ * the wrong Redis type or fails its MAC is deleted and the build runs again. A build wanted
+ * by several hosts at once runs once: the first takes a lock key with a TTL (SET NX PX,
+ * renewed while it compiles); the others poll for the entry until the lock goes away
+ * (then they take it, or find the entry), or until their wait is over (then they compile).
+ * When Redis is down, slow or restarted, a look-up answers "compile it" at once and a put
+ * is skipped: nothing waits on Redis beyond the command deadline.
+ *
+ * Threads: the loop thread that created it. The server calls it through four verbs: get
+ * (on a local miss), put (after a compile), abandon (after a failed one) and stats. */
+#ifndef KILN_FLEET_REMOTE_H
+#define KILN_FLEET_REMOTE_H
+
+#include <msgpack.h>
+#include <stdio.h>
+
+#include "server/fleet/redis.h"
+
+#define KILN_REMOTE_KEY_BYTES 32
+#define KILN_REMOTE_HEADER_BYTES 80
+#define KILN_REMOTE_DEFAULT_MAX_BYTES (64ull << 20)
+
+typedef struct kiln_remote kiln_remote_t;
+
+typedef struct kiln_remote_config {
+  kiln_redis_config_t redis;
+  const char *secret_file; /* required: at least 32 bytes, private to kilnd's user */
+  uint64_t max_bytes;      /* the largest artifact shared (0: 64 MiB) */
+  uint32_t lock_ttl_ms;    /* the build lock's TTL, renewed every third of it (0: 10000) */
+  uint32_t wait_ms;        /* the longest wait for another host's build (0: 60000) */
+  uint32_t poll_ms;        /* how often a waiting host looks (0: 25) */
+} kiln_remote_config_t;
+
+typedef struct kiln_remote_stats {
+  kiln_redis_stats_t redis;
+  uint64_t hits, misses; /* look-ups answered from Redis / not (the build runs here) */
+  uint64_t skipped;      /* look-ups and puts not tried: Redis was down */
+  uint64_t corrupt;      /* entries refused (MAC, size, key, type) and deleted */
+  uint64_t bytes_read, bytes_written; /* artifact bytes of hits and of puts */
+  uint64_t puts, put_errors, too_large;
+  uint64_t lock_waits;   /* look-ups that waited for another host's build */
+  uint64_t wait_hits;    /* ... and got it */
+  uint64_t wait_timeouts;/* ... and gave up waiting (the build ran here too) */
+} kiln_remote_stats_t;
+
+/* The artifact's bytes (borrowed: valid during the call only), or NULL: build it here. */
+typedef void (*kiln_remote_get_cb)(void *arg, const uint8_t *bytes, size_t len);
+
+KILN_MUST_USE kiln_status_t kiln_remote_create(uv_loop_t *loop, const kiln_remote_config_t *cfg,
+                                               kiln_remote_t **out);
+/* Pending look-ups are dropped without their callbacks (kilnd is exiting). */
+void kiln_remote_destroy(kiln_remote_t *rc);
+
+/* Looks the key up in Redis: false when Redis is down (build it now; cb is never called),
+ * true when cb will be called later, from the loop, exactly once. */
+bool kiln_remote_get(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES],
+                     kiln_remote_get_cb cb, void *arg);
+
+/* Stores a build made here (when it fits) and lets go of this host's lock on its key. */
+void kiln_remote_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES],
+                     const uint8_t *bytes, size_t len);
+
+/* The build failed here: lets go of this host's lock, so a waiting host builds it. */
+void kiln_remote_abandon(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES]);
+
+void kiln_remote_stats(const kiln_remote_t *rc, kiln_remote_stats_t *out);
+/* The stats as Prometheus text (docs/operations.md "Metrics": kiln_cache_remote_*). */
+void kiln_remote_stats_render(const kiln_remote_stats_t *s, FILE *f);
+/* The stats as the `stats` method's "cache_remote" map (docs/protocol.md); pk is a
+ * kiln_packer_t's (protocol/rpc.h kiln_fields_t). */
+void kiln_remote_pack_stats(const kiln_remote_t *rc, msgpack_packer *pk);
+const char *kiln_remote_url(const kiln_remote_t *rc);
+
+/* The entry format, for tests: seals `len` bytes under key into out (KILN_REMOTE_HEADER_BYTES
+ * + len bytes), and checks one (NULL with *why set when it fails; else the payload). */
+void kiln_remote_seal(const uint8_t *secret, size_t secret_len, const uint8_t key[KILN_REMOTE_KEY_BYTES],
+                      const uint8_t *bytes, size_t len, uint8_t *out);
+const uint8_t *kiln_remote_open(const uint8_t *secret, size_t secret_len,
+                                const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *entry,
+                                size_t entry_len, uint64_t max_bytes, size_t *out_len, const char **why);
+
+#endif

@@ -1,0 +1,127 @@
+"""Real redis-server processes and kilnds sharing them, for the fleet tests (issue 17).
+
+A Redis is started per test in its own temp dir on a unix socket (or a free TCP port), with
+no persistence, and killed for real (SIGKILL) by the outage tests. Tests skip when Debian's
+redis-server or python3-redis is missing (.ci/setup installs both)."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+import kiln
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    """One redis-server; url is what kilnd's --cache-remote takes."""
+
+    def __init__(self, tmp, tcp=False, password=None, port=None):
+        self.dir = str(tmp)
+        os.makedirs(self.dir, exist_ok=True)
+        self.sock = os.path.join(self.dir, "redis.sock")
+        self.tcp = tcp
+        self.port = port or (free_port() if tcp else 0)
+        self.password = password
+        self.proc = None
+        self.start()
+
+    @property
+    def url(self):
+        return "redis://127.0.0.1:%d/0" % self.port if self.tcp else "unix:" + self.sock
+
+    def start(self):
+        args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--unixsocket", self.sock,
+                "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", self.dir,
+                "--daemonize", "no", "--maxmemory-policy", "allkeys-lru", "--loglevel", "warning"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.log = open(os.path.join(self.dir, "redis.log"), "ab")
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if self.client().ping():
+                    return
+            except Exception:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError("redis-server exited: " + open(os.path.join(self.dir, "redis.log")).read())
+            time.sleep(0.02)
+        raise RuntimeError("redis-server did not answer within 10 s")
+
+    def client(self):
+        import redis
+        return redis.Redis(unix_socket_path=self.sock, password=self.password, socket_timeout=5)
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+
+    def stop_process(self):
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def cont_process(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    if not os.access(REDIS_SERVER, os.X_OK):
+        pytest.skip("no redis-server (Debian's redis-server package; .ci/setup installs it)")
+    pytest.importorskip("redis", reason="no python3-redis (Debian; .ci/setup installs it)")
+    started = []
+
+    def start(**kw):
+        r = Redis(tmp_path / ("redis%d" % len(started)), **kw)
+        started.append(r)
+        return r
+    yield start
+    for r in started:
+        r.kill()
+
+
+@pytest.fixture
+def fleet_secret(tmp_path):
+    p = tmp_path / "fleet.secret"
+    p.write_bytes(os.urandom(32))
+    os.chmod(p, 0o600)
+    return str(p)
+
+
+def remote_stats(sess):
+    return sess.stats()["cache_remote"]
+
+
+def wait_until(pred, timeout=10.0, every=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    return pred()
+
+
+def kilnd_args(redis_url, secret, *extra):
+    return ("--cache-remote", redis_url, "--fleet-secret-file", secret, "--compile-workers", "1") + tuple(extra)
+
+
+def connect(d):
+    return kiln.connect(d.urls[0])

@@ -1,0 +1,370 @@
+"""The remote artifact tier (issue 17 §1): kilnds sharing builds through a real redis-server.
+
+Each test starts its own Redis (fleet_helpers.py) and kilnds with --cache-remote; outages are
+real (SIGKILL, SIGSTOP). What a kilnd did is read from its `stats` (compile.compiles: builds
+its compile workers ran; cache_remote: the tier's counters) and its log."""
+
+import contextlib
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kiln
+from conftest import ROOT
+from fleet_helpers import fleet_secret, kilnd_args, redis_server, remote_stats, wait_until  # noqa: F401
+
+VADD = open(os.path.join(ROOT, "clients", "python", "examples", "vadd.ll")).read()
+
+
+def ir(tag):
+    """vadd with a comment: another payload, so another build key."""
+    return VADD + "\n; fleet test %s %s\n" % (tag, os.urandom(8).hex())
+
+
+def compiles(sess):
+    return sess.stats()["compile"]["compiles"]
+
+
+def start(fresh_daemon, r, secret, *extra):
+    return fresh_daemon(*kilnd_args(r.url, secret, *extra))
+
+
+def wait_up(sess, up=True, timeout=10):
+    assert wait_until(lambda: remote_stats(sess)["up"] == up, timeout), remote_stats(sess)
+
+
+def wait_puts(sess, n, timeout=10):
+    assert wait_until(lambda: remote_stats(sess)["puts"] >= n, timeout), remote_stats(sess)
+
+
+@contextlib.contextmanager
+def two_hosts(fresh_daemon, r, secret):
+    """Sessions on two kilnds sharing Redis r, both connected to it."""
+    a, b = start(fresh_daemon, r, secret), start(fresh_daemon, r, secret)
+    with kiln.connect(a.url) as sa, kiln.connect(b.url) as sb:
+        wait_up(sa)
+        wait_up(sb)
+        yield sa, sb
+
+
+def test_a_build_on_one_host_is_a_remote_hit_on_another(fresh_daemon, redis_server, fleet_secret):
+    with two_hosts(fresh_daemon, redis_server(), fleet_secret) as (sa, sb):
+        src = ir("hit")
+        ma = sa.compile(src, target="cpu")
+        assert ma.cached is False and compiles(sa) == 1
+        wait_puts(sa, 1)
+        assert remote_stats(sa)["bytes_written"] > 0
+        mb = sb.compile(src, target="cpu")
+        assert mb.id == ma.id and mb.cached is True
+        st = sb.stats()
+        assert st["compile"]["compiles"] == 0, "B ran its compiler"
+        assert st["cache_remote"]["hits"] == 1 and st["cache_remote"]["bytes_read"] > 0
+        # the same artifact, byte for byte
+        assert mb.get_source("so") == ma.get_source("so")
+        assert mb.get_source("llvm") == ma.get_source("llvm")
+        # and it runs on B
+        dev = sb.cpu(0)
+        x = np.arange(64, dtype=np.float32)
+        ta, tb, tc = kiln.nd.array(x, dev), kiln.nd.array(2 * x, dev), kiln.nd.empty((64,), "float32", dev)
+        mb["myadd"](ta, tb, tc, 64, grid=(1, 1, 1), block=(64, 1, 1))
+        assert np.array_equal(tc.numpy(), 3 * x)
+        # B now holds it locally: the next look-up never reaches Redis
+        assert sb.compile(src, target="cpu").cached is True
+        assert remote_stats(sb)["hits"] == 1
+
+
+def test_metrics_name_the_remote_tier(fresh_daemon, redis_server, fleet_secret):
+    import urllib.request
+    r = redis_server()
+    d = fresh_daemon(*kilnd_args(r.url, fleet_secret, "--metrics", "tcp:127.0.0.1:0"))
+    murl = next(u for u in d.urls if u.startswith("http"))
+    with kiln.connect(d.url) as s:
+        wait_up(s)
+        s.compile(ir("metrics"), target="cpu")
+        wait_puts(s, 1)
+    text = urllib.request.urlopen(murl, timeout=10).read().decode()
+    assert "kiln_cache_remote_up 1" in text
+    assert 'kiln_cache_remote_lookups_total{result="miss"} 1' in text
+    assert 'kiln_cache_remote_puts_total{result="ok"} 1' in text
+
+
+@pytest.mark.parametrize("forgery", ["garbage", "flipped", "other_secret", "wrong_type", "oversized", "empty_header"])
+def test_a_forged_entry_is_rebuilt_never_served(fresh_daemon, redis_server, fleet_secret, tmp_path, forgery):
+    r = redis_server()
+    a = start(fresh_daemon, r, fleet_secret, "--cache-remote-max-bytes", "1048576")
+    with kiln.connect(a.url) as sa:
+        wait_up(sa)
+        src = ir("forged")
+        m = sa.compile(src, target="cpu")
+        wait_puts(sa, 1)
+        good_so = m.get_source("so")
+    rc = r.client()
+    name = "kiln:art:" + m.id
+    good = rc.get(name)
+    assert good[:8] == b"KILNRMT1"
+    if forgery == "garbage":
+        rc.set(name, os.urandom(len(good)))
+    elif forgery == "flipped":  # one payload bit: the MAC fails
+        bad = bytearray(good)
+        bad[-10] ^= 1
+        rc.set(name, bytes(bad))
+    elif forgery == "other_secret":  # a well-formed entry MACed with another key
+        import hashlib
+        import hmac
+        head = good[:48]
+        payload = good[80:]
+        rc.set(name, head + hmac.new(os.urandom(32), head + payload, hashlib.sha256).digest() + payload)
+    elif forgery == "wrong_type":
+        rc.delete(name)
+        rc.rpush(name, b"x", b"y")
+    elif forgery == "oversized":  # past --cache-remote-max-bytes: GETRANGE cuts it, then refused
+        rc.set(name, good[:80] + os.urandom(2 << 20))
+    elif forgery == "empty_header":
+        rc.set(name, b"KILNRMT1")
+    b = start(fresh_daemon, r, fleet_secret, "--cache-remote-max-bytes", "1048576")
+    with kiln.connect(b.url) as sb:
+        wait_up(sb)
+        mb = sb.compile(src, target="cpu")
+        assert mb.id == m.id and mb.cached is False
+        st = sb.stats()
+        assert st["compile"]["compiles"] == 1 and st["cache_remote"]["hits"] == 0
+        assert st["cache_remote"]["corrupt"] == 1
+        assert mb.get_source("so") == good_so
+        wait_puts(sb, 1)
+    assert "cache_remote_corrupt" in b.log()
+    # B's rebuild replaced the forgery: a third host gets a verified hit
+    c = start(fresh_daemon, r, fleet_secret)
+    with kiln.connect(c.url) as sc:
+        wait_up(sc)
+        assert sc.compile(src, target="cpu").cached is True
+        assert compiles(sc) == 0
+
+
+def test_redis_killed_mid_run_then_restarted(fresh_daemon, redis_server, fleet_secret):
+    r = redis_server()
+    a = start(fresh_daemon, r, fleet_secret)
+    with kiln.connect(a.url) as sa:
+        wait_up(sa)
+        first = ir("before")
+        sa.compile(first, target="cpu")
+        wait_puts(sa, 1)
+        r.kill()
+        wait_up(sa, False)
+        # requests keep working: local cache, local compiles
+        assert sa.compile(first, target="cpu").cached is True
+        t0 = time.monotonic()
+        m = sa.compile(ir("during"), target="cpu")
+        assert m.cached is False and time.monotonic() - t0 < 5
+        st = remote_stats(sa)
+        assert st["up"] is False and st["skipped"] >= 1 and st["disconnects"] >= 1
+        assert "redis_down" in a.log()
+        # Redis comes back (empty: no persistence): the tier does too
+        r.start()
+        wait_up(sa, True, timeout=15)
+        sa.compile(ir("after"), target="cpu")
+        wait_puts(sa, 2)
+        assert "redis_up" in a.log()
+
+
+def test_a_redis_that_stops_answering_costs_one_deadline(fresh_daemon, redis_server, fleet_secret):
+    r = redis_server()
+    a = start(fresh_daemon, r, fleet_secret, "--cache-remote-timeout", "0.3")
+    with kiln.connect(a.url) as sa:
+        wait_up(sa)
+        r.stop_process()
+        try:
+            t0 = time.monotonic()
+            m = sa.compile(ir("stopped"), target="cpu")
+            took = time.monotonic() - t0
+            assert m.cached is False
+            assert took < 5, took
+            st = remote_stats(sa)
+            assert st["timeouts"] >= 1 and st["up"] is False
+        finally:
+            r.cont_process()
+        wait_up(sa, True, timeout=15)
+
+
+def test_a_wrong_password_leaves_kilnd_working(fresh_daemon, redis_server, fleet_secret, tmp_path):
+    r = redis_server(password="right-horse-battery")
+    wrong = tmp_path / "wrong.auth"
+    wrong.write_text("default wrong-password\n")
+    os.chmod(wrong, 0o600)
+    a = start(fresh_daemon, r, fleet_secret, "--cache-remote-auth-file", str(wrong))
+    with kiln.connect(a.url) as sa:
+        assert wait_until(lambda: remote_stats(sa)["auth_failures"] >= 1)
+        assert sa.compile(ir("wrongpw"), target="cpu").cached is False
+        assert remote_stats(sa)["up"] is False
+    log = a.log()
+    assert "AUTH refused" in log and "wrong-password" not in log and "right-horse" not in log
+    right = tmp_path / "right.auth"
+    right.write_text("right-horse-battery\n")
+    os.chmod(right, 0o600)
+    b = start(fresh_daemon, r, fleet_secret, "--cache-remote-auth-file", str(right))
+    with kiln.connect(b.url) as sb:
+        wait_up(sb)
+
+
+def test_two_hosts_asking_at_once_build_once(fresh_daemon, redis_server, fleet_secret):
+    with two_hosts(fresh_daemon, redis_server(), fleet_secret) as (sa, sb):
+        for i in range(3):
+            src = ir("race%d" % i)
+            fa = sa.compile_async(src, target="cpu")
+            fb = sb.compile_async(src, target="cpu")
+            assert fa.result().id == fb.result().id
+        sta, stb = sa.stats(), sb.stats()
+        assert sta["compile"]["compiles"] + stb["compile"]["compiles"] == 3
+        assert sta["cache_remote"]["hits"] + stb["cache_remote"]["hits"] == 3
+
+
+def test_a_vanished_lock_holder_costs_its_ttl_and_a_bounded_wait(fresh_daemon, redis_server, fleet_secret):
+    r = redis_server()
+    src = ir("holder")
+    probe = start(fresh_daemon, r, fleet_secret, "--cache-remote", "unix:/nonexistent/redis.sock")
+    with kiln.connect(probe.url) as sp:  # learns the key (the module id) without Redis
+        key = sp.compile(src, target="cpu").id
+    rc = r.client()
+    rc.set("kiln:lock:" + key, b"a-host-that-died", px=1000)
+    b = start(fresh_daemon, r, fleet_secret)
+    with kiln.connect(b.url) as sb:
+        wait_up(sb)
+        t0 = time.monotonic()
+        assert sb.compile(src, target="cpu").cached is False
+        assert 0.5 < time.monotonic() - t0 < 5
+        st = remote_stats(sb)
+        assert st["lock_waits"] == 1 and st["wait_timeouts"] == 0 and compiles(sb) == 1
+    # a lock that never goes away: the wait is bounded by --cache-remote-wait
+    src2 = ir("stuck")
+    with kiln.connect(probe.url) as sp:
+        key2 = sp.compile(src2, target="cpu").id
+    rc.set("kiln:lock:" + key2, b"stuck", px=600000)
+    c = start(fresh_daemon, r, fleet_secret, "--cache-remote-wait", "0.5")
+    with kiln.connect(c.url) as sc:
+        wait_up(sc)
+        t0 = time.monotonic()
+        assert sc.compile(src2, target="cpu").cached is False
+        assert 0.4 < time.monotonic() - t0 < 5
+        assert remote_stats(sc)["wait_timeouts"] == 1
+
+
+@pytest.mark.parametrize("case", ["no_secret", "short_secret", "open_secret", "bad_url", "url_password",
+                                  "open_auth"])
+def test_bad_fleet_options_refuse_to_start(fresh_daemon, fleet_secret, tmp_path, case):
+    args = ["--cache-remote", "redis://127.0.0.1:1/0", "--fleet-secret-file", fleet_secret]
+    if case == "no_secret":
+        args = args[:2]
+    elif case == "short_secret":
+        p = tmp_path / "short"
+        p.write_bytes(b"x" * 16)
+        os.chmod(p, 0o600)
+        args[3] = str(p)
+    elif case == "open_secret":
+        os.chmod(fleet_secret, 0o644)
+    elif case == "bad_url":
+        args[1] = "http://127.0.0.1:6379"
+    elif case == "url_password":
+        args[1] = "redis://user:pw@127.0.0.1:6379/0"
+    elif case == "open_auth":
+        p = tmp_path / "auth"
+        p.write_text("pw\n")
+        os.chmod(p, 0o644)
+        args += ["--cache-remote-auth-file", str(p)]
+    with pytest.raises(kiln.KilnError) as e:
+        fresh_daemon(*args)
+    if case == "url_password":
+        assert "pw@" not in str(e.value)
+
+
+class HostileRedis:
+    """A fake Redis on a unix socket: answers the handshake, then `answer` to everything else."""
+
+    def __init__(self, path, answer):
+        self.answer = answer
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(path)
+        self.sock.listen(8)
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        buf = b""
+        try:
+            while not self.stop:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return
+                buf += chunk
+                while b"\r\n" in buf:  # one reply per command; commands arrive whole here
+                    n = buf.count(b"*")
+                    if n == 0:
+                        break
+                    cmd = buf
+                    buf = b""
+                    for part in cmd.split(b"*")[1:]:
+                        if b"PING" in part:
+                            c.sendall(b"+PONG\r\n")
+                        else:
+                            self.answer(c)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.stop = True
+        self.sock.close()
+
+
+def huge_array(c):
+    c.sendall(b"*2000000000\r\n")
+
+
+def huge_bulk(c):
+    c.sendall(b"$900000000\r\n")
+    try:
+        for _ in range(300):  # up to 19 MiB, then give up: kilnd must have dropped us by then
+            c.sendall(b"\0" * 65536)
+    except OSError:
+        pass
+
+
+def wrong_types(c):
+    c.sendall(b":42\r\n")
+
+
+def garbage(c):
+    c.sendall(b"\x00\xffnot resp at all\r\n")
+
+
+@pytest.mark.parametrize("answer", [huge_array, huge_bulk, wrong_types, garbage])
+def test_a_hostile_redis_costs_only_a_local_compile(fresh_daemon, fleet_secret, tmp_path, answer):
+    path = str(tmp_path / "hostile.sock")
+    h = HostileRedis(path, answer)
+    try:
+        a = fresh_daemon(*kilnd_args("unix:" + path, fleet_secret, "--cache-remote-max-bytes", "1048576",
+                                     "--cache-remote-timeout", "1"))
+        with kiln.connect(a.url) as sa:
+            wait_up(sa)
+            for i in range(2):
+                t0 = time.monotonic()
+                m = sa.compile(ir("hostile%d" % i), target="cpu")
+                assert m.cached is False and time.monotonic() - t0 < 5
+            assert compiles(sa) == 2
+            assert sa.ping() is not None
+        assert a.alive()
+    finally:
+        h.close()
