@@ -61,8 +61,8 @@ struct kiln_redis {
   uint32_t backoff_ms;
   bool logged_down; /* the current outage has been logged */
   op_t *head, *tail;
+  uint32_t npending; /* commands sent whose reply has not come */
   redisReplyObjectFunctions fns;
-  void *(*create_array)(const redisReadTask *, int);
   kiln_redis_stats_t st;
   int handles_open;
 };
@@ -185,6 +185,7 @@ static void op_link(kiln_redis_t *r, op_t *o) {
   if (r->tail) r->tail->next = o;
   else r->head = o;
   r->tail = o;
+  r->npending++;
 }
 
 static void op_unlink(kiln_redis_t *r, op_t *o) {
@@ -192,6 +193,7 @@ static void op_unlink(kiln_redis_t *r, op_t *o) {
   else r->head = o->next;
   if (o->next) o->next->prev = o->prev;
   else r->tail = o->prev;
+  r->npending--;
 }
 
 /* --- connection state --------------------------------------------------------------------- */
@@ -285,14 +287,34 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
   schedule_retry(r);
 }
 
-/* hiredis's own array constructor (its reader table is static in hiredis.c): ours refuses
- * more than MAX_ARRAY elements before anything is allocated, and the reader then fails the
- * connection ("out of memory"), which is dropped like any other. */
-static void *(*default_array)(const redisReadTask *, int);
+/* The reply constructors hiredis's reader calls (its default table is static in hiredis.c,
+ * so ours wrap the pointers taken from the first context's reader). Ours refuse, before
+ * anything is allocated, an array of more than MAX_ARRAY elements, and any reply that
+ * arrives while no command of ours waits for one: hiredis 0.14 asserts (aborts kilnd) on
+ * such a spontaneous reply. A refusal makes the reader fail ("out of memory"), and hiredis
+ * drops the connection like any other broken one. */
+static redisReplyObjectFunctions defaults;
+
+static bool expected(const redisReadTask *task) {
+  const kiln_redis_t *r = task->privdata;
+  return task->parent != NULL || (r && r->npending > 0);
+}
+
+static void *create_string(const redisReadTask *task, char *str, size_t len) {
+  return expected(task) ? defaults.createString(task, str, len) : NULL;
+}
 
 static void *create_array(const redisReadTask *task, int elements) {
-  if (elements < 0 || elements > MAX_ARRAY) return NULL;
-  return default_array(task, elements);
+  if (!expected(task) || elements < 0 || elements > MAX_ARRAY) return NULL;
+  return defaults.createArray(task, elements);
+}
+
+static void *create_integer(const redisReadTask *task, long long v) {
+  return expected(task) ? defaults.createInteger(task, v) : NULL;
+}
+
+static void *create_nil(const redisReadTask *task) {
+  return expected(task) ? defaults.createNil(task) : NULL;
 }
 
 static bool queue_handshake(kiln_redis_t *r, int step, int argc, const char **argv) {
@@ -327,11 +349,15 @@ static void connect_to(kiln_redis_t *r, const char *addr) {
     schedule_retry(r);
     return;
   }
-  /* Bound arrays in replies: the reader's table is hiredis's default one, shared. */
-  if (!default_array) default_array = ac->c.reader->fn->createArray;
-  r->fns = *ac->c.reader->fn;
+  /* Bounded and expected replies only (see create_string). */
+  if (!defaults.createString) defaults = *ac->c.reader->fn;
+  r->fns = defaults;
+  r->fns.createString = create_string;
   r->fns.createArray = create_array;
+  r->fns.createInteger = create_integer;
+  r->fns.createNil = create_nil;
   ac->c.reader->fn = &r->fns;
+  ac->c.reader->privdata = r;
   redisAsyncSetConnectCallback(ac, on_connect);
   redisAsyncSetDisconnectCallback(ac, on_disconnect);
   r->ac = ac;

@@ -15,7 +15,7 @@ import pytest
 
 import kiln
 from conftest import ROOT
-from fleet_helpers import fleet_secret, kilnd_args, redis_server, remote_stats, wait_until  # noqa: F401
+from fleet_helpers import kilnds, fleet_secret, kilnd_args, redis_server, remote_stats, wait_until  # noqa: F401
 
 VADD = open(os.path.join(ROOT, "clients", "python", "examples", "vadd.ll")).read()
 
@@ -29,8 +29,8 @@ def compiles(sess):
     return sess.stats()["compile"]["compiles"]
 
 
-def start(fresh_daemon, r, secret, *extra):
-    return fresh_daemon(*kilnd_args(r.url, secret, *extra))
+def start(kilnds, r, secret, *extra):
+    return kilnds(*kilnd_args(r.url, secret, *extra))
 
 
 def wait_up(sess, up=True, timeout=10):
@@ -42,17 +42,17 @@ def wait_puts(sess, n, timeout=10):
 
 
 @contextlib.contextmanager
-def two_hosts(fresh_daemon, r, secret):
+def two_hosts(kilnds, r, secret):
     """Sessions on two kilnds sharing Redis r, both connected to it."""
-    a, b = start(fresh_daemon, r, secret), start(fresh_daemon, r, secret)
+    a, b = start(kilnds, r, secret), start(kilnds, r, secret)
     with kiln.connect(a.url) as sa, kiln.connect(b.url) as sb:
         wait_up(sa)
         wait_up(sb)
         yield sa, sb
 
 
-def test_a_build_on_one_host_is_a_remote_hit_on_another(fresh_daemon, redis_server, fleet_secret):
-    with two_hosts(fresh_daemon, redis_server(), fleet_secret) as (sa, sb):
+def test_a_build_on_one_host_is_a_remote_hit_on_another(kilnds, redis_server, fleet_secret):
+    with two_hosts(kilnds, redis_server(), fleet_secret) as (sa, sb):
         src = ir("hit")
         ma = sa.compile(src, target="cpu")
         assert ma.cached is False and compiles(sa) == 1
@@ -77,10 +77,10 @@ def test_a_build_on_one_host_is_a_remote_hit_on_another(fresh_daemon, redis_serv
         assert remote_stats(sb)["hits"] == 1
 
 
-def test_metrics_name_the_remote_tier(fresh_daemon, redis_server, fleet_secret):
+def test_metrics_name_the_remote_tier(kilnds, redis_server, fleet_secret):
     import urllib.request
     r = redis_server()
-    d = fresh_daemon(*kilnd_args(r.url, fleet_secret, "--metrics", "tcp:127.0.0.1:0"))
+    d = kilnds(*kilnd_args(r.url, fleet_secret, "--metrics", "tcp:127.0.0.1:0"))
     murl = next(u for u in d.urls if u.startswith("http"))
     with kiln.connect(d.url) as s:
         wait_up(s)
@@ -93,9 +93,9 @@ def test_metrics_name_the_remote_tier(fresh_daemon, redis_server, fleet_secret):
 
 
 @pytest.mark.parametrize("forgery", ["garbage", "flipped", "other_secret", "wrong_type", "oversized", "empty_header"])
-def test_a_forged_entry_is_rebuilt_never_served(fresh_daemon, redis_server, fleet_secret, tmp_path, forgery):
+def test_a_forged_entry_is_rebuilt_never_served(kilnds, redis_server, fleet_secret, tmp_path, forgery):
     r = redis_server()
-    a = start(fresh_daemon, r, fleet_secret, "--cache-remote-max-bytes", "1048576")
+    a = start(kilnds, r, fleet_secret, "--cache-remote-max-bytes", "1048576")
     with kiln.connect(a.url) as sa:
         wait_up(sa)
         src = ir("forged")
@@ -125,7 +125,7 @@ def test_a_forged_entry_is_rebuilt_never_served(fresh_daemon, redis_server, flee
         rc.set(name, good[:80] + os.urandom(2 << 20))
     elif forgery == "empty_header":
         rc.set(name, b"KILNRMT1")
-    b = start(fresh_daemon, r, fleet_secret, "--cache-remote-max-bytes", "1048576")
+    b = start(kilnds, r, fleet_secret, "--cache-remote-max-bytes", "1048576")
     with kiln.connect(b.url) as sb:
         wait_up(sb)
         mb = sb.compile(src, target="cpu")
@@ -137,16 +137,16 @@ def test_a_forged_entry_is_rebuilt_never_served(fresh_daemon, redis_server, flee
         wait_puts(sb, 1)
     assert "cache_remote_corrupt" in b.log()
     # B's rebuild replaced the forgery: a third host gets a verified hit
-    c = start(fresh_daemon, r, fleet_secret)
+    c = start(kilnds, r, fleet_secret)
     with kiln.connect(c.url) as sc:
         wait_up(sc)
         assert sc.compile(src, target="cpu").cached is True
         assert compiles(sc) == 0
 
 
-def test_redis_killed_mid_run_then_restarted(fresh_daemon, redis_server, fleet_secret):
+def test_redis_killed_mid_run_then_restarted(kilnds, redis_server, fleet_secret):
     r = redis_server()
-    a = start(fresh_daemon, r, fleet_secret)
+    a = start(kilnds, r, fleet_secret)
     with kiln.connect(a.url) as sa:
         wait_up(sa)
         first = ir("before")
@@ -170,9 +170,9 @@ def test_redis_killed_mid_run_then_restarted(fresh_daemon, redis_server, fleet_s
         assert "redis_up" in a.log()
 
 
-def test_a_redis_that_stops_answering_costs_one_deadline(fresh_daemon, redis_server, fleet_secret):
+def test_a_redis_that_stops_answering_costs_one_deadline(kilnds, redis_server, fleet_secret):
     r = redis_server()
-    a = start(fresh_daemon, r, fleet_secret, "--cache-remote-timeout", "0.3")
+    a = start(kilnds, r, fleet_secret, "--cache-remote-timeout", "0.3")
     with kiln.connect(a.url) as sa:
         wait_up(sa)
         r.stop_process()
@@ -189,12 +189,12 @@ def test_a_redis_that_stops_answering_costs_one_deadline(fresh_daemon, redis_ser
         wait_up(sa, True, timeout=15)
 
 
-def test_a_wrong_password_leaves_kilnd_working(fresh_daemon, redis_server, fleet_secret, tmp_path):
+def test_a_wrong_password_leaves_kilnd_working(kilnds, redis_server, fleet_secret, tmp_path):
     r = redis_server(password="right-horse-battery")
     wrong = tmp_path / "wrong.auth"
     wrong.write_text("default wrong-password\n")
     os.chmod(wrong, 0o600)
-    a = start(fresh_daemon, r, fleet_secret, "--cache-remote-auth-file", str(wrong))
+    a = start(kilnds, r, fleet_secret, "--cache-remote-auth-file", str(wrong))
     with kiln.connect(a.url) as sa:
         assert wait_until(lambda: remote_stats(sa)["auth_failures"] >= 1)
         assert sa.compile(ir("wrongpw"), target="cpu").cached is False
@@ -204,13 +204,13 @@ def test_a_wrong_password_leaves_kilnd_working(fresh_daemon, redis_server, fleet
     right = tmp_path / "right.auth"
     right.write_text("right-horse-battery\n")
     os.chmod(right, 0o600)
-    b = start(fresh_daemon, r, fleet_secret, "--cache-remote-auth-file", str(right))
+    b = start(kilnds, r, fleet_secret, "--cache-remote-auth-file", str(right))
     with kiln.connect(b.url) as sb:
         wait_up(sb)
 
 
-def test_two_hosts_asking_at_once_build_once(fresh_daemon, redis_server, fleet_secret):
-    with two_hosts(fresh_daemon, redis_server(), fleet_secret) as (sa, sb):
+def test_two_hosts_asking_at_once_build_once(kilnds, redis_server, fleet_secret):
+    with two_hosts(kilnds, redis_server(), fleet_secret) as (sa, sb):
         for i in range(3):
             src = ir("race%d" % i)
             fa = sa.compile_async(src, target="cpu")
@@ -221,15 +221,15 @@ def test_two_hosts_asking_at_once_build_once(fresh_daemon, redis_server, fleet_s
         assert sta["cache_remote"]["hits"] + stb["cache_remote"]["hits"] == 3
 
 
-def test_a_vanished_lock_holder_costs_its_ttl_and_a_bounded_wait(fresh_daemon, redis_server, fleet_secret):
+def test_a_vanished_lock_holder_costs_its_ttl_and_a_bounded_wait(kilnds, redis_server, fleet_secret):
     r = redis_server()
     src = ir("holder")
-    probe = start(fresh_daemon, r, fleet_secret, "--cache-remote", "unix:/nonexistent/redis.sock")
+    probe = start(kilnds, r, fleet_secret, "--cache-remote", "unix:/nonexistent/redis.sock")
     with kiln.connect(probe.url) as sp:  # learns the key (the module id) without Redis
         key = sp.compile(src, target="cpu").id
     rc = r.client()
     rc.set("kiln:lock:" + key, b"a-host-that-died", px=1000)
-    b = start(fresh_daemon, r, fleet_secret)
+    b = start(kilnds, r, fleet_secret)
     with kiln.connect(b.url) as sb:
         wait_up(sb)
         t0 = time.monotonic()
@@ -242,7 +242,7 @@ def test_a_vanished_lock_holder_costs_its_ttl_and_a_bounded_wait(fresh_daemon, r
     with kiln.connect(probe.url) as sp:
         key2 = sp.compile(src2, target="cpu").id
     rc.set("kiln:lock:" + key2, b"stuck", px=600000)
-    c = start(fresh_daemon, r, fleet_secret, "--cache-remote-wait", "0.5")
+    c = start(kilnds, r, fleet_secret, "--cache-remote-wait", "0.5")
     with kiln.connect(c.url) as sc:
         wait_up(sc)
         t0 = time.monotonic()
@@ -253,7 +253,7 @@ def test_a_vanished_lock_holder_costs_its_ttl_and_a_bounded_wait(fresh_daemon, r
 
 @pytest.mark.parametrize("case", ["no_secret", "short_secret", "open_secret", "bad_url", "url_password",
                                   "open_auth"])
-def test_bad_fleet_options_refuse_to_start(fresh_daemon, fleet_secret, tmp_path, case):
+def test_bad_fleet_options_refuse_to_start(kilnds, fleet_secret, tmp_path, case):
     args = ["--cache-remote", "redis://127.0.0.1:1/0", "--fleet-secret-file", fleet_secret]
     if case == "no_secret":
         args = args[:2]
@@ -274,7 +274,7 @@ def test_bad_fleet_options_refuse_to_start(fresh_daemon, fleet_secret, tmp_path,
         os.chmod(p, 0o644)
         args += ["--cache-remote-auth-file", str(p)]
     with pytest.raises(kiln.KilnError) as e:
-        fresh_daemon(*args)
+        kilnds(*args)
     if case == "url_password":
         assert "pw@" not in str(e.value)
 
@@ -346,16 +346,20 @@ def wrong_types(c):
     c.sendall(b":42\r\n")
 
 
+def extra_replies(c):  # more replies than commands: hiredis 0.14 would abort on the spare ones
+    c.sendall(b"$-1\r\n+OK\r\n:1\r\n$-1\r\n*1\r\n+x\r\n")
+
+
 def garbage(c):
     c.sendall(b"\x00\xffnot resp at all\r\n")
 
 
-@pytest.mark.parametrize("answer", [huge_array, huge_bulk, wrong_types, garbage])
-def test_a_hostile_redis_costs_only_a_local_compile(fresh_daemon, fleet_secret, tmp_path, answer):
+@pytest.mark.parametrize("answer", [huge_array, huge_bulk, wrong_types, extra_replies, garbage])
+def test_a_hostile_redis_costs_only_a_local_compile(kilnds, fleet_secret, tmp_path, answer):
     path = str(tmp_path / "hostile.sock")
     h = HostileRedis(path, answer)
     try:
-        a = fresh_daemon(*kilnd_args("unix:" + path, fleet_secret, "--cache-remote-max-bytes", "1048576",
+        a = kilnds(*kilnd_args("unix:" + path, fleet_secret, "--cache-remote-max-bytes", "1048576",
                                      "--cache-remote-timeout", "1"))
         with kiln.connect(a.url) as sa:
             wait_up(sa)
