@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "server/compile.h"
+#include "server/fleet_host.h"
 #include "server/metrics.h"
 #include "server/tls.h"
 
@@ -86,6 +87,11 @@ static void usage(FILE *f) {
           "  --cache-remote-max-bytes BYTES  largest artifact shared (default 64 MiB)\n"
           "  --cache-remote-timeout S  deadline of one Redis command (default 2)\n"
           "  --cache-remote-wait S     longest wait for another host's build (default 60)\n"
+          "  --fleet URL           publish this host in the fleet registry on Redis (same URL\n"
+          "                        forms as --cache-remote); needs --advertise\n"
+          "  --advertise URL       how clients reach this kilnd: tcp:HOST:PORT or tls:HOST:PORT\n"
+          "  --fleet-auth-file FILE  Redis AUTH of --fleet (default: --cache-remote-auth-file)\n"
+          "  --fleet-ttl S         the record's TTL; a heartbeat every third of it (default 15)\n"
           "  --version, --help\n");
 }
 
@@ -128,7 +134,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
          O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER, O_WUIDS, O_PREBUILT, O_TLS_CERT,
          O_TLS_KEY, O_TLS_CA, O_HANDSHAKE, O_INSECURE, O_CONFIG, O_SOCK_MODE,
          O_SOCK_GROUP, O_REMOTE, O_REMOTE_AUTH, O_FLEET_SECRET, O_REMOTE_MAX, O_REMOTE_TIMEOUT,
-         O_REMOTE_WAIT };
+         O_REMOTE_WAIT, O_FLEET, O_ADVERTISE, O_FLEET_AUTH, O_FLEET_TTL };
   static const struct option opts[] = {
       {"listen", required_argument, 0, O_LISTEN},
       {"ready-fd", required_argument, 0, O_READY},
@@ -172,6 +178,10 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       {"cache-remote-max-bytes", required_argument, 0, O_REMOTE_MAX},
       {"cache-remote-timeout", required_argument, 0, O_REMOTE_TIMEOUT},
       {"cache-remote-wait", required_argument, 0, O_REMOTE_WAIT},
+      {"fleet", required_argument, 0, O_FLEET},
+      {"advertise", required_argument, 0, O_ADVERTISE},
+      {"fleet-auth-file", required_argument, 0, O_FLEET_AUTH},
+      {"fleet-ttl", required_argument, 0, O_FLEET_TTL},
       {0, 0, 0, 0}};
   uint64_t u;
   int o;
@@ -243,6 +253,15 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
       case O_REMOTE_TIMEOUT:
         if (!parse_double(optarg, &cfg->cache_remote_timeout_s) || cfg->cache_remote_timeout_s < 0.001 ||
             cfg->cache_remote_timeout_s > 3600) goto bad;
+        break;
+      case O_FLEET: snprintf(cfg->fleet, sizeof(cfg->fleet), "%s", optarg); break;
+      case O_ADVERTISE:
+        if (strlen(optarg) >= sizeof(cfg->advertise)) goto bad;
+        snprintf(cfg->advertise, sizeof(cfg->advertise), "%s", optarg);
+        break;
+      case O_FLEET_AUTH: snprintf(cfg->fleet_auth, sizeof(cfg->fleet_auth), "%s", optarg); break;
+      case O_FLEET_TTL:
+        if (!parse_double(optarg, &cfg->fleet_ttl_s) || cfg->fleet_ttl_s < 0.3 || cfg->fleet_ttl_s > 3600) goto bad;
         break;
       case O_REMOTE_WAIT:
         if (!parse_double(optarg, &cfg->cache_remote_wait_s) || cfg->cache_remote_wait_s > 86400) goto bad;
@@ -461,6 +480,7 @@ void kiln_server_maybe_finish_drain(kiln_server_t *s) {
    * each connection closes once its answers are written. */
   kiln_graphs_shutdown(s);
   kiln_compile_shutdown(s);
+  kiln_fleet_host_stop(s);
   kiln_metrics_stop(s);
   for (uint32_t i = 0; i < s->num_devices; i++) {
     size_t it = 0;
@@ -582,6 +602,7 @@ int main(int argc, char **argv) {
   cfg->launch_timeout_s = 60;
   cfg->compile_max_memory = 8ull << 30;
   cfg->cache_max_bytes = 4ull << 30;
+  cfg->fleet_ttl_s = 15;
   default_cache_dir(cfg->cache_dir, sizeof(cfg->cache_dir));
   const char *conf = config_path(argc, argv);
   if (conf) {
@@ -630,6 +651,7 @@ int main(int argc, char **argv) {
   if (!st) st = kiln_devices_probe(s);
   if (!st) st = kiln_compile_init(s);
   if (!st) kiln_metrics_set_compiler(kiln_compile_identity(s));
+  if (!st) st = kiln_fleet_host_start(s); /* --fleet: the registry (server/fleet_host.c) */
   if (!st) st = kiln_listeners_start(s);
   char metrics_url[320] = "";
   if (!st && metrics_spec)

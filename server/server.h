@@ -89,6 +89,9 @@ typedef struct kiln_config {
   char cache_remote[512], cache_remote_auth[512], fleet_secret_file[512];
   uint64_t cache_remote_max_bytes; /* 0: 64 MiB */
   double cache_remote_timeout_s, cache_remote_wait_s; /* 0: 2 s and 60 s */
+  /* The fleet registry (server/fleet_host.c): --fleet URL, --advertise URL, --fleet-ttl S. */
+  char fleet[512], fleet_auth[512], advertise[256];
+  double fleet_ttl_s; /* default 15 */
 } kiln_config_t;
 
 /* --- listeners (listener.c) --------------------------------------------------------------- */
