@@ -17,6 +17,7 @@ from .session import Session, Device, connect, default_session
 from .module import Module, Function, Kernel, KernelArg, BenchmarkResult
 from .daemon import Daemon, start_daemon, find_kilnd
 from . import nd
+from . import fleet  # imports redis only when used
 from . import dtypes
 from . import te
 from .te.build import build
@@ -56,7 +57,7 @@ def wait(futures, timeout=None):
 
 
 __all__ = ["te", "build", "connect", "Session", "Device", "Module", "Function", "Kernel", "KernelArg", "BenchmarkResult",
-           "Future", "Daemon", "start_daemon", "find_kilnd", "default_session", "nd", "dtypes",
+           "Future", "Daemon", "start_daemon", "find_kilnd", "default_session", "nd", "dtypes", "fleet",
            "cpu", "rocm", "cuda", "device", "wait", "get_include",
            "KilnError", "InvalidArgument", "NoMethod", "Unauthenticated", "PermissionDenied", "NotFound",
            "ResourceExhausted", "CompileError", "CompilerCrashed", "DeviceError", "DeviceFault", "Timeout",

@@ -1,0 +1,243 @@
+"""kiln.fleet: the kilnd hosts of a fleet, read from its registry on Redis, and sessions
+placed on them by device and load (docs/python.md "A fleet", docs/operations.md "A fleet").
+
+Each kilnd started with ``--fleet URL --advertise ADDR`` publishes a record (its address,
+version, compiler identity, devices and their load) under ``kiln:host:ADDR`` with a TTL,
+refreshed by a heartbeat; a kilnd that dies drops out within the TTL. This module only
+reads. It needs the ``redis`` package (Debian: python3-redis), imported on first use, so
+``import kiln`` works without it.
+
+    s = kiln.connect("fleet:redis://10.0.0.2:6379/0", device="cuda")   # least loaded host
+    s.fleet_device                                                      # the Device chosen
+    for s in kiln.fleet.sessions("redis://10.0.0.2:6379/0", "cuda"):   # one per device
+        ...
+    python3 -m kiln.fleet redis://10.0.0.2:6379/0                       # the table
+
+Redis AUTH: ``password=``/``username=``, else the file named by ``$KILN_FLEET_AUTH_FILE``
+(one line: PASSWORD or USER PASSWORD, as kilnd's ``--fleet-auth-file``).
+"""
+
+import collections
+import os
+import random
+import sys
+
+from .errors import InvalidArgument, KilnError, Unavailable
+
+HOSTS_SET = "kiln:hosts"
+HOST_PREFIX = "kiln:host:"
+MAX_RECORD = 1 << 20  # bytes of one host's record; larger ones are skipped
+MAX_HOSTS = 4096
+
+# Device kinds a client may ask for, as the kinds kilnd reports.
+_KINDS = {"gpu": ("hsa", "cuda"), "rocm": ("hsa",), "hsa": ("hsa",), "cuda": ("cuda",), "cpu": ("cpu",),
+          "llvm": ("cpu",)}
+
+
+class Host:
+    """One kilnd's record. ``devices`` are dicts: id, kind, arch, capacity, used, launches,
+    leased, info (the ``devices`` method's map). ``identity_differs``: its compiler identity
+    is not the one most hosts have, so it shares no builds with them."""
+
+    def __init__(self, rec):
+        self.url = rec["url"]
+        self.host = rec.get("host", "")
+        self.version = rec.get("version", "")
+        self.identity = rec.get("identity", "")
+        self.started = rec.get("started", 0)
+        self.time = rec.get("time", 0)
+        self.ttl_ms = rec.get("ttl_ms", 0)
+        self.connections = rec.get("connections", 0)
+        self.tenants = rec.get("tenants", 0)
+        comp = rec.get("compile") if isinstance(rec.get("compile"), dict) else {}
+        self.compile = {k: comp.get(k, 0) if isinstance(comp.get(k, 0), int) else 0
+                        for k in ("workers", "busy", "queued")}
+        self.devices = [d for d in rec.get("devices", []) if _good_device(d)]
+        self.identity_differs = False
+
+    def devices_of(self, device):
+        kinds = _kinds(device)
+        return [d for d in self.devices if d["kind"] in kinds or d["id"] == device]
+
+    def load(self, dev):
+        """Smaller is less loaded: a lease, launches in flight, compile work, connections."""
+        return (bool(dev.get("leased")), dev.get("launches", 0),
+                self.compile["queued"] + self.compile["busy"], self.connections)
+
+    def __repr__(self):
+        return "Host(%r, %d devices)" % (self.url, len(self.devices))
+
+
+def _good_device(d):
+    return (isinstance(d, dict) and isinstance(d.get("id"), str) and isinstance(d.get("kind"), str)
+            and all(isinstance(d.get(k, 0), int) for k in ("launches", "capacity", "used")))
+
+
+def _kinds(device):
+    if device is None:
+        return ("cpu", "hsa", "cuda")
+    if not isinstance(device, str) or not device:
+        raise InvalidArgument("device is a kind ('cuda', 'hsa', 'gpu', 'cpu') or an id, not %r" % (device,))
+    return _KINDS.get(device, (device.partition(":")[0],))
+
+
+def _auth(password, username):
+    if password is not None:
+        return password, username
+    path = os.environ.get("KILN_FLEET_AUTH_FILE")
+    if not path:
+        return None, username
+    line = open(path).read().splitlines()[0].strip() if os.path.getsize(path) else ""
+    user, _, pw = line.partition(" ")
+    return (pw, user) if pw else (user, username)
+
+
+def redis_client(url, password=None, username=None, timeout=5.0):
+    """A redis.Redis for ``redis://HOST[:PORT][/DB]`` or ``unix:PATH[?db=N]`` (a leading
+    ``fleet:`` is dropped)."""
+    try:
+        import redis
+    except ImportError:
+        raise Unavailable("kiln.fleet needs the redis package (Debian: python3-redis)") from None
+    if url.startswith("fleet:"):
+        url = url[len("fleet:"):]
+    password, username = _auth(password, username)
+    kw = dict(password=password, username=username or None, socket_timeout=timeout,
+              socket_connect_timeout=timeout)
+    if url.startswith("unix:"):
+        path, _, q = url[5:].partition("?")
+        db = 0
+        if q:
+            if not q.startswith("db=") or not q[3:].isdigit():
+                raise InvalidArgument("'%s': unix:PATH[?db=N]" % url)
+            db = int(q[3:])
+        return redis.Redis(unix_socket_path=path, db=db, **kw)
+    if url.startswith("redis://"):
+        return redis.Redis.from_url(url, **kw)
+    raise InvalidArgument("'%s' is not redis://HOST[:PORT][/DB] or unix:PATH[?db=N]" % url)
+
+
+def _decode(raw):
+    import msgpack
+    if not isinstance(raw, bytes) or len(raw) > MAX_RECORD:
+        return None
+    try:
+        rec = msgpack.unpackb(raw, raw=False, strict_map_key=True, max_bin_len=MAX_RECORD,
+                              max_str_len=MAX_RECORD, max_array_len=4096, max_map_len=4096)
+    except Exception:
+        return None
+    if not isinstance(rec, dict) or rec.get("v") != 1 or not isinstance(rec.get("url"), str):
+        return None
+    if not isinstance(rec.get("devices", []), list):
+        return None
+    try:
+        return Host(rec)
+    except Exception:
+        return None
+
+
+def hosts(url, password=None, username=None, timeout=5.0):
+    """The live hosts of the fleet, sorted by address. A record that does not decode (a
+    foreign or damaged key) is skipped; a host whose record expired is gone."""
+    try:
+        r = redis_client(url, password, username, timeout)
+        members = sorted(m.decode("utf-8", "replace") if isinstance(m, bytes) else str(m)
+                         for m in r.smembers(HOSTS_SET))[:MAX_HOSTS]
+        raws = r.mget([HOST_PREFIX + m for m in members]) if members else []
+    except KilnError:
+        raise
+    except Exception as e:  # redis.exceptions.*: connection refused, AUTH, timeouts, wrong types
+        raise Unavailable("the fleet registry at %s cannot be read: %s" % (url, e)) from None
+    out = []
+    for m, raw in zip(members, raws):
+        h = _decode(raw)
+        if h is not None and h.url == m:
+            out.append(h)
+    ids = collections.Counter(h.identity for h in out)
+    if len(ids) > 1:
+        common = ids.most_common(1)[0][0]
+        for h in out:
+            h.identity_differs = h.identity != common
+    return out
+
+
+def placements(url, device=None, **kw):
+    """(host, device dict) for every device of the kind asked for, least loaded first
+    (equal loads in random order, so clients placed at once spread)."""
+    found = [(h, d) for h in hosts(url, **kw) for d in h.devices_of(device)]
+    random.shuffle(found)
+    found.sort(key=lambda hd: hd[0].load(hd[1]))
+    return found
+
+
+def _open(host, dev, connect_kw):
+    from .session import connect
+    s = connect(host.url, **connect_kw)
+    s.fleet_host = host
+    s.fleet_device = s.device(dev["id"])
+    return s
+
+
+def connect(url, device=None, password=None, username=None, **connect_kw):
+    """A session on the least loaded host serving ``device`` (a kind: 'cuda', 'hsa'/'rocm',
+    'gpu', 'cpu'; or an id like 'cuda:1'); ``s.fleet_device`` is the device chosen and
+    ``s.fleet_host`` the host's record. Hosts that do not answer are skipped.
+    ``connect_kw`` go to kiln.connect (token, tls_ca, ...)."""
+    tried = []
+    for host, dev in placements(url, device, password=password, username=username):
+        try:
+            return _open(host, dev, connect_kw)
+        except Unavailable as e:
+            tried.append("%s: %s" % (host.url, e.message))
+    raise Unavailable("no host of the fleet at %s serves %s%s" % (
+        url, device or "any device", (" (" + "; ".join(tried) + ")") if tried else ""))
+
+
+def sessions(url, device_kind=None, password=None, username=None, **connect_kw):
+    """One session per matching device of every live host (fan-out), least loaded first;
+    each has ``fleet_device``. Hosts that do not answer are left out."""
+    out = []
+    for host, dev in placements(url, device_kind, password=password, username=username):
+        try:
+            out.append(_open(host, dev, connect_kw))
+        except Unavailable:
+            continue
+    return out
+
+
+def format_table(hs):
+    lines = ["%-28s %-10s %-10s %-18s %s" % ("HOST", "VERSION", "COMPILES", "IDENTITY", "DEVICES")]
+    for h in hs:
+        devs = ", ".join("%s(%s%s, %d running)" % (d["id"], d.get("arch", ""), ", leased" if d.get("leased") else "",
+                                                   d.get("launches", 0)) for d in h.devices)
+        ident = (h.identity.rsplit("build ", 1)[-1] if "build " in h.identity else h.identity)[:16]
+        lines.append("%-28s %-10s %-10s %-18s %s" % (
+            h.url, h.version, "%d/%d+%d" % (h.compile["busy"], h.compile["workers"], h.compile["queued"]),
+            ident + (" *" if h.identity_differs else ""), devs))
+    differ = [h for h in hs if h.identity_differs]
+    if differ:
+        lines.append("* compiler identity differs from most hosts' (their builds are not shared): " +
+                     ", ".join("%s: %s" % (h.url, h.identity) for h in differ))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(prog="python3 -m kiln.fleet",
+                                 description="Lists the hosts of a kiln fleet: devices, load, versions.")
+    ap.add_argument("url", help="the registry: redis://HOST[:PORT][/DB] or unix:PATH[?db=N]")
+    ap.add_argument("--device", default=None, help="only hosts serving this device kind")
+    args = ap.parse_args(argv)
+    try:
+        hs = hosts(args.url)
+    except KilnError as e:
+        print("kiln fleet: %s" % e, file=sys.stderr)
+        return 3
+    if args.device:
+        hs = [h for h in hs if h.devices_of(args.device)]
+    print(format_table(hs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""The fleet registry and placement (issue 17 §2-3): kilnds publishing themselves in a real
+redis-server, kiln.fleet reading it, sessions placed by device kind and load, and the
+`python3 -m kiln.fleet` table. Records are checked as Redis holds them."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import msgpack
+import pytest
+
+import kiln
+from conftest import PKG_PYTHONPATH
+from fleet_helpers import kilnds, free_port, redis_server, wait_until  # noqa: F401
+
+
+def host(kilnds, r, *extra, ttl="1"):
+    port = free_port()
+    url = "tcp:127.0.0.1:%d" % port
+    d = kilnds("--fleet", r.url, "--advertise", url, "--fleet-ttl", ttl, "--compile-workers", "1",
+                     *extra, listen=["tcp:127.0.0.1:%d" % port])
+    d.advertised = url
+    return d
+
+
+def live(r, n, timeout=10):
+    hs = wait_until(lambda: (lambda h: h if len(h) == n else None)(kiln.fleet.hosts(r.url)), timeout)
+    assert hs and len(hs) == n, kiln.fleet.hosts(r.url)
+    return hs
+
+
+def test_hosts_publish_and_a_dead_one_disappears_within_the_ttl(kilnds, redis_server):
+    r = redis_server()
+    a, b = host(kilnds, r), host(kilnds, r)
+    hs = live(r, 2)
+    assert sorted(h.url for h in hs) == sorted([a.advertised, b.advertised])
+    for h in hs:
+        assert h.version == kiln.__version__ or h.version
+        assert h.identity.startswith("kiln ") and not h.identity_differs
+        cpu = [d for d in h.devices if d["id"] == "cpu:0"]
+        assert cpu and cpu[0]["kind"] == "cpu" and cpu[0]["capacity"] > 0 and cpu[0]["leased"] is False
+        assert h.compile["workers"] == 1 and h.ttl_ms == 1000
+    os.kill(a.pid, signal.SIGKILL)
+    a.proc.wait()
+    t0 = time.monotonic()
+    hs = live(r, 1, timeout=5)
+    assert hs[0].url == b.advertised and time.monotonic() - t0 < 2.5
+    # b's heartbeat prunes the set too
+    assert wait_until(lambda: r.client().smembers("kiln:hosts") == {b.advertised.encode()}, 5)
+
+
+def test_the_registry_holds_no_secrets(kilnds, redis_server, tmp_path):
+    r = redis_server()
+    tokens = tmp_path / "tokens"
+    tokens.write_text("sekrit-token-of-alice-0123456789 alice\n")
+    os.chmod(tokens, 0o600)
+    a = host(kilnds, r, "--tokens", str(tokens))
+    live(r, 1)
+    raw = r.client().get("kiln:host:" + a.advertised)
+    assert b"sekrit" not in raw and b"alice" not in raw
+    rec = msgpack.unpackb(raw, raw=False)
+    assert set(rec) == {"v", "url", "host", "version", "identity", "started", "time", "ttl_ms", "connections",
+                        "tenants", "compile", "devices"}
+
+
+def test_connect_places_on_the_least_loaded_host_of_the_kind(kilnds, redis_server):
+    r = redis_server()
+    a, b = host(kilnds, r), host(kilnds, r)
+    live(r, 2)
+    furl = "fleet:" + r.url
+    seen = set()
+    for _ in range(16):  # equal loads: placements spread over both
+        with kiln.connect(furl, device="cpu") as s:
+            assert s.fleet_device.id == "cpu:0" and s.ping() is not None
+            seen.add(s.fleet_host.url)
+    assert seen == {a.advertised, b.advertised}
+    with pytest.raises(kiln.Unavailable):
+        kiln.connect(furl, device="cuda")
+    with pytest.raises(kiln.InvalidArgument):
+        kiln.connect(a.advertised, device="cpu")
+    # a lease on a's cpu:0: every placement goes to b once the heartbeat says so
+    with kiln.connect(a.advertised) as sa, sa.lease("cpu:0", 30):
+        assert wait_until(lambda: any(h.url == a.advertised and h.devices[0]["leased"]
+                                      for h in kiln.fleet.hosts(r.url)), 5)
+        for _ in range(6):
+            with kiln.connect(furl, device="cpu") as s:
+                assert s.fleet_host.url == b.advertised
+
+
+def test_sessions_fan_out_one_per_device(kilnds, redis_server):
+    r = redis_server()
+    a, b = host(kilnds, r), host(kilnds, r)
+    live(r, 2)
+    ss = kiln.fleet.sessions(r.url, "cpu")
+    try:
+        assert sorted(s.fleet_host.url for s in ss) == sorted([a.advertised, b.advertised])
+        assert all(s.fleet_device.id == "cpu:0" for s in ss)
+    finally:
+        for s in ss:
+            s.close()
+    assert kiln.fleet.sessions(r.url, "gpu") == []
+
+
+def fake_record(url, identity, **over):
+    rec = {"v": 1, "url": url, "host": "elsewhere", "version": "0.0.9", "identity": identity, "started": 1,
+           "time": 1, "ttl_ms": 60000, "connections": 0, "tenants": 0,
+           "compile": {"workers": 1, "busy": 0, "queued": 0},
+           "devices": [{"id": "cuda:0", "kind": "cuda", "arch": "sm_90", "capacity": 1, "used": 0,
+                        "launches": 0, "leased": False, "info": {}}]}
+    rec.update(over)
+    return msgpack.packb(rec)
+
+
+def test_the_table_flags_a_differing_compiler_identity(kilnds, redis_server):
+    r = redis_server()
+    a = host(kilnds, r)
+    b = host(kilnds, r)
+    live(r, 2)
+    rc = r.client()
+    rc.set("kiln:host:tcp:10.9.9.9:7070", fake_record("tcp:10.9.9.9:7070", "kiln 0.0.9; llvm 17; other"), px=60000)
+    rc.sadd("kiln:hosts", "tcp:10.9.9.9:7070")
+    out = subprocess.run([sys.executable, "-m", "kiln.fleet", r.url], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=PKG_PYTHONPATH or os.environ.get("PYTHONPATH", "")))
+    assert out.returncode == 0, out.stderr
+    assert a.advertised in out.stdout and b.advertised in out.stdout and "cuda:0(sm_90" in out.stdout
+    assert "identity differs" in out.stdout and "tcp:10.9.9.9:7070: kiln 0.0.9" in out.stdout
+    differ = [h.url for h in kiln.fleet.hosts(r.url) if h.identity_differs]
+    assert differ == ["tcp:10.9.9.9:7070"]
+    # placement by kind reaches the (fake) cuda host, and skips it when it does not answer
+    with pytest.raises(kiln.Unavailable) as e:
+        kiln.connect("fleet:" + r.url, device="cuda", timeout=1)
+    assert "10.9.9.9" in str(e.value)
+
+
+def test_hostile_records_are_skipped(kilnds, redis_server):
+    r = redis_server()
+    a = host(kilnds, r)
+    live(r, 1)
+    rc = r.client()
+    bad = {"tcp:h:1": os.urandom(200), "tcp:h:2": msgpack.packb([1, 2, 3]),
+           "tcp:h:3": fake_record("tcp:h:elsewhere", "x"),            # names another host
+           "tcp:h:4": fake_record("tcp:h:4", "x", v=2),
+           "tcp:h:5": fake_record("tcp:h:5", "x", devices="many"),
+           "tcp:h:6": b"\xdf\xff\xff\xff\xff",                         # a map claiming 4G entries
+           "tcp:h:7": fake_record("tcp:h:7", "x", devices=[{"id": 5}])}
+    for k, v in bad.items():
+        rc.set("kiln:host:" + k, v)
+        rc.sadd("kiln:hosts", k)
+    rc.sadd("kiln:hosts", "tcp:h:no-record")
+    rc.set("kiln:host:tcp:h:8", b"x" * (2 << 20))
+    rc.sadd("kiln:hosts", "tcp:h:8")
+    hs = kiln.fleet.hosts(r.url)
+    urls = [h.url for h in hs]
+    assert a.advertised in urls and "tcp:h:7" in urls  # h:7 is kept, its bad device dropped
+    assert [h.devices for h in hs if h.url == "tcp:h:7"] == [[]]
+    assert not any(u.startswith("tcp:h:") and u != "tcp:h:7" for u in urls)
+    # the set itself of the wrong type: Unavailable, not a crash
+    rc.delete("kiln:hosts")
+    rc.set("kiln:hosts", b"not a set")
+    with pytest.raises(kiln.Unavailable):
+        kiln.fleet.hosts(r.url)
+
+
+@pytest.mark.parametrize("args", [("--fleet", "redis://127.0.0.1:1/0"),
+                                  ("--fleet", "redis://127.0.0.1:1/0", "--advertise", "http://x:1"),
+                                  ("--fleet", "nope://x", "--advertise", "tcp:127.0.0.1:1")])
+def test_bad_registry_options_refuse_to_start(kilnds, args):
+    with pytest.raises(kiln.KilnError):
+        kilnds(*args)
+
+
+def test_the_client_imports_without_redis():
+    code = ("import sys; sys.modules['redis'] = None\n"
+            "import kiln, kiln.fleet\n"
+            "try:\n    kiln.fleet.hosts('redis://127.0.0.1:1/0')\n"
+            "except kiln.Unavailable as e:\n    print('unavailable:', e.message)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=PKG_PYTHONPATH or os.environ.get("PYTHONPATH", "")))
+    assert out.returncode == 0, out.stderr
+    assert "python3-redis" in out.stdout
+
+
+def test_a_fleet_url_that_does_not_answer_is_unavailable():
+    with pytest.raises(kiln.Unavailable):
+        kiln.connect("fleet:redis://127.0.0.1:1/0", device="cpu")
