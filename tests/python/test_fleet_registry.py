@@ -103,6 +103,27 @@ def test_sessions_fan_out_one_per_device(kilnds, redis_server):
     assert kiln.fleet.sessions(r.url, "gpu") == []
 
 
+def test_a_tuning_run_measures_across_the_fleet(kilnds, redis_server):
+    from kiln import autotune as at
+    from kiln import topi
+    from kiln.topi.space import Space
+    r = redis_server()
+    a, b = host(kilnds, r), host(kilnds, r)
+    live(r, 2)
+    rs = kiln.fleet.runners(r.url, "cpu")
+    try:
+        assert len(rs) == 2
+        sp = Space("matmul", "cpu", (32, 32, 16), "float32", topi.space("matmul", "cpu", (1, 1, 1)).limits)
+        sp.knobs = {"bm": [2, 4, 8], "bn": [8, 32], "bk": [4], "order": ["ji"], "unroll_k": [False]}
+        task = at.Task("matmul", (32, 32, 16), "float32", rs[0][1], space=sp)
+        res = at.tune(task, rs, trials=5, tuner="random", batch=4, repeat=1, min_repeat_ms=0, lease_s=0,
+                      progress=None)
+        assert len(res.trials) == 5 and {x["runner"] for x in res.trials[1:]} == {0, 1}
+    finally:
+        for s, _ in rs:
+            s.close()
+
+
 def fake_record(url, identity, **over):
     rec = {"v": 1, "url": url, "host": "elsewhere", "version": "0.0.9", "identity": identity, "started": 1,
            "time": 1, "ttl_ms": 60000, "connections": 0, "tenants": 0,

@@ -11,6 +11,7 @@ reads. It needs the ``redis`` package (Debian: python3-redis), imported on first
     s.fleet_device                                                      # the Device chosen
     for s in kiln.fleet.sessions("redis://10.0.0.2:6379/0", "cuda"):   # one per device
         ...
+    kiln.autotune.tune(task, kiln.fleet.runners("redis://...", "cuda"))  # trials fanned out
     python3 -m kiln.fleet redis://10.0.0.2:6379/0                       # the table
 
 Redis AUTH: ``password=``/``username=``, else the file named by ``$KILN_FLEET_AUTH_FILE``
@@ -203,6 +204,13 @@ def sessions(url, device_kind=None, password=None, username=None, **connect_kw):
         except Unavailable:
             continue
     return out
+
+
+def runners(url, device_kind=None, **kw):
+    """``sessions`` as kiln.autotune's runners: [(session, device)], so a tuning run
+    measures its trials on every matching device of the fleet:
+    ``kiln.autotune.tune(task, kiln.fleet.runners(url, "cuda"), ...)``."""
+    return [(s, s.fleet_device) for s in sessions(url, device_kind, **kw)]
 
 
 def format_table(hs):

@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""The fleet's remote artifact tier (issue 17 "Performance"), on this machine's loopback.
+
+    /usr/bin/python3 bench/fleet_bench.py [--runs N] [--big-kib K] [--out bench/results/fleet.md]
+
+Starts a redis-server on a free TCP port of 127.0.0.1 and three kilnds (KILND, else
+build/server/kilnd) with --compile-workers 1: A and B share the Redis (--cache-remote),
+C has none. For each of --runs fresh payloads (vadd with a salt comment), A compiles it (a
+local compile, then a put); then B compiles it (a remote hit: memory and disk miss, Redis
+GETRANGE, MAC check, decode, local put) and B compiles it again (a memory hit); C compiles
+it (a local compile, for comparison). The same for a large kernel whose artifact is about
+--big-kib KiB (a constant table in its IR). Times are client round trips through
+kiln.Session.compile on a unix socket. Every number in the report comes from this run.
+"""
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+
+import kiln  # noqa: E402
+from fleet_helpers import Redis  # noqa: E402
+
+VADD = open(os.path.join(ROOT, "clients", "python", "examples", "vadd.ll")).read()
+
+
+def big_ir(kib, salt):
+    """vadd that also reads a constant table of kib KiB (it lands in the IR text, the
+    assembly and the code object)."""
+    n = kib * 1024 // 4
+    vals = ", ".join("i32 %d" % ((i * 2654435761 + salt) & 0x7fffffff) for i in range(n))
+    return (VADD.replace("%sum = fadd float %a, %b",
+                         "%tp = getelementptr inbounds [%d x i32], ptr @tbl, i64 0, i64 %%j\n"
+                         "  %%tv = load i32, ptr %%tp, align 4\n  %%tf = sitofp i32 %%tv to float\n"
+                         "  %%s0 = fadd float %%a, %%b\n  %%sum = fadd float %%s0, %%tf" % n)
+            + "\n@tbl = internal constant [%d x i32] [%s]\n" % (n, vals))
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def timed(sess, src):
+    t0 = time.perf_counter()
+    m = sess.compile(src, target="cpu")
+    return (time.perf_counter() - t0) * 1e3, m
+
+
+def wait_puts(sess, n):
+    deadline = time.monotonic() + 60
+    while sess.stats()["cache_remote"]["puts"] < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def series(sa, sb, sc, sources):
+    out = {"a_compile": [], "b_remote": [], "b_memory": [], "c_compile": []}
+    puts0 = sa.stats()["cache_remote"]["puts"]
+    read0 = sb.stats()["cache_remote"]["bytes_read"]
+    for i, src in enumerate(sources):
+        ms, ma = timed(sa, src)
+        assert not ma.cached
+        out["a_compile"].append(ms)
+        wait_puts(sa, puts0 + i + 1)
+        ms, mb = timed(sb, src)
+        assert mb.cached and mb.id == ma.id, "not a remote hit"
+        out["b_remote"].append(ms)
+        ms, mb = timed(sb, src)
+        out["b_memory"].append(ms)
+        ms, mc = timed(sc, src)
+        assert not mc.cached
+        out["c_compile"].append(ms)
+    st = sb.stats()
+    assert st["compile"]["compiles"] == 0
+    out["bytes"] = (st["cache_remote"]["bytes_read"] - read0) / len(sources)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--big-runs", type=int, default=15)
+    ap.add_argument("--big-kib", type=int, default=160)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    exe = os.environ.get("KILND") or os.path.join(ROOT, "build", "server", "kilnd")
+    tmp = tempfile.mkdtemp(prefix="kiln-fleet-bench-")
+    r = Redis(os.path.join(tmp, "redis"), tcp=True)
+    secret = os.path.join(tmp, "secret")
+    with open(secret, "wb") as f:
+        f.write(os.urandom(32))
+    os.chmod(secret, 0o600)
+    common = ("--compile-workers", "1")
+    remote = ("--cache-remote", r.url, "--fleet-secret-file", secret)
+    ds = [kiln.start_daemon(exe, args=remote + common), kiln.start_daemon(exe, args=remote + common),
+          kiln.start_daemon(exe, args=common)]
+    try:
+        sa, sb, sc = (kiln.connect(d.url) for d in ds)
+        for s in (sa, sb):
+            while not s.stats()["cache_remote"]["up"]:
+                time.sleep(0.01)
+        salt = os.urandom(4).hex()
+        small = series(sa, sb, sc, [VADD + "\n; bench %s %d\n" % (salt, i) for i in range(args.runs)])
+        big = series(sa, sb, sc, [big_ir(args.big_kib, i + 1000 * len(salt)) + "\n; %s %d\n" % (salt, i)
+                                  for i in range(args.big_runs)])
+    finally:
+        for d in ds:
+            d.stop()
+        r.kill()
+    lines = ["# The fleet's remote artifact tier (bench/fleet_bench.py)", "",
+             "Run %s on %s (%s, %d cores; load average %.1f at the end), Redis on TCP loopback, "
+             "three kilnds with one compile worker each; client round trips of `compile` (target "
+             "cpu) over a unix socket, in ms." % (datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
+                                                  platform.node(), platform.machine(), os.cpu_count(),
+                                                  os.getloadavg()[0]), "",
+             "| artifact | runs | A: local compile p50 | B: remote hit p50 / p90 | B: memory hit p50 | "
+             "C (no Redis): local compile p50 |", "|---|---:|---:|---:|---:|---:|"]
+    for name, s in (("vadd, %.1f KiB" % (small["bytes"] / 1024), small),
+                    ("vadd + table, %.0f KiB" % (big["bytes"] / 1024), big)):
+        lines.append("| %s | %d | %.2f | %.2f / %.2f | %.2f | %.2f |" % (
+            name, len(s["b_remote"]), pct(s["a_compile"], 50), pct(s["b_remote"], 50), pct(s["b_remote"], 90),
+            pct(s["b_memory"], 50), pct(s["c_compile"], 50)))
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
