@@ -34,6 +34,7 @@ typedef struct kiln_device_info {
 typedef struct kiln_device kiln_device_t;   /* backend-defined */
 typedef struct kiln_dmem kiln_dmem_t;       /* backend-defined device allocation */
 typedef struct kiln_dmodule kiln_dmodule_t; /* backend-defined loaded module */
+typedef struct kiln_dseq kiln_dseq_t;       /* backend-defined prepared launch sequence */
 
 /* One launch, with arguments already checked and converted by the caller
  * (device/launch.c) against the kernel table: `args[i]` points at explicit argument i's
@@ -47,6 +48,17 @@ typedef struct kiln_launch {
   uint32_t shared;   /* dynamic work-group memory bytes */
   void *const *args;
 } kiln_launch_t;
+
+/* One launch of a sequence (seq_create). `mark`: the wait reports when this item has
+ * completed (a graph marks the last launch of each node); the last item is always marked. */
+typedef struct kiln_seq_item {
+  kiln_dmodule_t *mod;
+  const kiln_launch_t *launch;
+  bool mark;
+} kiln_seq_item_t;
+
+/* Told, while seq_run waits, that the first `done` items are known to have completed. */
+typedef void (*kiln_seq_progress_cb)(void *ctx, uint32_t done);
 
 typedef struct kiln_backend {
   const char *kind; /* "cpu", "hsa", "cuda" */
@@ -91,6 +103,30 @@ typedef struct kiln_backend {
    * E_DEVICE_FAULT (the worker then exits); a deadline passed returns E_TIMEOUT. */
   kiln_status_t (*launch)(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *launch,
                           uint32_t count, uint64_t deadline_ns, uint64_t *out_elapsed_ns);
+
+  /* Optional (NULL: the caller copies through the host). Copies `bytes` between two buffers
+   * of this device; ordered after all earlier launches, complete before returning. */
+  kiln_status_t (*copy_device)(kiln_device_t *dev, kiln_dmem_t *dst, uint64_t dst_offset, kiln_dmem_t *src,
+                               uint64_t src_offset, uint64_t bytes);
+
+  /* Launch sequences. Optional, all three or none (NULL: the caller runs `launch` per item,
+   * which waits for each kernel). seq_create prepares `count` launches (items[i].launch
+   * checked by kiln_launch_prepare) to be submitted in order, each after the one before has
+   * finished, with one wait at the end: a CUDA graph captured once (or stream launches where
+   * capture fails), AQL packets with barrier bits and kernargs packed once. The launches and
+   * what their args point at stay valid until seq_destroy; a module they use is not unloaded
+   * before it. */
+  kiln_status_t (*seq_create)(kiln_device_t *dev, const kiln_seq_item_t *items, uint32_t count,
+                              kiln_dseq_t **out_seq);
+  void (*seq_destroy)(kiln_device_t *dev, kiln_dseq_t *seq);
+  /* Submits the whole sequence and waits for it (or the deadline, ns from now; 0: none),
+   * calling `progress` (may be NULL) as marked items are seen complete. A submitted sequence
+   * cannot be stopped: a fault or E_TIMEOUT is reported once seen, with *out_at set to the
+   * first item not seen complete (where the fault or hang is, as far as the device tells;
+   * E_DEVICE_FAULT and E_TIMEOUT end the worker as for `launch`). out_at is set on failure
+   * only. */
+  kiln_status_t (*seq_run)(kiln_device_t *dev, kiln_dseq_t *seq, uint64_t deadline_ns,
+                           kiln_seq_progress_cb progress, void *ctx, uint32_t *out_at);
 
   /* Evicts caches that a timing run should not profit from (L2 on GPUs, LLC on cpu). */
   kiln_status_t (*flush_caches)(kiln_device_t *dev);

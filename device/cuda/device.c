@@ -23,6 +23,7 @@ static void cuda_close(kiln_device_t *dev) {
     if (dev->start) kiln_cuda.cuEventDestroy(dev->start);
     if (dev->stop) kiln_cuda.cuEventDestroy(dev->stop);
     if (dev->stream) kiln_cuda.cuStreamDestroy(dev->stream);
+    if (dev->capture) kiln_cuda.cuStreamDestroy(dev->capture);
   }
   if (dev->retained) kiln_cuda.cuDevicePrimaryCtxRelease(dev->dev);
   free(dev);
@@ -106,6 +107,18 @@ static kiln_status_t cuda_copy_out(kiln_device_t *dev, kiln_dmem_t *src, uint64_
   return KILN_OK;
 }
 
+/* cuMemcpyDtoD returns before the copy ends (no host synchronisation for device-to-device
+ * copies): the legacy stream is waited for, so the copy is complete as copy_device says. */
+static kiln_status_t cuda_copy_device(kiln_device_t *dev, kiln_dmem_t *dst, uint64_t dst_offset, kiln_dmem_t *src,
+                                      uint64_t src_offset, uint64_t bytes) {
+  KILN_RETURN_IF_ERROR(kiln_device_check_range(dst->bytes, dst_offset, bytes));
+  KILN_RETURN_IF_ERROR(kiln_device_check_range(src->bytes, src_offset, bytes));
+  if (bytes == 0) return KILN_OK;
+  KILN_CU_TRY(kiln_cuda.cuMemcpyDtoD(dst->ptr + dst_offset, src->ptr + src_offset, bytes));
+  KILN_CU_TRY(kiln_cuda.cuStreamSynchronize(NULL));
+  return KILN_OK;
+}
+
 /* Writes a device buffer twice the L2 (H100/H200: 50 MiB L2, so 100 MiB), as nvbench does
  * to start each measurement cold. */
 static kiln_status_t cuda_flush_caches(kiln_device_t *dev) {
@@ -137,5 +150,9 @@ const kiln_backend_t kiln_backend_cuda = {
     .module_load = kiln_cuda_module_load,
     .module_unload = kiln_cuda_module_unload,
     .launch = kiln_cuda_launch,
+    .copy_device = cuda_copy_device,
+    .seq_create = kiln_cuda_seq_create,
+    .seq_destroy = kiln_cuda_seq_destroy,
+    .seq_run = kiln_cuda_seq_run,
     .flush_caches = cuda_flush_caches,
 };

@@ -33,6 +33,14 @@ kiln_status_t kiln_cuda_lib_load(void) {
   }
   KILN_CUDA_SYMBOLS(KILN_CUDA_RESOLVE)
 #undef KILN_CUDA_RESOLVE
+  t.have_graphs = true;
+#define KILN_CUDA_RESOLVE_OPTIONAL(name, fallback)                    \
+  {                                                                   \
+    t.name = (__typeof__(name) *)dlsym(h, KILN_STR(name));            \
+    if (!t.name) t.have_graphs = false;                               \
+  }
+  KILN_CUDA_OPTIONAL_SYMBOLS(KILN_CUDA_RESOLVE_OPTIONAL)
+#undef KILN_CUDA_RESOLVE_OPTIONAL
   kiln_cuda = t;
   return KILN_OK;
 }

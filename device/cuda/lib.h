@@ -31,6 +31,7 @@
   X(cuMemFree, NULL)                                       \
   X(cuMemcpyHtoD, NULL)                                    \
   X(cuMemcpyDtoH, NULL)                                    \
+  X(cuMemcpyDtoD, NULL)                                    \
   X(cuMemsetD32, NULL)                                     \
   X(cuModuleLoadDataEx, NULL)                              \
   X(cuModuleUnload, NULL)                                  \
@@ -43,14 +44,28 @@
   X(cuStreamSynchronize, NULL)                             \
   X(cuEventCreate, NULL)                                   \
   X(cuEventRecord, NULL)                                   \
+  X(cuEventQuery, NULL)                                    \
   X(cuEventElapsedTime, "cuEventElapsedTime")              \
   X(cuEventDestroy, NULL)
+
+/* Optional entries: NULL when the driver lacks them (then kiln does without: launch
+ * sequences without CUDA graph capture). All of CUDA 11.4's. */
+#define KILN_CUDA_OPTIONAL_SYMBOLS(X)                      \
+  X(cuStreamBeginCapture, NULL)                            \
+  X(cuStreamEndCapture, NULL)                              \
+  X(cuEventRecordWithFlags, NULL)                          \
+  X(cuGraphInstantiate, NULL)                              \
+  X(cuGraphLaunch, NULL)                                   \
+  X(cuGraphExecDestroy, NULL)                              \
+  X(cuGraphDestroy, NULL)
 
 typedef struct kiln_cuda_lib {
   void *handle;
 #define KILN_CUDA_FIELD(name, fallback) __typeof__(name) *name;
   KILN_CUDA_SYMBOLS(KILN_CUDA_FIELD)
+  KILN_CUDA_OPTIONAL_SYMBOLS(KILN_CUDA_FIELD)
 #undef KILN_CUDA_FIELD
+  bool have_graphs; /* every optional entry was found */
 } kiln_cuda_lib_t;
 
 extern kiln_cuda_lib_t kiln_cuda;

@@ -78,4 +78,14 @@ const kiln_hsa_kernel_code_t *kiln_hsa_module_code(const kiln_dmodule_t *mod,
 KILN_MUST_USE kiln_status_t kiln_hsa_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kiln_launch_t *l,
                               uint32_t count, uint64_t deadline_ns, uint64_t *out_elapsed_ns);
 
+KILN_MUST_USE kiln_status_t kiln_hsa_copy_device(kiln_device_t *dev, kiln_dmem_t *dst, uint64_t dst_offset,
+                                                 kiln_dmem_t *src, uint64_t src_offset, uint64_t bytes);
+
+/* Launch sequences (seq.c). */
+KILN_MUST_USE kiln_status_t kiln_hsa_seq_create(kiln_device_t *dev, const kiln_seq_item_t *items, uint32_t count,
+                                                kiln_dseq_t **out_seq);
+void kiln_hsa_seq_destroy(kiln_device_t *dev, kiln_dseq_t *seq);
+KILN_MUST_USE kiln_status_t kiln_hsa_seq_run(kiln_device_t *dev, kiln_dseq_t *seq, uint64_t deadline_ns,
+                                             kiln_seq_progress_cb progress, void *ctx, uint32_t *out_at);
+
 #endif

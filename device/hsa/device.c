@@ -180,5 +180,9 @@ const kiln_backend_t kiln_backend_hsa = {
     .module_load = kiln_hsa_module_load,
     .module_unload = kiln_hsa_module_unload,
     .launch = kiln_hsa_launch,
+    .copy_device = kiln_hsa_copy_device,
+    .seq_create = kiln_hsa_seq_create,
+    .seq_destroy = kiln_hsa_seq_destroy,
+    .seq_run = kiln_hsa_seq_run,
     .flush_caches = kiln_hsa_flush_caches,
 };

@@ -48,6 +48,17 @@ kiln_status_t kiln_hsa_copy_out(kiln_device_t *dev, kiln_dmem_t *src, uint64_t o
   return KILN_OK;
 }
 
+/* hsa_memory_copy between two VRAM buffers: a device-side copy (ROCr's blit kernel or DMA),
+ * synchronous like the others. */
+kiln_status_t kiln_hsa_copy_device(kiln_device_t *dev, kiln_dmem_t *dst, uint64_t dst_offset, kiln_dmem_t *src,
+                                   uint64_t src_offset, uint64_t bytes) {
+  KILN_RETURN_IF_ERROR(kiln_device_check_range(dst->bytes, dst_offset, bytes));
+  KILN_RETURN_IF_ERROR(kiln_device_check_range(src->bytes, src_offset, bytes));
+  if (bytes == 0) return KILN_OK;
+  KILN_HSA_TRY(kiln_hsa.hsa_memory_copy((char *)dst->ptr + dst_offset, (char *)src->ptr + src_offset, bytes));
+  return KILN_OK;
+}
+
 /* Overwrites a VRAM buffer larger than the GPU's caches with a blit fill, which evicts
  * L2 (and MALL/Infinity Cache, which ROCr 5.2 does not report: hence the 512 MiB floor). */
 kiln_status_t kiln_hsa_flush_caches(kiln_device_t *dev) {

@@ -2,12 +2,14 @@
  * kilnd has checked the payload, compiled and loaded its modules into this worker, and planned
  * its memory; a graph here is three blocks (constants, inputs, the value arena) and its
  * launches, prepared once (arguments converted, geometry checked) and run back to back for
- * each request. */
+ * each request: where the backend has launch sequences (device.h seq_*: CUDA, HSA) the whole
+ * run is one submission and one wait, else one backend launch (and wait) per kernel (cpu). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "base/util.h"
 #include "device/launch.h"
 #include "device/timing.h"
@@ -34,9 +36,11 @@ typedef struct graph {
   uint32_t num_launches;
   char **nodes; /* "name (label)" for errors */
   uint32_t num_nodes;
+  kiln_dseq_t *seq; /* every launch as one sequence; NULL: launched one by one */
 } graph_t;
 
 static void graph_free(kiln_dworker_t *w, graph_t *g) {
+  if (g->seq) w->backend->seq_destroy(w->dev, g->seq);
   for (int r = 0; r < REGIONS; r++)
     if (g->mem[r]) w->backend->mem_free(w->dev, g->mem[r]);
   for (uint32_t i = 0; i < g->num_launches; i++) kiln_launch_values_deinit(&g->launches[i].values);
@@ -91,8 +95,8 @@ static kiln_status_t prepare(kiln_dworker_t *w, graph_t *g, const kiln_graph_job
 }
 
 /* `bytes` from `src` at `soff` to `dst` at `doff` on this device: a memcpy where the host
- * addresses both (cpu), else through a host bounce buffer (the device API has no
- * device-to-device copy; GPU backends copy out and in, in chunks). */
+ * addresses both (cpu), the backend's device-to-device copy where it has one (CUDA, HSA),
+ * else through a host bounce buffer in chunks. */
 static kiln_status_t dcopy(kiln_dworker_t *w, kiln_dmem_t *dst, uint64_t doff, kiln_dmem_t *src, uint64_t soff,
                            uint64_t bytes) {
   if (!bytes) return KILN_OK;
@@ -101,6 +105,7 @@ static kiln_status_t dcopy(kiln_dworker_t *w, kiln_dmem_t *dst, uint64_t doff, k
     memmove(hd + doff, hs + soff, bytes);
     return KILN_OK;
   }
+  if (w->backend->copy_device) return w->backend->copy_device(w->dev, dst, doff, src, soff, bytes);
   uint64_t chunk = bytes < (8u << 20) ? bytes : (8u << 20);
   uint8_t *bounce = malloc(chunk);
   if (!bounce) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for a copy");
@@ -128,6 +133,28 @@ static kiln_status_t copy_tensors(kiln_dworker_t *w, graph_t *g, int r, const ki
     KILN_RETURN_IF_ERROR(dcopy(w, g->mem[r], c[i].offset, b->mem, 0, c[i].bytes));
   }
   return KILN_OK;
+}
+
+/* The launches as one sequence, the last launch of each node marked (so a failure is
+ * placed at a node). A backend that cannot make it leaves the graph to run launch by
+ * launch, which gives the same results; so does KILN_GRAPH_SEQUENCE=0 in kilnd's
+ * environment (to measure what sequences save, or to rule them out). */
+static void make_seq(kiln_dworker_t *w, graph_t *g) {
+  const char *env = getenv("KILN_GRAPH_SEQUENCE");
+  if (!w->backend->seq_create || !g->num_launches || (env && strcmp(env, "0") == 0)) return;
+  kiln_seq_item_t *items = calloc(g->num_launches, sizeof *items);
+  if (!items) return;
+  for (uint32_t i = 0; i < g->num_launches; i++)
+    items[i] = (kiln_seq_item_t){.mod = g->launches[i].mod, .launch = &g->launches[i].launch,
+                                 .mark = i + 1 == g->num_launches || g->launches[i + 1].node != g->launches[i].node};
+  kiln_status_t st = w->backend->seq_create(w->dev, items, g->num_launches, &g->seq);
+  free(items);
+  if (st) {
+    KILN_LOG_WARN("graph_sequence_failed", "launches=%u message=\"%s\": launching one by one", g->num_launches,
+                  kiln_status_message(st));
+    kiln_status_free(st);
+    g->seq = NULL;
+  }
 }
 
 static kiln_status_t load(kiln_dworker_t *w, const kiln_graph_load_job_t *j, int fd) {
@@ -163,6 +190,7 @@ static kiln_status_t load(kiln_dworker_t *w, const kiln_graph_load_job_t *j, int
     g->num_launches = i + 1;
     st = prepare(w, g, &j->launches[i], &g->launches[i]);
   }
+  if (!st) make_seq(w, g);
   if (!st) st = kiln_map_put(&w->graphs, j->handle, g);
   if (st) graph_free(w, g);
   return st;
@@ -196,11 +224,48 @@ static void between_runs(cancel_cell_t *c) {
   kiln_status_free(kiln_job_send_alive(c->channel)); /* a broken channel ends the serve loop */
 }
 
-/* Every launch once, in order. A failure names its node; before each launch its index + 1
+static kiln_status_t at_node(const graph_t *g, uint32_t launch, kiln_status_t st) {
+  uint32_t i = launch < g->num_launches ? launch : g->num_launches - 1;
+  kiln_status_t e = KILN_STATUS(kiln_status_code(st), "node %s: %s", g->nodes[g->launches[i].node],
+                                kiln_status_message(st));
+  kiln_status_free(st);
+  return e;
+}
+
+typedef struct seq_progress {
+  volatile uint32_t *cell;
+  uint32_t launches;
+} seq_progress_t;
+
+/* The launch now running as far as the device tells, + 1, into the run's shared memory. */
+static void on_progress(void *ctx, uint32_t done) {
+  seq_progress_t *p = ctx;
+  *p->cell = done < p->launches ? done + 1 : p->launches;
+}
+
+/* Every launch once, in order. A failure names its node; the index + 1 of the launch running
  * goes to `progress` (the run's shared memory), so that kilnd names the node of a fault that
- * ends this process before it can answer. A cancelled run stops before its next launch. */
+ * ends this process before it can answer: before each launch when they go one by one (a
+ * cancelled run then stops before its next launch), else as the sequence's wait sees the
+ * launches finish (a submitted sequence runs to its end or its deadline). */
 static kiln_status_t run_once(kiln_dworker_t *w, graph_t *g, uint64_t deadline_at, volatile uint32_t *progress,
                               const cancel_cell_t *cancel) {
+  if (g->seq) {
+    if (cancelled(cancel)) return KILN_STATUS(KILN_E_CANCELLED, "graph run cancelled: its client has gone");
+    uint64_t left = 0;
+    if (deadline_at) {
+      uint64_t t = now_ns();
+      if (t >= deadline_at)
+        return KILN_STATUS(KILN_E_TIMEOUT, "node %s: the graph run passed its deadline",
+                           g->nodes[g->launches[0].node]);
+      left = deadline_at - t;
+    }
+    *progress = 1;
+    seq_progress_t p = {.cell = progress, .launches = g->num_launches};
+    uint32_t at = 0;
+    kiln_status_t st = w->backend->seq_run(w->dev, g->seq, left, on_progress, &p, &at);
+    return st ? at_node(g, at, st) : KILN_OK;
+  }
   for (uint32_t i = 0; i < g->num_launches; i++) {
     glaunch_t *gl = &g->launches[i];
     if (cancelled(cancel)) return KILN_STATUS(KILN_E_CANCELLED, "graph run cancelled: its client has gone");
@@ -213,11 +278,7 @@ static kiln_status_t run_once(kiln_dworker_t *w, graph_t *g, uint64_t deadline_a
       left = deadline_at - t;
     }
     kiln_status_t st = w->backend->launch(w->dev, gl->mod, &gl->launch, 1, left, NULL);
-    if (st) {
-      kiln_status_t e = KILN_STATUS(kiln_status_code(st), "node %s: %s", g->nodes[gl->node], kiln_status_message(st));
-      kiln_status_free(st);
-      return e;
-    }
+    if (st) return at_node(g, i, st);
   }
   return KILN_OK;
 }

@@ -6,6 +6,7 @@
 #include <criterion/parameterized.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -358,6 +359,22 @@ static void fault_child(const char *kind) {
   _exit(s ? (int)kiln_status_code(s) : 0);
 }
 
+/* The child's wait status; a child stuck in the driver fails the test instead of hanging
+ * the suite. */
+static int wait_child(pid_t pid, const char *kind) {
+  int ws = 0;
+  pid_t got = 0;
+  for (int waited_ms = 0; (got = waitpid(pid, &ws, WNOHANG)) == 0 && waited_ms < 120000; waited_ms += 10)
+    usleep(10000);
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &ws, 0);
+    cr_assert_fail("%s: the child did not end within 120 s", kind);
+  }
+  cr_assert_eq(got, pid);
+  return ws;
+}
+
 PARAMS(fault_reported_and_next_launch_works)
 ParameterizedTest(conf_param_t *p, conformance, fault_reported_and_next_launch_works) {
   /* Probe only (in a child of its own), so a backend without devices skips here and no
@@ -367,17 +384,7 @@ ParameterizedTest(conf_param_t *p, conformance, fault_reported_and_next_launch_w
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
   if (pid == 0) fault_child(p->kind);
-  /* A child stuck in the driver fails the test instead of hanging the suite. */
-  int ws = 0;
-  pid_t got = 0;
-  for (int waited_ms = 0; (got = waitpid(pid, &ws, WNOHANG)) == 0 && waited_ms < 120000; waited_ms += 10)
-    usleep(10000);
-  if (got == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &ws, 0);
-    cr_assert_fail("%s: the faulting child did not end within 120 s", p->kind);
-  }
-  cr_assert_eq(got, pid);
+  int ws = wait_child(pid, p->kind);
   cr_expect(WIFSIGNALED(ws) || WEXITSTATUS(ws) != 101, "%s: the child's set-up failed (its stderr says why)", p->kind);
   cr_log_info("%s: faulting child %s %d", p->kind, WIFSIGNALED(ws) ? "died of signal" : "exited with",
               WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
@@ -396,5 +403,188 @@ ParameterizedTest(conf_param_t *p, conformance, fault_reported_and_next_launch_w
   conf_run(&c, "vadd", grid, block, 0, args, 4);
   conf_download(&c, dc, out, sizeof out);
   for (int i = 0; i < 256; i++) cr_assert_eq(out[i], (float)i + 1);
+  conf_close(&c);
+}
+
+/* ---- launch sequences (device.h seq_*) and device-to-device copies ---------------------- */
+
+/* Skips unless the backend has launch sequences (the cpu runs graphs launch by launch). */
+static void need_seq(conf_t *c) {
+  if (!c->b->seq_create) {
+    const char *kind = c->b->kind;
+    conf_close(c);
+    cr_skip_test("%s has no launch sequences: graphs on it launch one by one", kind);
+  }
+}
+
+typedef struct seq_launches {
+  kiln_launch_values_t *values;
+  kiln_launch_t *launches;
+  kiln_seq_item_t *items;
+  uint32_t count;
+} seq_launches_t;
+
+/* `count` launches of kernel `names[i % nnames]` with the same arguments each (args[i %
+ * nnames]), one work-group of 64; every `mark_every`-th item marked. */
+static void seq_prepare(conf_t *c, seq_launches_t *s, uint32_t count, const char *const *names,
+                        const kiln_launch_arg_t *const *args, const size_t *nargs, uint32_t nnames,
+                        uint32_t mark_every) {
+  s->count = count;
+  s->values = calloc(count, sizeof *s->values);
+  s->launches = calloc(count, sizeof *s->launches);
+  s->items = calloc(count, sizeof *s->items);
+  cr_assert(s->values && s->launches && s->items);
+  uint32_t grid[3] = {1, 1, 1}, block[3] = {64, 1, 1};
+  for (uint32_t i = 0; i < count; i++) {
+    const kiln_kernel_t *k = kiln_artifact_kernel(&c->art, names[i % nnames]);
+    cr_assert(k, "no kernel %s", names[i % nnames]);
+    kiln_status_t st = kiln_launch_values_init(&s->values[i], k, args[i % nnames], nargs[i % nnames]);
+    cr_assert_eq(st, KILN_OK, "%s", st ? kiln_status_message(st) : "");
+    st = kiln_launch_prepare(k, c->info, grid, block, 0, s->values[i].ptrs, &s->launches[i]);
+    cr_assert_eq(st, KILN_OK, "%s", st ? kiln_status_message(st) : "");
+    s->items[i] = (kiln_seq_item_t){.mod = c->mod, .launch = &s->launches[i], .mark = (i + 1) % mark_every == 0};
+  }
+}
+
+static void seq_release(seq_launches_t *s) {
+  for (uint32_t i = 0; i < s->count; i++) kiln_launch_values_deinit(&s->values[i]);
+  free(s->values), free(s->launches), free(s->items);
+}
+
+typedef struct progress_log {
+  uint32_t calls, last;
+  bool backwards;
+} progress_log_t;
+
+static void log_progress(void *ctx, uint32_t done) {
+  progress_log_t *p = ctx;
+  if (done < p->last) p->backwards = true;
+  p->last = done;
+  p->calls++;
+}
+
+PARAMS(launch_sequence_runs_in_order)
+ParameterizedTest(conf_param_t *p, conformance, launch_sequence_runs_in_order) {
+  conf_t c;
+  conf_open(&c, p->kind);
+  need_seq(&c);
+  conf_load(&c, "seq");
+  /* more launches than an AQL queue of 1024 packets holds: the submission waits for room */
+  enum { N = 64, LAUNCHES = 1500 };
+  float zero[N] = {0}, out[N];
+  kiln_dmem_t *y = conf_upload(&c, zero, sizeof zero);
+  const kiln_launch_arg_t a[] = {conf_tensor(&c, y), conf_int(N)};
+  const char *names[] = {"bump"};
+  const kiln_launch_arg_t *args[] = {a};
+  size_t nargs[] = {2};
+  seq_launches_t s;
+  seq_prepare(&c, &s, LAUNCHES, names, args, nargs, 1, 7);
+  kiln_dseq_t *seq;
+  kiln_status_t st = c.b->seq_create(c.dev, s.items, s.count, &seq);
+  cr_assert_eq(st, KILN_OK, "%s", st ? kiln_status_message(st) : "");
+  for (int run = 1; run <= 2; run++) {
+    progress_log_t log = {0};
+    uint32_t at = 12345;
+    st = c.b->seq_run(c.dev, seq, 30ull * 1000000000ull, log_progress, &log, &at);
+    cr_assert_eq(st, KILN_OK, "%s", st ? kiln_status_message(st) : "");
+    cr_expect_eq(at, 12345, "out_at is set on failure only");
+    cr_expect(!log.backwards, "progress went backwards");
+    cr_expect_eq(log.last, LAUNCHES, "the last progress report is the whole sequence");
+    conf_download(&c, y, out, sizeof out);
+    /* each launch read the one before's result: in order, none lost or doubled */
+    for (int i = 0; i < N; i++) cr_assert_eq(out[i], (float)(run * LAUNCHES), "y[%d] = %g after run %d", i, out[i], run);
+  }
+  c.b->seq_destroy(c.dev, seq);
+  seq_release(&s);
+  conf_free(&c, y);
+  conf_close(&c);
+}
+
+/* In a child: [bump x5, fault_far, bump x5] (or spin in place of the fault) as one sequence,
+ * every item marked; exits with the status code when the failure is placed at item 5 (or,
+ * on CUDA, which cannot tell which kernel faulted, not after it), else 150 + the item. */
+static void seq_failure_child(const char *kind, bool hang) {
+  conf_in_child = true;
+  conf_t c;
+  conf_open(&c, kind);
+  conf_load(&c, "seq");
+  kiln_dmem_t *y = conf_alloc(&c, 4096), *m = conf_alloc(&c, 4096);
+  const kiln_launch_arg_t good[] = {conf_tensor(&c, y), conf_int(64)};
+  const kiln_launch_arg_t bad[] = {conf_tensor(&c, m), conf_int(hang ? (1ll << 62) : (1ll << 40))};
+  const char *names[11];
+  const kiln_launch_arg_t *args[11];
+  size_t nargs[11];
+  for (int i = 0; i < 11; i++) names[i] = "bump", args[i] = good, nargs[i] = 2;
+  names[5] = hang ? "spin" : "fault_far", args[5] = bad;
+  seq_launches_t s;
+  seq_prepare(&c, &s, 11, names, args, nargs, 11, 1);
+  kiln_dseq_t *seq;
+  kiln_status_t st = c.b->seq_create(c.dev, s.items, s.count, &seq);
+  if (st) _exit(101);
+  uint32_t at = 999;
+  st = c.b->seq_run(c.dev, seq, hang ? 300ull * 1000000ull : 30ull * 1000000000ull, NULL, NULL, &at);
+  if (!st) _exit(0);
+  fprintf(stderr, "%s: placed at item %u: %s\n", kind, at, kiln_status_message(st));
+  bool placed = at == 5 || (!hang && strcmp(kind, "cuda") == 0 && at < 5);
+  _exit(placed ? (int)kiln_status_code(st) : 150 + (int)(at < 50 ? at : 50));
+}
+
+static void seq_failure(const char *kind, bool hang) {
+  conf_require(kind);
+  /* nothing opened here: a GPU runtime initialised before fork() is unusable in the child */
+  if (!kiln_device_backend_find(kind)->seq_create)
+    cr_skip_test("%s has no launch sequences: graphs on it launch one by one", kind);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) seq_failure_child(kind, hang);
+  int ws = wait_child(pid, kind);
+  cr_assert(WIFEXITED(ws), "%s: the child died of signal %d", kind, WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+  int code = WEXITSTATUS(ws);
+  cr_expect_neq(code, 101, "%s: the child's set-up failed (its stderr says why)", kind);
+  cr_expect_lt(code, 150, "%s: the failure was placed at item %d, not 5", kind, code - 150);
+  cr_expect_eq(code, hang ? KILN_E_TIMEOUT : KILN_E_DEVICE_FAULT, "%s: the child exited %d", kind, code);
+}
+
+PARAMS(launch_sequence_fault_is_placed)
+ParameterizedTest(conf_param_t *p, conformance, launch_sequence_fault_is_placed) { seq_failure(p->kind, false); }
+
+PARAMS(launch_sequence_hang_is_stopped_and_placed)
+ParameterizedTest(conf_param_t *p, conformance, launch_sequence_hang_is_stopped_and_placed) {
+  seq_failure(p->kind, true);
+}
+
+PARAMS(device_to_device_copy)
+ParameterizedTest(conf_param_t *p, conformance, device_to_device_copy) {
+  conf_t c;
+  conf_open(&c, p->kind);
+  if (!c.b->copy_device) {
+    conf_close(&c);
+    cr_skip_test("%s has no device-to-device copy: the host addresses its memory", p->kind);
+  }
+  enum { N = 1 << 16 };
+  uint32_t *src = malloc(N * 4), *out = malloc(N * 4);
+  for (uint32_t i = 0; i < N; i++) src[i] = i * 2654435761u;
+  kiln_dmem_t *a = conf_upload(&c, src, N * 4), *b = conf_alloc(&c, N * 4);
+  memset(out, 0, N * 4);
+  kiln_dmem_t *z = conf_upload(&c, out, N * 4);
+  /* b zeroed, the middle half of a to b at an offset, then all of b back */
+  kiln_status_t st = c.b->copy_device(c.dev, b, 0, z, 0, N * 4);
+  cr_assert_eq(st, KILN_OK);
+  st = c.b->copy_device(c.dev, b, 1024, a, N, N * 2);
+  cr_assert_eq(st, KILN_OK, "%s", st ? kiln_status_message(st) : "");
+  conf_download(&c, b, out, N * 4);
+  for (uint32_t i = 0; i < N; i++) {
+    uint32_t want = i >= 256 && i < 256 + N / 2 ? src[i - 256 + N / 4] : 0;
+    cr_assert_eq(out[i], want, "b[%u] = %u, want %u", i, out[i], want);
+  }
+  /* out of range on either side: refused, nothing copied */
+  st = c.b->copy_device(c.dev, b, N * 4 - 4, a, 0, 8);
+  cr_expect_eq(kiln_status_code(st), KILN_E_INVALID_ARGUMENT);
+  kiln_status_free(st);
+  st = c.b->copy_device(c.dev, b, 0, a, N * 4 - 4, 8);
+  cr_expect_eq(kiln_status_code(st), KILN_E_INVALID_ARGUMENT);
+  kiln_status_free(st);
+  free(src), free(out);
+  conf_free(&c, a), conf_free(&c, b), conf_free(&c, z);
   conf_close(&c);
 }

@@ -614,3 +614,66 @@ def test_a_departed_client_leaves_no_graph_work_behind(unix_url):
         assert waited < max(5, 3 * one), (waited, one)
         b.call("graph_free", graph=r["graph"])
         b.call("graph_free", graph=quick["graph"])
+
+
+# ---- runs as one submission (launch sequences on GPUs; launch by launch on the cpu) -------
+
+def _broken_chain(kind, k=12, at=6):
+    """chain(k) with a node "broken" at position `at` whose kernel faults or never returns."""
+    g = chain(k)
+    if kind == "fault":
+        launch = {"kernel": "fault", "args": [{"value": "y"}, 16], "grid": [1], "block": [1]}
+    else:
+        launch = {"kernel": "spin", "args": [{"value": "s"}, 1 << 62], "grid": [1], "block": [1]}
+        g["values"].append({"name": "s", "dtype": "int64", "shape": [1]})
+    g["nodes"].insert(at, {"name": "broken", "program": 0, "label": "Bad broken", "launches": [launch]})
+    return g
+
+
+def test_fault_in_the_middle_names_its_node(unix_url):
+    """Nodes after the faulting one were submitted with it (one submission on GPUs): the
+    error still names the node that faulted, not the last one queued."""
+    with kiln.connect(unix_url) as s:
+        r = create(s, _broken_chain("fault"))
+        with pytest.raises(kiln.DeviceFault, match="node broken \\(Bad broken\\)"):
+            run(s, r["graph"], np.zeros(N, np.float32))
+
+
+def test_hang_in_the_middle_is_stopped_and_named(unix_url):
+    with kiln.connect(unix_url) as s:
+        r = create(s, _broken_chain("spin"))
+        with pytest.raises(kiln.KilnError, match="node broken") as e:
+            run(s, r["graph"], np.ones(N, np.float32), timeout_ms=300)
+        assert e.value.code in (kiln.Timeout.code, kiln.DeviceFault.code), e.value
+        ok = create(s, chain(2))
+        np.testing.assert_allclose(run(s, ok["graph"], np.ones(N, np.float32))[0][0], np.full(N, 3.0))
+
+
+def test_many_nodes_as_one_run_equal_launch_by_launch(kilnd_bin, tmp_path):
+    """1,100 nodes (more than an AQL queue of 1,024 packets) of different constants, run as
+    one sequence and, by a kilnd with KILN_GRAPH_SEQUENCE=0, launch by launch: the same bytes,
+    and graph_time of each."""
+    k = 1100
+    g = chain(k, c=1.0)
+    for i, nd in enumerate(g["nodes"]):
+        nd["launches"][0]["args"][2] = float(i % 7) - 3.0    # adds -3..3: order shows in rounding
+    g["nodes"][0]["launches"][0]["args"][2] = 0.1
+    x = np.random.default_rng(5).standard_normal(N).astype(np.float32)
+    want = x.copy()
+    for nd in g["nodes"]:
+        want = want + np.float32(nd["launches"][0]["args"][2])
+    outs = []
+    for env in ({}, {"KILN_GRAPH_SEQUENCE": "0"}):
+        d = kiln.start_daemon(kilnd_bin, listen=["unix:" + str(tmp_path / ("k%d.sock" % len(outs)))],
+                              env=dict(os.environ, **env))
+        try:
+            with kiln.connect(d.urls[0]) as s:
+                r = create(s, g)
+                (y,), _ = run(s, r["graph"], x)
+                t = s.call("graph_time", graph=r["graph"], inputs={"x": _t(x)}, number=2, repeat=2)
+                assert t["min"] > 0
+                outs.append(y)
+        finally:
+            d.stop(grace=5)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], want)
