@@ -1074,8 +1074,14 @@ static void on_run_reply(void *ctx, kiln_status_t st, const msgpack_object *resu
     kiln_launch_reply_t lr = {0};
     if (op->timed) {
       st = kiln_pack_time_result(&pk.pk, result);
+      kiln_time_reply_t tr; /* the device's busy time, as launch.c counts a `time` */
+      kiln_status_t d = st ? NULL : kiln_time_reply_decode(result, &tr);
+      if (!st && !d) kiln_metrics_device_seconds(g->device, g->tenant, tr.mean * tr.number * tr.repeat);
+      if (!st && !d) kiln_time_reply_deinit(&tr);
+      kiln_status_free(d);
     } else if (!(st = kiln_launch_reply_decode(result, &lr))) {
       double elapsed = lr.elapsed;
+      kiln_metrics_device_seconds(g->device, g->tenant, elapsed);
       kiln_fields_t r, out;
       kiln_fields_begin(&r, &pk.pk);
       kiln_fields_key(&r, "outputs");

@@ -677,3 +677,36 @@ def test_many_nodes_as_one_run_equal_launch_by_launch(kilnd_bin, tmp_path):
             d.stop(grace=5)
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0], want)
+
+
+def test_graph_runs_count_in_device_seconds(kilnd_bin, tmp_path):
+    """kiln_device_seconds_total grows by a graph_run's elapsed and a graph_time's runs, as
+    it does for launch and time."""
+    import re
+    import urllib.request
+    d = kiln.start_daemon(kilnd_bin, listen=["unix:" + str(tmp_path / "m.sock")],
+                          args=["--metrics", "tcp:127.0.0.1:0"])
+    try:
+        http = next(u for u in d.urls if u.startswith("http://"))
+
+        def seconds():
+            text = urllib.request.urlopen(http if http.endswith("/metrics") else http + "/metrics").read().decode()
+            m = re.search(r'^kiln_device_seconds_total\{device="%s",tenant="default"\} (\S+)$' % DEV, text, re.M)
+            return float(m.group(1)) if m else 0.0
+        with kiln.connect(d.urls[0]) as s:
+            r = create(s, _forever_for(1_000_000))
+            before = seconds()
+            (_,), rr = run(s, r["graph"], np.ones(N, np.float32))
+            after_run = seconds()
+            assert after_run - before >= rr["elapsed"] * 0.99 > 0
+            t = s.call("graph_time", graph=r["graph"], inputs={"x": _t(np.ones(N, np.float32))}, number=2, repeat=2)
+            assert seconds() - after_run >= t["mean"] * 4 * 0.99
+    finally:
+        d.stop(grace=5)
+
+
+def _forever_for(n):
+    """_forever's graph whose spin ends after n iterations (a run of measurable length)."""
+    g = _forever()
+    g["nodes"][0]["launches"][0]["args"][1] = n
+    return g
