@@ -4,6 +4,7 @@ because the lent GPU machine has no package registry (no onnx, no onnxruntime):
 
     build/onnx-venv/bin/python bench/graph_gpu.py stage .gpu/graphs     # here (bench/gpu/stage.sh)
     python3 bench/graph_gpu.py run .gpu/graphs --device cuda:0 [--out FILE]   # there (run.sh graph)
+    python3 bench/graph_gpu.py profile .gpu/graphs --device cuda:0 [--out FILE]   # run.sh graphprof
 
 stage: imports ResNet-50 (kiln.onnx.models.resnet50: torchvision's structure, BatchNorm folded
 as torch.onnx.export writes it, He-initialised weights of seed 0) and, with --efficientnet,
@@ -20,7 +21,13 @@ cold (an empty cache) and warm, graph_run checked against the reference (max |di
 graph_time (number 20, repeat 5: the device worker's clock); ResNet-50 beside torch eager with
 cuDNN (the same weights, resnet50_weights(0), CUDA events) when `import torch` works and sees
 a GPU; and the per-kernel overhead of graph_run on a graph of 100 tiny kernels
-(bench/graph_bench.py's). Prints one markdown section (--out appends it to a file).
+(bench/graph_bench.py's). Prints one markdown section (--out appends it to a file). --label
+and --no-peer serve the runs of the same step with KILN_GRAPH_SEQUENCE=0 or KILN_CUDA_GRAPHS=0
+in kilnd's environment (docs/graph.md §5), which measure what launch sequences save.
+
+profile: each kernel of a staged graph timed alone by kilnd's `time` beside graph_time of the
+whole graph, grouped by kind (1x1 convs as GEMMs, 3x3 and 7x7 convs by output size, the
+rest), and the slowest kernels with their geometry.
 """
 
 import argparse
@@ -101,6 +108,21 @@ def upload_weights(s, dev, payload, recipe):
         tensors.append(t)
         c["id"] = t.id
     return msgpack.packb(g, use_bin_type=True), tensors
+
+
+def staged(d, names, s, dev):
+    """(name, payload, tensors uploaded for it) of each model staged in d: its weights made
+    and uploaded where the stage named them by tensor id."""
+    for name in names:
+        path = os.path.join(d, name + ".kgraph")
+        if not os.path.exists(path):
+            continue
+        payload = open(path, "rb").read()
+        wpath = os.path.join(d, name + ".weights.json")
+        uploaded = []
+        if os.path.exists(wpath):
+            payload, uploaded = upload_weights(s, dev, payload, json.load(open(wpath)))
+        yield name, payload, uploaded
 
 
 def start_kilnd(cache):
@@ -188,33 +210,20 @@ def staged_commit():
 def run(a):
     import msgpack  # noqa: F401  (kiln needs it)
     import kiln
-    tmp = tempfile.mkdtemp(prefix="kiln-graph-gpu-")
-    proc = None
-    url = a.url
-    if not url:
-        proc, url = start_kilnd(tmp)
+    tmp, proc, s, dev = connect(a, "kiln-graph-gpu-")
     lines = []
     try:
-        s = kiln.connect(url)
-        dev = s.device(a.device)
-        lines += ["## Graphs on %s (%s UTC, commit %s)" % (
-                      a.device, datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"),
+        lines += ["## Graphs on %s%s (%s UTC, commit %s)" % (
+                      a.device, " " + a.label if a.label else "",
+                      datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"),
                       staged_commit() or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                                                         capture_output=True, text=True).stdout.strip() or "?"), "",
                   "Device: %s. Command: `bench/gpu/run.sh graph` (`bench/graph_gpu.py run`), payloads staged by "
                   "`bench/graph_gpu.py stage` (onnxruntime's CPU outputs as references)." % dev.name, "",
                   "| model | graph_create cold s | warm s | max abs diff | same top-5 | graph_time median ms "
                   "(min) | peer median ms | kiln / peer |", "|---|---|---|---|---|---|---|---|"]
-        tf, tnote = torch_resnet50(dev)
-        for name in ("resnet50", "efficientnet_lite0"):
-            path = os.path.join(a.dir, name + ".kgraph")
-            if not os.path.exists(path):
-                continue
-            payload = open(path, "rb").read()
-            wpath = os.path.join(a.dir, name + ".weights.json")
-            uploaded = []
-            if os.path.exists(wpath):
-                payload, uploaded = upload_weights(s, dev, payload, json.load(open(wpath)))
+        tf, tnote = torch_resnet50(dev) if not a.no_peer else (None, "not run (--no-peer)")
+        for name, payload, uploaded in staged(a.dir, ("resnet50", "efficientnet_lite0"), s, dev):
             x, ref = np.load(os.path.join(a.dir, name + ".input.npy")), np.load(os.path.join(a.dir, name + ".ref.npy"))
             t0 = time.perf_counter()
             r = s.call("graph_create", device=dev.id, graph=payload)
@@ -249,15 +258,158 @@ def run(a):
         class A:
             repeat = a.repeat
         lines += graph_bench.tiny(s, dev, A)
-    finally:
         if proc:
-            proc.terminate()
-            proc.wait(10)
+            lines += capture_notes(tmp)
+    finally:
+        finish(proc, lines, a.out)
+
+
+def connect(a, prefix):
+    """(scratch dir, the private kilnd or None, session, device): a.url's daemon, else one
+    started for the run."""
+    import kiln
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    proc, url = (None, a.url) if a.url else start_kilnd(tmp)
+    s = kiln.connect(url)
+    return tmp, proc, s, s.device(a.device)
+
+
+def finish(proc, lines, out):
+    """Stops the private kilnd (if one was started), prints the section, appends it to out."""
+    if proc:
+        proc.terminate()
+        proc.wait(10)
     text = "\n".join(lines) + "\n"
     print(text)
-    if a.out:
-        with open(a.out, "a") as f:
+    if out:
+        with open(out, "a") as f:
             f.write("\n" + text)
+
+
+def capture_notes(tmp):
+    """What kilnd's log says about CUDA graph capture (device/cuda/seq.c): failures are warned."""
+    try:
+        log = open(os.path.join(tmp, "kilnd.log")).read().splitlines()
+    except OSError:
+        return []
+    failed = [l for l in log if "cuda_graph_capture_failed" in l or "graph_sequence_failed" in l]
+    mode = ("launch by launch (KILN_GRAPH_SEQUENCE=0)" if os.environ.get("KILN_GRAPH_SEQUENCE") == "0" else
+            "stream launches (KILN_CUDA_GRAPHS=0)" if os.environ.get("KILN_CUDA_GRAPHS") == "0" else
+            "launch sequences, CUDA graphs where capture works")
+    out = ["", "Graph runs: %s; kilnd log: %s." % (mode, "%d capture or sequence failures, e.g. `%s`"
+                                                   % (len(failed), failed[0][:300]) if failed else
+                                                   "no capture or sequence failure")]
+    return out
+
+
+def role(shape_w, out_shape):
+    """A node's kind from its weight's shape (O x C x kh x kw, or O x C for a 1x1 conv as a
+    GEMM) and its output's spatial size."""
+    hw = "x".join(str(d) for d in out_shape[2:]) if len(out_shape) > 2 else "-"
+    if shape_w is None:
+        return "other (pool, add, fc, ...)"
+    if len(shape_w) == 2:
+        return "1x1 conv (GEMM) -> %s" % hw
+    return "%dx%d conv -> %s" % (shape_w[2], shape_w[3], hw)
+
+
+def profile(a):
+    """Each kernel of a staged graph timed alone by kilnd's `time` (device clock), its
+    arguments as the graph leaves them (every value its own tensor), beside graph_time of the
+    whole graph: where the time goes, and what the run adds between kernels."""
+    import msgpack
+    import kiln
+    from kiln.te.build import eval_wire
+    tmp, proc, s, dev = connect(a, "kiln-graph-prof-")
+    lines = []
+    try:
+        for name, payload, uploaded in staged(a.dir, a.models.split(","), s, dev):
+            x = np.load(os.path.join(a.dir, name + ".input.npy"))
+            g = msgpack.unpackb(payload, raw=False)
+            r = s.call("graph_create", device=dev.id, graph=payload)
+            xin = {g["inputs"][0]["name"]: {"dtype": "float32", "shape": list(x.shape), "data": x.tobytes()}}
+            whole = s.call("graph_time", graph=r["graph"], inputs=xin, number=a.number, repeat=a.repeat)
+            s.call("graph_free", graph=r["graph"])
+            mods = s.compile_batch([{"ir": p["ir"], "target": dev.id, "format": p.get("format", "te")}
+                                    for p in g["programs"]])
+            decl = {}
+            for v in g["inputs"] + g["values"]:
+                decl[v["name"]] = (v["dtype"], tuple(v["shape"]))
+            tensors, shapes = {}, {}
+            for c in g["constants"]:
+                if "id" in c:
+                    shapes[c["name"]] = tuple(c["shape"])
+                    tensors[c["name"]] = c["id"]
+                else:
+                    t = c["tensor"]
+                    arr = np.frombuffer(t["data"], t["dtype"]).reshape(t["shape"])
+                    nt = kiln.nd.array(np.ascontiguousarray(arr), dev)
+                    uploaded.append(nt)
+                    tensors[c["name"]], shapes[c["name"]] = nt.id, tuple(t["shape"])
+            for n, (dt, shape) in decl.items():
+                nt = kiln.nd.array(x, dev) if n == g["inputs"][0]["name"] else kiln.nd.empty(shape or (1,), dt, dev)
+                uploaded.append(nt)
+                tensors[n], shapes[n] = nt.id, shape
+            base = {}
+            for v in g["views"]:
+                base[v["name"]] = base.get(v["of"], v["of"])
+                shapes[v["name"]] = tuple(v["shape"])
+            rows = []
+            for node in g["nodes"]:
+                mod = mods[node["program"]]
+                total = 0.0
+                wshape, out_shape, geo = None, None, ""
+                for l in node["launches"]:
+                    args = []
+                    for arg in l["args"]:
+                        if isinstance(arg, dict):
+                            nm = arg["value"]
+                            args.append({"tensor": tensors[base.get(nm, nm)]})
+                            src = base.get(nm, nm)
+                            if any(c["name"] == src for c in g["constants"]) and len(shapes[nm]) in (2, 4) and \
+                                    wshape is None and np.prod(shapes[nm]) > 64:
+                                wshape = shapes[nm]
+                            out_shape = shapes[nm]
+                        else:
+                            args.append(arg)
+                    k = mod.kernel(l["kernel"])
+                    rec = k.info["launch"]
+                    grid = l.get("grid") or [eval_wire(e, {}) for e in rec["grid"]]
+                    block = l.get("block") or [eval_wire(e, {}) for e in rec["block"]]
+                    if min(grid) < 1 or min(block) < 1:
+                        continue
+                    t = s.call("time", module=mod.id, kernel=l["kernel"], device=dev.id, grid=grid, block=block,
+                               args=args, number=a.number, repeat=a.repeat)
+                    total += min(t["results"])
+                    geo = "grid %s block %s" % ("x".join(map(str, grid)), "x".join(map(str, block)))
+                rows.append((total, node.get("label", node["name"]), role(wshape, out_shape or ()), geo))
+            for t in uploaded:
+                t.free()
+            ksum = sum(r[0] for r in rows)
+            groups = {}
+            for t, _, ro, _ in rows:
+                gr = groups.setdefault(ro, [0, 0.0])
+                gr[0] += 1
+                gr[1] += t
+            lines += ["## Per-kernel profile of %s on %s (%s UTC, commit %s)" % (
+                          name, dev.name, datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"),
+                          staged_commit() or "?"), "",
+                      "Each kernel timed alone by `time` (number %d, repeat %d: the minimum), its inputs as the "
+                      "graph leaves them; command: `bench/gpu/run.sh graphprof` (`bench/graph_gpu.py profile`)."
+                      % (a.number, a.repeat), "",
+                      "| measurement | ms |", "|---|---|",
+                      "| graph_time median (min) | %.3f (%.3f) |" % (whole["median"] * 1e3, whole["min"] * 1e3),
+                      "| sum of the %d kernels alone | %.3f |" % (len(rows), ksum * 1e3),
+                      "| graph run - kernels (launch and wait overhead) | %.3f |" % ((whole["min"] - ksum) * 1e3), "",
+                      "| kernels | n | ms | share |", "|---|---|---|---|"]
+            for ro, (n, t) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
+                lines.append("| %s | %d | %.3f | %.0f%% |" % (ro, n, t * 1e3, 100 * t / ksum if ksum else 0))
+            lines += ["", "Slowest kernels (ms, kind, geometry, node):", ""]
+            for t, label, ro, geo in sorted(rows, reverse=True)[:a.top]:
+                lines.append("- %.3f  %s  %s  %s" % (t * 1e3, ro, geo, label))
+            lines.append("")
+    finally:
+        finish(proc, lines, a.out)
 
 
 def main():
@@ -275,8 +427,19 @@ def main():
     rn.add_argument("--number", type=int, default=20)
     rn.add_argument("--repeat", type=int, default=5)
     rn.add_argument("--out")
+    rn.add_argument("--label", default="", help="words after the device in the heading (the mode measured)")
+    rn.add_argument("--no-peer", action="store_true", help="leave torch out (a second run in another mode)")
+    pf = sub.add_parser("profile")
+    pf.add_argument("dir")
+    pf.add_argument("--device", default="cuda:0")
+    pf.add_argument("--url")
+    pf.add_argument("--models", default="resnet50")
+    pf.add_argument("--number", type=int, default=20)
+    pf.add_argument("--repeat", type=int, default=5)
+    pf.add_argument("--top", type=int, default=20)
+    pf.add_argument("--out")
     a = ap.parse_args()
-    stage(a) if a.cmd == "stage" else run(a)
+    {"stage": stage, "run": run, "profile": profile}[a.cmd](a)
 
 
 if __name__ == "__main__":

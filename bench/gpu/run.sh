@@ -15,7 +15,11 @@
 #   bench/gpu/run.sh graph          the graph server tests on cuda:0, then ResNet-50 and
 #                                   EfficientNet-Lite0 (payloads staged by stage.sh) timed by
 #                                   graph_time, beside torch when the machine's python3 has it
-#                                   (bench/graph_gpu.py); needs numpy, msgpack and pytest
+#                                   (bench/graph_gpu.py); again with stream launches
+#                                   (KILN_CUDA_GRAPHS=0) and launch by launch
+#                                   (KILN_GRAPH_SEQUENCE=0); needs numpy, msgpack and pytest
+#   bench/gpu/run.sh graphprof      the staged ResNet-50's kernels each timed alone beside the
+#                                   whole graph (bench/graph_gpu.py profile), to $OUT/graph_profile.md
 #   bench/gpu/run.sh all            the six above but tune, in that order
 # Figures in bench/results name the command that produced them.
 set -uo pipefail
@@ -86,6 +90,24 @@ graph() {
   KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs --device cuda:0 \
     --out "$OUT/graph_gpu.md" 2>&1 | tee "$OUT/graph.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  # what launch sequences save: the same graphs without CUDA graph capture, and launch by launch
+  KILN_CUDA_GRAPHS=0 KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs \
+    --device cuda:0 --label "(stream launches: KILN_CUDA_GRAPHS=0)" --no-peer --out "$OUT/graph_gpu.md" \
+    2>&1 | tee -a "$OUT/graph.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  KILN_GRAPH_SEQUENCE=0 KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs \
+    --device cuda:0 --label "(launch by launch: KILN_GRAPH_SEQUENCE=0)" --no-peer --out "$OUT/graph_gpu.md" \
+    2>&1 | tee -a "$OUT/graph.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+}
+graphprof() {
+  if [ ! -d .gpu/graphs ]; then
+    echo "graphprof: no staged payloads (.gpu/graphs: bench/gpu/stage.sh)" | tee "$OUT/graph_profile.log"
+    return
+  fi
+  KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py profile .gpu/graphs --device cuda:0 \
+    --out "$OUT/graph_profile.md" 2>&1 | tee "$OUT/graph_profile.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 }
 case "${1:-all}" in
   conformance) conformance ;;
@@ -95,7 +117,8 @@ case "${1:-all}" in
   tls) tls ;;
   tune) tune ;;
   graph) graph ;;
+  graphprof) graphprof ;;
   all) conformance; server; bench; python; tls; graph ;;
-  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|tls|tune|graph|all" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|tls|tune|graph|graphprof|all" >&2; exit 2 ;;
 esac
 exit $rc

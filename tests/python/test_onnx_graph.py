@@ -167,6 +167,24 @@ def test_gpu_targets_compile(sess):
         assert not bad, bad
 
 
+def test_gpu_payload_runs_on_the_cpu(sess):
+    """The GPU schedules (shared-memory GEMMs for the 1x1 convs, direct convs with the input
+    patch in shared memory, kiln.topi.conv_gpu) are portable kernels: the GPU payload run on
+    cpu:0 by graph_run gives the CPU payload's answer."""
+    m, _ = _residual_block()
+    x = RNG.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    want = kiln.onnx.import_model(m, sess.cpu(0)).run(x)[0]
+    payload, _ = kiln.onnx.build_payload(m, target="gpu")
+    r = sess.call("graph_create", device="cpu:0", graph=payload.encode())
+    try:
+        out = sess.call("graph_run", graph=r["graph"], inputs={payload.inputs[0][0]: {
+            "dtype": "float32", "shape": list(x.shape), "data": x.tobytes()}})["outputs"][0]
+    finally:
+        sess.call("graph_free", graph=r["graph"])
+    np.testing.assert_allclose(np.frombuffer(out["data"], np.float32).reshape(out["shape"]), want,
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_executor_choice(sess):
     m, ref = _residual_block()
     with pytest.raises(kiln.InvalidArgument, match="executor"):

@@ -598,6 +598,8 @@ class Importer:
         a = topi.anchor_of(T)
         if a is None:
             return "generic"
+        if a.op.name == "conv2d_pointwise":    # a 1x1 convolution as a GEMM (its own GPU schedule)
+            return "fused_pointwise"
         return {"conv2d_nchw": "fused_conv2d", "depthwise_conv2d_nchw": "fused_depthwise"}.get(a.op.tag,
                                                                                               "fused_matmul")
 

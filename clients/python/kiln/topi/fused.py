@@ -15,18 +15,24 @@ from .. import te
 from ..te.expr import IntImm
 from ..te.tensor import ComputeOp
 from .schedules import is_gpu, _knobs, _computes, _injective_stage, KNOBS
+from . import conv_gpu
 
 __all__ = ["schedule_fused", "schedule_generic", "anchor_of", "FUSED_KNOBS"]
 
 FUSED_KNOBS = {
     "fused_conv2d": {
         "cpu": {"oc_block": 8, "ow_block": 16, "vec": 8, "inline_pad": True, "unroll": True},
-        "gpu": {"num_thread": 128, "oc_block": 4},
+        "gpu": conv_gpu.CONV_GPU_KNOBS["gpu_direct"],
     },
     "fused_depthwise": {"cpu": {"ow_block": 0, "inline_pad": True}, "gpu": {"num_thread": 128}},
     "fused_matmul": {
         "cpu": {"bm": 4, "bn": 64, "bk": 1},
         "gpu": {"num_thread": 64, "tm": 4},
+    },
+    # a 1x1 stride-1 convolution (topi.conv2d_pointwise): fused_matmul's schedule on the cpu
+    "fused_pointwise": {
+        "cpu": {"bm": 4, "bn": 64, "bk": 1},
+        "gpu": conv_gpu.CONV_GPU_KNOBS["gpu_pointwise"],
     },
     "generic": {"cpu": {"chunk": 4096, "vec": 8}, "gpu": {"num_thread": 256}},
 }
@@ -77,6 +83,8 @@ def schedule_fused(out, target="cpu", **kw):
         return _fused_conv(out, anchor, target, kw)
     if tag == "depthwise_conv2d_nchw":
         return _fused_depthwise(out, anchor, target, kw)
+    if tag == "matmul" and anchor.op.name == "conv2d_pointwise" and is_gpu(target):
+        return _fused_pointwise_gpu(out, anchor, target, kw)
     if tag in ("matmul", "dense") and len(anchor.shape) in (2, 3):
         return _fused_matmul(out, anchor, target, kw)
     return schedule_generic(out, target, **kw)
@@ -109,21 +117,8 @@ def _fused_conv(out, anchor, target, kw):
     if gpu:
         _inline_between(s, out, anchor)
         so, sa, _ = _epilogue_stage(s, out, anchor)
-        n, f, y, x = so.op.axis
-        fo, fi = so.split(f, factor=k["oc_block"])
-        so.reorder(n, fo, y, x, fi)
-        g = so.fuse(n, fo)
-        g = so.fuse(g, y)
-        g = so.fuse(g, x)
-        bx, tx = so.split(g, factor=k["num_thread"])
-        so.bind(bx, te.thread_axis("blockIdx.x"))
-        so.bind(tx, te.thread_axis("threadIdx.x"))
-        sa.compute_at(so, tx)
-        _, fc, _, _ = sa.op.axis
-        rc, ry, rx = sa.op.reduce_axis
-        sa.reorder(rc, ry, rx, fc)
-        sa.unroll(fc)
-        return s
+        data, kernel = anchor.op.input_tensors
+        return conv_gpu.direct(s, so, sa, data, kernel, k)
     _inline_between(s, out, anchor, keep_pads=not k["inline_pad"])
     so, sa, _ = _epilogue_stage(s, out, anchor)
     n, f, y, x = so.op.axis
@@ -168,6 +163,16 @@ def _fused_conv(out, anchor, target, kw):
             if kh is not None and body * kw * kh <= 64:
                 sa.unroll(ry)
     return s
+
+
+def _fused_pointwise_gpu(out, anchor, target, kw):
+    """A 1x1 stride-1 convolution (N x O x P) and its epilogue: conv_gpu.pointwise."""
+    k = _knobs("fused_pointwise", target, kw)
+    s = te.create_schedule(out.op)
+    _inline_between(s, out, anchor)
+    so, sa, _ = _epilogue_stage(s, out, anchor)
+    W, X = sorted(anchor.op.input_tensors, key=lambda t: len(t.shape))   # O x C, N x C x P
+    return conv_gpu.pointwise(s, so, sa, W, X, k)
 
 
 def _fused_depthwise(out, anchor, target, kw):
