@@ -163,11 +163,20 @@ kiln_status_t kiln_cuda_seq_run(kiln_device_t *dev, kiln_dseq_t *s, uint64_t dea
   uint64_t start = kiln_now_ns();
   if (s->exec) {
     CUresult r = kiln_cuda.cuGraphLaunch(s->exec, dev->stream);
-    if (r != CUDA_SUCCESS) {
+    if (r != CUDA_SUCCESS && kiln_cuda_result_is_sticky(r)) {
       *out_at = 0;
       return item_error(dev, s, r, 0, "cuGraphLaunch");
     }
-  } else {
+    if (r != CUDA_SUCCESS) {
+      /* the driver took the graph but will not launch it: stream launches from now on */
+      capture_failed(dev, "cuGraphLaunch", r);
+      kiln_cuda.cuGraphExecDestroy(s->exec);
+      kiln_cuda.cuGraphDestroy(s->graph);
+      s->exec = NULL;
+      s->graph = NULL;
+    }
+  }
+  if (!s->exec) {
     uint32_t failed = 0;
     CUresult r = submit(s, dev->stream, false, &failed);
     if (r != CUDA_SUCCESS) {
