@@ -295,7 +295,8 @@ def capture_notes(tmp):
     failed = [l for l in log if "cuda_graph_capture_failed" in l or "graph_sequence_failed" in l]
     mode = ("launch by launch (KILN_GRAPH_SEQUENCE=0)" if os.environ.get("KILN_GRAPH_SEQUENCE") == "0" else
             "stream launches (KILN_CUDA_GRAPHS=0)" if os.environ.get("KILN_CUDA_GRAPHS") == "0" else
-            "launch sequences, CUDA graphs where capture works")
+            "launch sequences without per-node marks (KILN_GRAPH_MARKS=0)" if os.environ.get("KILN_GRAPH_MARKS") == "0"
+            else "launch sequences, CUDA graphs where capture works")
     out = ["", "Graph runs: %s; kilnd log: %s." % (mode, "%d capture or sequence failures, e.g. `%s`"
                                                    % (len(failed), failed[0][:300]) if failed else
                                                    "no capture or sequence failure")]
@@ -307,7 +308,9 @@ def role(shape_w, out_shape):
     GEMM) and its output's spatial size."""
     hw = "x".join(str(d) for d in out_shape[2:]) if len(out_shape) > 2 else "-"
     if shape_w is None:
-        return "other (pool, add, fc, ...)"
+        return "other (pool, add, ...)"
+    if len(out_shape) == 2:
+        return "fc (GEMM)"
     if len(shape_w) == 2:
         return "1x1 conv (GEMM) -> %s" % hw
     return "%dx%d conv -> %s" % (shape_w[2], shape_w[3], hw)

@@ -12,12 +12,14 @@
 #                                   beside cuBLAS (torch, TF32 off); TUNE_BUDGET=s,s,s,
 #                                   TUNE_SIZES=n,n,n, TUNE_RESUME=records of an earlier run;
 #                                   TUNE_CONFIGS=bench/gpu/gemm_quick.json: time those only
-#   bench/gpu/run.sh graph          the graph server tests on cuda:0, then ResNet-50 and
+#   bench/gpu/run.sh graph          the graph server tests and the conv GPU schedules' tests on
+#                                   cuda:0, then ResNet-50 and
 #                                   EfficientNet-Lite0 (payloads staged by stage.sh) timed by
 #                                   graph_time, beside torch when the machine's python3 has it
 #                                   (bench/graph_gpu.py); again with stream launches
 #                                   (KILN_CUDA_GRAPHS=0) and launch by launch
-#                                   (KILN_GRAPH_SEQUENCE=0); needs numpy, msgpack and pytest
+#                                   (KILN_GRAPH_SEQUENCE=0), and without per-node progress marks
+#                                   (KILN_GRAPH_MARKS=0); needs numpy, msgpack and pytest
 #   bench/gpu/run.sh graphprof      the staged ResNet-50's kernels each timed alone beside the
 #                                   whole graph (bench/graph_gpu.py profile), to $OUT/graph_profile.md
 #   bench/gpu/run.sh all            the six above but tune, in that order
@@ -80,7 +82,8 @@ graph() {
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 |
     tail -1 | tee "$OUT/graph_torch.txt"
   KILND=$PWD/$build/server/kilnd KILN_TEST_DEVICE=cuda:0 PYTHONPATH=$PWD/clients/python python3 -m pytest \
-    tests/python/test_graph_server.py -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/graph_tests.log"
+    tests/python/test_graph_server.py tests/python/test_conv_gpu.py -q -rs -p no:cacheprovider 2>&1 |
+    tee "$OUT/graph_tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   if [ ! -d .gpu/graphs ]; then
     echo "graph: no staged payloads (.gpu/graphs: bench/gpu/stage.sh makes them where build/onnx-venv exists)" |
@@ -93,6 +96,10 @@ graph() {
   # what launch sequences save: the same graphs without CUDA graph capture, and launch by launch
   KILN_CUDA_GRAPHS=0 KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs \
     --device cuda:0 --label "(stream launches: KILN_CUDA_GRAPHS=0)" --no-peer --out "$OUT/graph_gpu.md" \
+    2>&1 | tee -a "$OUT/graph.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  KILN_GRAPH_MARKS=0 KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs \
+    --device cuda:0 --label "(no per-node marks: KILN_GRAPH_MARKS=0)" --no-peer --out "$OUT/graph_gpu.md" \
     2>&1 | tee -a "$OUT/graph.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   KILN_GRAPH_SEQUENCE=0 KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs \

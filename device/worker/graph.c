@@ -140,13 +140,17 @@ static kiln_status_t copy_tensors(kiln_dworker_t *w, graph_t *g, int r, const ki
  * launch, which gives the same results; so does KILN_GRAPH_SEQUENCE=0 in kilnd's
  * environment (to measure what sequences save, or to rule them out). */
 static void make_seq(kiln_dworker_t *w, graph_t *g) {
-  const char *env = getenv("KILN_GRAPH_SEQUENCE");
+  const char *env = getenv("KILN_GRAPH_SEQUENCE"), *marks = getenv("KILN_GRAPH_MARKS");
   if (!w->backend->seq_create || !g->num_launches || (env && strcmp(env, "0") == 0)) return;
+  /* KILN_GRAPH_MARKS=0: only the last launch marked (what the marks cost; a failure is then
+   * placed at the first node) */
+  bool per_node = !(marks && strcmp(marks, "0") == 0);
   kiln_seq_item_t *items = calloc(g->num_launches, sizeof *items);
   if (!items) return;
   for (uint32_t i = 0; i < g->num_launches; i++)
     items[i] = (kiln_seq_item_t){.mod = g->launches[i].mod, .launch = &g->launches[i].launch,
-                                 .mark = i + 1 == g->num_launches || g->launches[i + 1].node != g->launches[i].node};
+                                 .mark = i + 1 == g->num_launches ||
+                                         (per_node && g->launches[i + 1].node != g->launches[i].node)};
   kiln_status_t st = w->backend->seq_create(w->dev, items, g->num_launches, &g->seq);
   free(items);
   if (st) {
