@@ -211,14 +211,14 @@ def test_a_wrong_password_leaves_kilnd_working(kilnds, redis_server, fleet_secre
 
 def test_two_hosts_asking_at_once_build_once(kilnds, redis_server, fleet_secret):
     with two_hosts(kilnds, redis_server(), fleet_secret) as (sa, sb):
-        for i in range(3):
+        for i in range(8):  # the lock's races: GET misses on both, one SET NX wins, the other waits
             src = ir("race%d" % i)
             fa = sa.compile_async(src, target="cpu")
             fb = sb.compile_async(src, target="cpu")
             assert fa.result().id == fb.result().id
         sta, stb = sa.stats(), sb.stats()
-        assert sta["compile"]["compiles"] + stb["compile"]["compiles"] == 3
-        assert sta["cache_remote"]["hits"] + stb["cache_remote"]["hits"] == 3
+        assert sta["compile"]["compiles"] + stb["compile"]["compiles"] == 8
+        assert sta["cache_remote"]["hits"] + stb["cache_remote"]["hits"] == 8
 
 
 def test_a_vanished_lock_holder_costs_its_ttl_and_a_bounded_wait(kilnds, redis_server, fleet_secret):
