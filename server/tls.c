@@ -2,6 +2,7 @@
 #include "server/tls.h"
 
 #include "base/util.h"
+#include "protocol/tls13.h"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -16,10 +17,12 @@ struct kiln_tls_ctx {
   char cert[512], key[512], client_ca[512];
 };
 
-/* The session's BIOs are kiln's own, not memory BIOs: OpenSSL reads ciphertext straight
- * from the buffer libuv received it into (what a record leaves unread is kept in `left`), and
- * writes ciphertext into `out`, which the connection hands to uv_write as it is. A memory
- * BIO would cost a copy each way. */
+/* OpenSSL does the handshake through BIOs of kiln's own: it reads ciphertext straight from
+ * the buffer libuv received it into (what it leaves unread is kept in `left`) and writes into
+ * `out`, which the connection hands to uv_write as it is. After the handshake, records are
+ * kiln's (protocol/tls13.h, `rec`): opened from the feed straight into the reader's space and
+ * sealed from the reply straight into `out`, with no copy through OpenSSL's record buffers.
+ * OpenSSL hands over its traffic secrets through the key log callback. */
 struct kiln_tls {
   SSL *ssl;
   BIO *rbio, *wbio; /* owned by ssl */
@@ -30,6 +33,10 @@ struct kiln_tls {
   uint8_t *out; /* ciphertext not yet taken: out_len bytes of out_cap */
   size_t out_len, out_cap;
   bool out_failed;
+  bool records;   /* the handshake is done and `rec` has the stream */
+  kiln_tls13_t rec;
+  uint8_t secret[2][48]; /* the client's and the server's traffic secret, until `rec` has them */
+  size_t secret_len[2];
   char error[256];
 };
 
@@ -116,6 +123,15 @@ static kiln_status_t ssl_status(const char *what, const char *file) {
   return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s %s: %s", what, file, last_error(b, sizeof(b)));
 }
 
+/* OpenSSL's key log: the traffic secrets kiln's record layer takes over with. */
+static void keylog(const SSL *ssl, const char *line) {
+  kiln_tls_t *t = SSL_get_app_data(ssl);
+  if (!t) return;
+  static const char *const label[2] = {"CLIENT_TRAFFIC_SECRET_0", "SERVER_TRAFFIC_SECRET_0"};
+  for (int i = 0; i < 2; i++)
+    kiln_tls13_keylog_secret(line, label[i], t->secret[i], sizeof(t->secret[i]), &t->secret_len[i]);
+}
+
 /* TLS 1.3 only; AES-128-GCM first (the fastest with AES-NI, no weaker in practice), chosen
  * by the server; no session tickets (clients hold one connection for long). */
 static kiln_status_t build(const kiln_tls_ctx_t *t, SSL_CTX **out) {
@@ -128,6 +144,7 @@ static kiln_status_t build(const kiln_tls_ctx_t *t, SSL_CTX **out) {
   SSL_CTX_set_options(c, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_RENEGOTIATION);
   SSL_CTX_set_num_tickets(c, 0);
   SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_keylog_callback(c, keylog);
   if (SSL_CTX_use_certificate_chain_file(c, t->cert) != 1)
     st = ssl_status("cannot load the certificate chain", t->cert);
   else if (SSL_CTX_use_PrivateKey_file(c, t->key, SSL_FILETYPE_PEM) != 1)
@@ -205,8 +222,10 @@ kiln_status_t kiln_tls_create(kiln_tls_ctx_t *ctx, kiln_tls_t **out) {
   BIO_set_data(t->rbio, t);
   BIO_set_data(t->wbio, t);
   SSL_set_bio(t->ssl, t->rbio, t->wbio);
+  SSL_set_app_data(t->ssl, t);
+  /* No read-ahead: OpenSSL must stop at the end of the client's Finished, where the records
+   * become kiln's. */
   SSL_set_accept_state(t->ssl);
-  SSL_set_read_ahead(t->ssl, 1);
   *out = t;
   return KILN_OK;
 }
@@ -214,6 +233,8 @@ kiln_status_t kiln_tls_create(kiln_tls_ctx_t *ctx, kiln_tls_t **out) {
 void kiln_tls_destroy(kiln_tls_t *t) {
   if (!t) return;
   SSL_free(t->ssl);
+  if (t->records) kiln_tls13_deinit(&t->rec);
+  OPENSSL_cleanse(t->secret, sizeof(t->secret));
   free(t->left);
   free(t->out);
   free(t);
@@ -226,6 +247,12 @@ void kiln_tls_feed(kiln_tls_t *t, const void *p, size_t n) {
 }
 
 kiln_status_t kiln_tls_feed_end(kiln_tls_t *t) {
+  if (t->records) {
+    kiln_status_t st = kiln_tls13_keep(&t->rec, t->chunk + t->chunk_off, t->chunk_len - t->chunk_off);
+    t->chunk = NULL;
+    t->chunk_off = t->chunk_len = 0;
+    return st;
+  }
   size_t rest = t->chunk_len - t->chunk_off, kept = t->left_len - t->left_off;
   const uint8_t *tail = t->chunk + t->chunk_off;
   t->chunk = NULL;
@@ -246,42 +273,84 @@ kiln_status_t kiln_tls_feed_end(kiln_tls_t *t) {
   return KILN_OK;
 }
 
+/* The handshake is done: the records become kiln's, from where OpenSSL stopped reading (it
+ * reads no further than the client's Finished without read-ahead, and has sent nothing with
+ * the application keys yet: both counters start at 0). */
+static bool take_over(kiln_tls_t *t) {
+  const SSL_CIPHER *cipher = SSL_get_current_cipher(t->ssl);
+  if (!cipher || SSL_has_pending(t->ssl) || !t->secret_len[0] || t->secret_len[0] != t->secret_len[1]) {
+    snprintf(t->error, sizeof(t->error), "OpenSSL did not hand over the session's keys");
+    return false;
+  }
+  kiln_status_t st = kiln_tls13_init(&t->rec, (uint16_t)SSL_CIPHER_get_protocol_id(cipher),
+                                     t->secret[0], t->secret[1], t->secret_len[0]);
+  OPENSSL_cleanse(t->secret, sizeof(t->secret));
+  if (st) {
+    snprintf(t->error, sizeof(t->error), "%s", kiln_status_message(st));
+    kiln_status_free(st);
+    return false;
+  }
+  t->records = true;
+  /* What OpenSSL left unread comes before the rest of the feed. */
+  st = kiln_tls13_keep(&t->rec, t->left + t->left_off, t->left_len - t->left_off);
+  t->left_off = t->left_len = 0;
+  if (st) {
+    snprintf(t->error, sizeof(t->error), "%s", kiln_status_message(st));
+    kiln_status_free(st);
+    return false;
+  }
+  return true;
+}
+
+/* The record layer failed: the alert it calls for goes out with what is waiting. */
+static void records_failed(kiln_tls_t *t) {
+  snprintf(t->error, sizeof(t->error), "%s", t->rec.error);
+  if (reserve_out(t, KILN_TLS13_ALERT_BYTES)) t->out_len += kiln_tls13_seal_alert(&t->rec, t->out + t->out_len);
+}
+
 kiln_tls_result_t kiln_tls_read(kiln_tls_t *t, void *dst, size_t cap, size_t *out_n) {
   *out_n = 0;
   if (t->error[0]) return KILN_TLS_ERROR;
-  size_t got = 0;
-  if (SSL_read_ex(t->ssl, dst, cap, &got) == 1) {
-    *out_n = got;
-    return KILN_TLS_DATA;
+  if (!t->records) {
+    if (SSL_do_handshake(t->ssl) != 1) {
+      switch (SSL_get_error(t->ssl, 0)) {
+        case SSL_ERROR_WANT_READ: return KILN_TLS_AGAIN;
+        case SSL_ERROR_ZERO_RETURN: return KILN_TLS_CLOSED;
+        default:
+          last_error(t->error, sizeof(t->error));
+          return KILN_TLS_ERROR;
+      }
+    }
+    if (!take_over(t)) return KILN_TLS_ERROR;
   }
-  switch (SSL_get_error(t->ssl, 0)) {
-    case SSL_ERROR_WANT_READ: return KILN_TLS_AGAIN;
-    case SSL_ERROR_ZERO_RETURN: return KILN_TLS_CLOSED;
-    default:
-      last_error(t->error, sizeof(t->error));
-      return KILN_TLS_ERROR;
+  const uint8_t *in = t->chunk + t->chunk_off;
+  size_t in_len = t->chunk_len - t->chunk_off;
+  kiln_tls13_result_t r = kiln_tls13_open(&t->rec, &in, &in_len, dst, cap, out_n);
+  t->chunk_off = t->chunk_len - in_len;
+  switch (r) {
+    case KILN_TLS13_DATA: return KILN_TLS_DATA;
+    case KILN_TLS13_AGAIN: return KILN_TLS_AGAIN;
+    case KILN_TLS13_CLOSED: return KILN_TLS_CLOSED;
+    default: records_failed(t); return KILN_TLS_ERROR;
   }
 }
 
 kiln_status_t kiln_tls_write(kiln_tls_t *t, const void *p, size_t n) {
-  /* Room for the ciphertext first (records add at most a few dozen bytes per 16 KiB), so
-   * that the buffer does not grow record by record. */
-  if (!reserve_out(t, n + (n / 16384 + 1) * 64))
+  if (!t->records) return KILN_STATUS(KILN_E_INTERNAL, "TLS: a write before the handshake");
+  if (!reserve_out(t, kiln_tls13_seal_bound(n)))
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for TLS");
-  while (n > 0) {
-    size_t done = 0;
-    if (SSL_write_ex(t->ssl, p, n, &done) != 1 || t->out_failed) {
-      if (t->out_failed) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for TLS");
-      last_error(t->error, sizeof(t->error));
-      return KILN_STATUS(KILN_E_UNAVAILABLE, "TLS: %s", t->error);
-    }
-    p = (const uint8_t *)p + done;
-    n -= done;
-  }
-  return KILN_OK;
+  size_t w = 0;
+  kiln_status_t st = kiln_tls13_seal(&t->rec, p, n, t->out + t->out_len, &w);
+  t->out_len += w;
+  return st;
 }
 
 void kiln_tls_shutdown(kiln_tls_t *t) {
+  if (t->records) {
+    if (!t->error[0] && reserve_out(t, KILN_TLS13_ALERT_BYTES))
+      t->out_len += kiln_tls13_seal_alert(&t->rec, t->out + t->out_len);
+    return;
+  }
   if (!t->error[0] && SSL_is_init_finished(t->ssl)) SSL_shutdown(t->ssl);
   ERR_clear_error();
 }
@@ -308,10 +377,11 @@ void kiln_tls_give_back(kiln_tls_t *t, uint8_t *p, size_t cap) {
 }
 
 bool kiln_tls_partial_in(const kiln_tls_t *t) {
+  if (t->records) return kiln_tls13_partial(&t->rec);
   return t->left_len > t->left_off || SSL_has_pending(t->ssl);
 }
 
-bool kiln_tls_handshake_done(const kiln_tls_t *t) { return SSL_is_init_finished(t->ssl); }
+bool kiln_tls_handshake_done(const kiln_tls_t *t) { return t->records; }
 
 const char *kiln_tls_error(const kiln_tls_t *t) { return t->error[0] ? t->error : "no error"; }
 

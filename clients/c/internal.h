@@ -34,13 +34,17 @@ struct kiln_reply {
 
 struct ssl_st;
 struct ssl_ctx_st;
+struct kiln_tls13;
 
 struct kiln_client {
   int fd;
   struct ssl_st *ssl;         /* tls: URLs; NULL on plain connections */
   struct ssl_ctx_st *ssl_ctx;
+  struct kiln_tls13 *tls_rec; /* the records after the handshake (protocol/tls13.h) */
   uint8_t *tls_out;           /* ciphertext encrypted, not yet sent: [tls_out_off, tls_out_len) */
   size_t tls_out_off, tls_out_len, tls_out_cap;
+  uint8_t *tls_in;            /* ciphertext received, not yet opened: [tls_in_off, tls_in_len) */
+  size_t tls_in_off, tls_in_len;
   int timeout_ms; /* 0: none */
   char url[512];
   uint32_t next_msgid;
@@ -90,7 +94,7 @@ static inline bool kiln_tls_unsent(const kiln_client_t *c) { return c->tls_out_o
 /* Bytes received (> 0), 0 at the end of the stream, -2 when nothing is there now, -1 with
  * *out_err when the connection failed. */
 ssize_t kiln_tls_recv(kiln_client_t *c, void *p, size_t cap, kiln_status_t *out_err);
-/* Decrypted or received bytes wait inside OpenSSL: a poll() would not see them. */
+/* Received bytes wait, opened or in whole records: a poll() would not see them. */
 bool kiln_tls_has_pending(const kiln_client_t *c);
 
 /* io.c: moving bytes. deadline_ns 0 means none. */
