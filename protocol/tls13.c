@@ -409,10 +409,12 @@ bool kiln_tls13_keylog_secret(const char *line, const char *label, uint8_t *out,
   const char *hex = strrchr(line, ' ') + 1;
   size_t n = strlen(hex);
   if (n % 2 || n / 2 > cap || hex == line + ll + 1) return false;
-  for (size_t i = 0; i < n / 2; i++) {
-    unsigned v;
-    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return false;
-    out[i] = (uint8_t)v;
+  for (size_t i = 0; i < n; i++) {
+    char ch = hex[i];
+    int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+          : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+    if (v < 0) return false;
+    out[i / 2] = (uint8_t)(i % 2 ? (out[i / 2] << 4) | v : v);
   }
   *out_len = n / 2;
   return true;

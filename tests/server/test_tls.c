@@ -54,6 +54,8 @@ typedef struct tls_client {
   SSL *ssl;
   BIO *rbio, *wbio;
   bool dribble; /* ciphertext goes out one byte per send */
+  bool scatter; /* ciphertext goes out in sends of random sizes (1 byte to 70,000) */
+  bool random_records; /* plaintext goes in records of random sizes (1 byte to 16 KiB) */
   bool eof;
   kiln_reader_t reader;
   kiln_rpc_msg_t msg;
@@ -62,12 +64,18 @@ typedef struct tls_client {
 } tls_client_t;
 
 static void out(tls_client_t *t) {
-  char buf[16384];
+  static char buf[1 << 18];
   int n;
   while ((n = BIO_read(t->wbio, buf, sizeof(buf))) > 0) {
-    size_t step = t->dribble ? 1 : (size_t)n;
-    for (size_t off = 0; off < (size_t)n; off += step)
-      if (send(t->fd, buf + off, KILN_MIN(step, (size_t)n - off), MSG_NOSIGNAL) < 0) return;
+    for (size_t off = 0, step; off < (size_t)n; off += step) {
+      step = t->dribble ? 1 : t->scatter ? 1 + (size_t)rand() % 70000 : (size_t)n;
+      step = KILN_MIN(step, (size_t)n - off);
+      for (size_t sent = 0; sent < step;) { /* a blocking socket may still take less */
+        ssize_t k = send(t->fd, buf + off + sent, step - sent, MSG_NOSIGNAL);
+        if (k < 0) return;
+        sent += (size_t)k;
+      }
+    }
   }
 }
 
@@ -144,9 +152,9 @@ static void tls_close(tls_client_t *t) {
 /* Sends plaintext; with `per_record`, one byte per TLS record. */
 static void tls_send(tls_client_t *t, const void *p, size_t n, bool per_record) {
   const uint8_t *b = p;
-  size_t step = per_record ? 1 : n;
-  for (size_t off = 0; off < n; off += step) {
-    size_t k = KILN_MIN(step, n - off), done = 0;
+  for (size_t off = 0, k; off < n; off += k) {
+    k = KILN_MIN(per_record ? 1 : t->random_records ? 1 + (size_t)rand() % 16384 : n, n - off);
+    size_t done = 0;
     cr_assert(SSL_write_ex(t->ssl, b + off, k, &done) == 1 && done == k);
     if (per_record || BIO_ctrl_pending(t->wbio) > (1u << 20)) out(t);
   }
@@ -261,15 +269,10 @@ Test(tls, ciphertext_one_byte_per_send_and_plaintext_one_byte_per_record) {
   tls_close(&t);
 }
 
-/* A large upload and download: replies are encrypted as the socket drains, zero-copy extra
- * bytes included. */
-Test(tls, sixty_four_mib_round_trip) {
-  start_tls(NULL);
-  tls_client_t t;
-  cr_assert(tls_connect(&t, pem("ca.pem"), NULL, NULL, false), "handshake: %s", t.error);
-  enum { N = 16 << 20 };
-  float *v = malloc((size_t)N * 4);
-  for (uint32_t i = 0; i < N; i++) v[i] = (float)i * 0.25f;
+/* Uploads n float32s, downloads them and compares. */
+static void round_trip(tls_client_t *t, uint32_t n) {
+  float *v = malloc((size_t)n * 4);
+  for (uint32_t i = 0; i < n; i++) v[i] = (float)i * 0.25f;
   pbuild_t b;
   pb_begin(&b, 1);
   kiln_pack_cstr(&b.p.pk, "tensor");
@@ -277,25 +280,34 @@ Test(tls, sixty_four_mib_round_trip) {
   kiln_pack_kv_str(&b.p.pk, "dtype", "float32");
   kiln_pack_cstr(&b.p.pk, "shape");
   msgpack_pack_array(&b.p.pk, 1);
-  msgpack_pack_uint32(&b.p.pk, N);
+  msgpack_pack_uint32(&b.p.pk, n);
   kiln_pack_cstr(&b.p.pk, "data");
-  msgpack_pack_bin(&b.p.pk, (uint32_t)N * 4);
-  msgpack_pack_bin_body(&b.p.pk, v, (size_t)N * 4);
-  tls_request(&t, 1, "upload", &b.buf);
+  msgpack_pack_bin(&b.p.pk, n * 4);
+  msgpack_pack_bin_body(&b.p.pk, v, (size_t)n * 4);
+  tls_request(t, 1, "upload", &b.buf);
   pb_end(&b);
-  cr_assert(tls_recv(&t, 60000), "no upload reply: %s", t.error);
-  cr_assert_eq(tls_code(&t), 0);
-  uint64_t id = kiln_params_find(t.msg.result, "id")->via.u64;
+  cr_assert(tls_recv(t, 60000), "no upload reply: %s", t->error);
+  cr_assert_eq(tls_code(t), 0);
+  uint64_t id = kiln_params_find(t->msg.result, "id")->via.u64;
   pb_begin(&b, 1);
   kiln_pack_kv_u64(&b.p.pk, "id", id);
-  tls_request(&t, 2, "download", &b.buf);
+  tls_request(t, 2, "download", &b.buf);
   pb_end(&b);
-  cr_assert(tls_recv(&t, 60000), "no download reply: %s", t.error);
-  cr_assert_eq(tls_code(&t), 0);
-  const msgpack_object *data = kiln_params_find(t.msg.result, "data");
-  cr_assert(data && data->via.bin.size == (uint32_t)N * 4);
-  cr_assert(memcmp(data->via.bin.ptr, v, (size_t)N * 4) == 0, "downloaded bytes differ");
+  cr_assert(tls_recv(t, 60000), "no download reply: %s", t->error);
+  cr_assert_eq(tls_code(t), 0);
+  const msgpack_object *data = kiln_params_find(t->msg.result, "data");
+  cr_assert(data && data->via.bin.size == n * 4);
+  cr_assert(memcmp(data->via.bin.ptr, v, (size_t)n * 4) == 0, "downloaded bytes differ");
   free(v);
+}
+
+/* A large upload and download: replies are encrypted as the socket drains, zero-copy extra
+ * bytes included. */
+Test(tls, sixty_four_mib_round_trip) {
+  start_tls(NULL);
+  tls_client_t t;
+  cr_assert(tls_connect(&t, pem("ca.pem"), NULL, NULL, false), "handshake: %s", t.error);
+  round_trip(&t, 16u << 20);
   tls_close(&t);
 }
 
@@ -456,6 +468,135 @@ Test(tls, sighup_reloads_the_certificate) {
   tls_request(&open_one, 5, "ping", NULL);
   expect_pong(&open_one, 5);
   tls_close(&open_one);
+}
+
+/* An upload in records of random sizes (1 byte to 16 KiB, padded to 512-byte blocks), its
+ * ciphertext in sends of random sizes that cut records anywhere, then its download: every
+ * byte where it belongs. */
+Test(tls, records_of_random_sizes_cut_anywhere) {
+  start_tls(NULL);
+  tls_client_t t;
+  cr_assert(tls_connect(&t, pem("ca.pem"), NULL, NULL, false), "handshake: %s", t.error);
+  SSL_set_block_padding(t.ssl, 512);
+  t.scatter = t.random_records = true;
+  srand(11);
+  round_trip(&t, 2u << 20);
+  tls_close(&t);
+}
+
+/* KeyUpdate from the client, with and without asking for kilnd's: requests keep being
+ * answered under the new keys. */
+Test(tls, key_updates_from_the_client) {
+  start_tls(NULL);
+  tls_client_t t;
+  cr_assert(tls_connect(&t, pem("ca.pem"), NULL, NULL, false), "handshake: %s", t.error);
+  for (uint32_t i = 1; i <= 6; i++) {
+    cr_assert(SSL_key_update(t.ssl, i % 2 ? SSL_KEY_UPDATE_REQUESTED : SSL_KEY_UPDATE_NOT_REQUESTED) == 1);
+    tls_request(&t, i, "ping", NULL); /* the KeyUpdate goes first */
+    expect_pong(&t, i);
+  }
+  tls_close(&t);
+}
+
+/* A ping record with byte `at` changed (the length, the ciphertext or the tag). */
+static void send_forged(tls_client_t *t, size_t at) {
+  const uint8_t ping[] = {0x94, 0x00, 0x05, 0xa4, 'p', 'i', 'n', 'g', 0x90};
+  size_t done = 0;
+  cr_assert(SSL_write_ex(t->ssl, ping, sizeof(ping), &done) == 1);
+  uint8_t rec[512];
+  int n = BIO_read(t->wbio, rec, sizeof(rec));
+  cr_assert_gt(n, (int)at);
+  rec[at] ^= 0x02; /* at 4: 26 bytes become 24, and the tag is read from the wrong place */
+  cr_assert(send(t->fd, rec, (size_t)n, 0) == n);
+}
+
+/* A record changed in flight ends its own connection with a bad_record_mac alert; the other
+ * connections of the daemon go on. */
+Test(tls, a_forged_record_costs_only_its_connection) {
+  start_tls(NULL);
+  tls_client_t other;
+  cr_assert(tls_connect(&other, pem("ca.pem"), NULL, NULL, false), "handshake: %s", other.error);
+  size_t where[] = {4, 8, 24}; /* the length, the ciphertext, the tag (9 + 1 + 16 bytes) */
+  for (size_t i = 0; i < 3; i++) {
+    tls_client_t t;
+    cr_assert(tls_connect(&t, pem("ca.pem"), NULL, NULL, false), "handshake: %s", t.error);
+    send_forged(&t, where[i]);
+    cr_assert_not(tls_recv(&t, 10000), "a forged record was answered");
+    cr_assert(strstr(t.error, "bad record mac"), "byte %zu: %s", where[i], t.error);
+    tls_close(&t);
+  }
+  tls_request(&other, 1, "ping", NULL);
+  expect_pong(&other, 1);
+  tls_close(&other);
+}
+
+/* Peers that stop inside a record and close, and records no peer may send: each costs its
+ * own connection only. */
+Test(tls, hostile_records_cost_only_their_connection) {
+  start_tls(NULL);
+  tls_client_t other;
+  cr_assert(tls_connect(&other, pem("ca.pem"), NULL, NULL, false), "handshake: %s", other.error);
+  const uint8_t big[] = {23, 3, 3, 0x41, 0x01};             /* longer than TLS allows */
+  const uint8_t clear_alert[] = {21, 3, 3, 0, 2, 2, 40};    /* an unprotected alert */
+  const uint8_t header_only[] = {23, 3, 3, 0x10, 0x00};     /* a record's start, then close */
+  struct {
+    const uint8_t *bytes;
+    size_t n;
+    const char *alert; /* what kilnd answers, or NULL: it just closes */
+  } cases[] = {
+      {big, sizeof(big), "record overflow"},
+      {clear_alert, sizeof(clear_alert), "unexpected message"},
+      {header_only, sizeof(header_only), NULL},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    tls_client_t t;
+    cr_assert(tls_connect(&t, pem("ca.pem"), NULL, NULL, false), "handshake: %s", t.error);
+    cr_assert(send(t.fd, cases[i].bytes, cases[i].n, 0) == (ssize_t)cases[i].n);
+    if (cases[i].alert) {
+      cr_assert_not(tls_recv(&t, 10000), "case %zu was answered", i);
+      cr_assert(strstr(t.error, cases[i].alert), "case %zu: %s", i, t.error);
+    }
+    tls_close(&t);
+  }
+  /* Half of a large upload, cut inside a record, then the socket closed. */
+  tls_client_t t;
+  cr_assert(tls_connect(&t, pem("ca.pem"), NULL, NULL, false), "handshake: %s", t.error);
+  const uint8_t head[] = {0x94, 0x00, 0x01, 0xa6, 'u', 'p', 'l', 'o', 'a', 'd', 0x91, 0x81, 0xa6,
+                          't', 'e', 'n', 's', 'o', 'r', 0x83, 0xa5, 'd', 't', 'y', 'p', 'e', 0xa5,
+                          'u', 'i', 'n', 't', '8', 0xa5, 's', 'h', 'a', 'p', 'e', 0x91, 0xce, 0x00,
+                          0x40, 0x00, 0x00, 0xa4, 'd', 'a', 't', 'a', 0xc6, 0x00, 0x40, 0x00, 0x00};
+  uint8_t *body = calloc(1, 1u << 21);
+  size_t done;
+  cr_assert(SSL_write_ex(t.ssl, head, sizeof(head), &done) == 1);
+  cr_assert(SSL_write_ex(t.ssl, body, 1u << 21, &done) == 1);
+  free(body);
+  static uint8_t ct[1u << 22];
+  int n = BIO_read(t.wbio, ct, sizeof(ct));
+  cr_assert_gt(n, 1 << 21);
+  cr_assert(send(t.fd, ct, (size_t)n - 7000, 0) == n - 7000);
+  tls_close(&t);
+  tls_request(&other, 1, "ping", NULL);
+  expect_pong(&other, 1);
+  tls_close(&other);
+  tls_client_t fresh;
+  cr_assert(tls_connect(&fresh, pem("ca.pem"), NULL, NULL, false), "handshake: %s", fresh.error);
+  tls_request(&fresh, 2, "ping", NULL);
+  expect_pong(&fresh, 2);
+  tls_close(&fresh);
+}
+
+/* close_notify from the client: kilnd closes and says close_notify too. */
+Test(tls, close_notify_both_ways) {
+  start_tls(NULL);
+  tls_client_t t;
+  cr_assert(tls_connect(&t, pem("ca.pem"), NULL, NULL, false), "handshake: %s", t.error);
+  tls_request(&t, 1, "ping", NULL);
+  expect_pong(&t, 1);
+  SSL_shutdown(t.ssl);
+  out(&t);
+  cr_assert_not(tls_recv(&t, 10000), "kilnd answered after close_notify");
+  cr_assert(SSL_get_shutdown(t.ssl) & SSL_RECEIVED_SHUTDOWN, "no close_notify from kilnd: %s", t.error);
+  tls_close(&t);
 }
 
 /* The partial-message timer sees a peer that stops inside a TLS record (no plaintext of the
