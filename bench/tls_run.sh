@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # TCP beside TLS (issue 11 §8): one fresh kilnd listening on both, certificates made for the
-# run (tests/server/make_pki.sh), kiln-tls-bench measuring both URLs round by round, and
-# bench/results/tls.md written with the machine, the date, the commit and the numbers.
+# run (tests/server/make_pki.sh), kiln-tls-bench measuring both URLs round by round, and a
+# section for this run (the machine, the date, the commit and the numbers) added at the top of
+# bench/results/tls.md; the sections of earlier runs and the hand-written ones stay.
 #   bench/tls_run.sh            uses build/ (BUILD=dir to change); ROUNDS=3;
-#                               TLS_RESULTS=FILE writes there instead of bench/results/tls.md
+#                               TLS_RESULTS=FILE writes there instead of bench/results/tls.md;
+#                               KILN_TLS_THREADS=N sets kilnd's and the client's TLS threads
+#                               (docs/operations.md "TLS"; 0: none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
@@ -56,28 +59,27 @@ cpu() { # U DIRECTION WHO
 within() { awk -v r="$1" 'BEGIN { exit !(r <= 1.3) }' && echo "met" || echo "**not met**"; }
 up_ratio=$(ratio "$up_tcp" "$up_tls"); down_ratio=$(ratio "$down_tcp" "$down_tls")
 
-analysis=""
-if [ -f "$out" ] && grep -q '^## Analysis' "$out"; then
-  analysis=$(sed -n '/^## Analysis/,$p' "$out")
-fi
 buildtype=$(meson introspect "$build" --buildoptions 2>/dev/null | /usr/bin/python3 -c \
   'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "buildtype"))' \
   2>/dev/null || echo unknown)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+cores=$(nproc)
+threads=${KILN_TLS_THREADS:-$(( cores - 1 < 3 ? cores - 1 : 3 ))}
+section=$(mktemp)
 {
-  echo "# TCP and TLS side by side"
+  echo "## $(date -u '+%Y-%m-%d %H:%M UTC'), $cores cores, kiln $(git rev-parse --short HEAD 2>/dev/null || echo "${KILN_COMMIT:-unknown}")"
   echo
-  echo "Written by \`bench/tls_run.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'), kiln $(git rev-parse --short HEAD 2>/dev/null || echo "${KILN_COMMIT:-unknown}")."
-  echo
-  echo "Machine: $cpu, $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, Linux $(uname -r); $(openssl version)."
+  echo "Written by \`bench/tls_run.sh\`."
+  echo "Machine: $cpu, $cores cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, Linux $(uname -r); $(openssl version)."
   echo "Load average before the run: $load_before; after: $load_after."
   echo "One kilnd listening on both; client (libkiln) and daemon share the machine (loopback);"
-  echo "the build is \`$buildtype\`."
+  echo "the build is \`$buildtype\`; TLS threads beside each side's own: $threads (\`KILN_TLS_THREADS\`)."
   echo "TLS 1.3, TLS_AES_128_GCM_SHA256 (kilnd's first choice), a P-256 certificate."
   echo "Command: \`${cmd[*]}\` (URLs as this run bound them; \`KILN_TLS_CA\` set to the run's CA)."
   echo "Each round measures TCP, then TLS, for each row; the table holds medians over $rounds rounds."
-  echo "CPU seconds per GB (user + system, from getrusage and /proc/PID/stat) do not depend on what"
-  echo "else runs: they are the cost TLS adds, where GB/s on a shared machine is also its share of it."
+  echo "CPU seconds per GB (user + system of all threads, from getrusage and /proc/PID/stat) do not"
+  echo "depend on what else runs: they are the cost TLS adds, where GB/s on a shared machine is also"
+  echo "its share of it."
   echo
   echo "| measurement | tcp | tls | tls/tcp | |"
   echo "|---|---|---|---|---|"
@@ -99,10 +101,13 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
   echo "$results"
   echo '```'
   echo
-  if [ -n "$analysis" ]; then echo "$analysis"; else
-    echo "## Analysis"
-    echo
-    echo "Written by hand after the run (tls_run.sh keeps this section when it rewrites the numbers)."
-  fi
-} >"$out"
+} >"$section"
+# The new section goes first, under the title; what the file held stays below it.
+if [ -f "$out" ] && head -1 "$out" | grep -q '^# '; then
+  { head -1 "$out"; echo; cat "$section"; tail -n +2 "$out" | sed '1{/^$/d}'; } >"$out.new"
+else
+  { echo "# TCP and TLS side by side"; echo; cat "$section"; } >"$out.new"
+fi
+mv "$out.new" "$out"
+rm -f "$section"
 echo "wrote $out" >&2

@@ -5,9 +5,11 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/util.h"
 
@@ -25,6 +27,10 @@
 #define ALERT_INTERNAL_ERROR 80
 /* New sending keys before this many records: RFC 8446 §5.5 allows AES-GCM 2^24.5 full ones. */
 #define REKEY_AFTER (1ull << 24)
+/* Runs of at least this many records go to the pool; at most BATCH are opened per run. */
+#define POOL_MIN_RECORDS 8
+#define BATCH 256
+#define POOL_MAX_THREADS 16
 
 static const EVP_CIPHER *suite_cipher(uint16_t suite) {
   switch (suite) {
@@ -67,6 +73,7 @@ static bool set_keys(kiln_tls13_t *t, kiln_tls13_dir_t *d, int enc) {
             expand_label(t, d->secret, "iv", d->iv, sizeof(d->iv)) &&
             (d->ctx || (d->ctx = EVP_CIPHER_CTX_new())) &&
             EVP_CipherInit_ex(d->ctx, cipher, NULL, key, NULL, enc) == 1;
+  memcpy(d->key, key, sizeof(key));
   OPENSSL_cleanse(key, sizeof(key));
   d->seq = 0;
   return ok;
@@ -103,17 +110,20 @@ kiln_status_t kiln_tls13_init(kiln_tls13_t *t, uint16_t suite, const uint8_t *rx
 void kiln_tls13_deinit(kiln_tls13_t *t) {
   EVP_CIPHER_CTX_free(t->rx.ctx);
   EVP_CIPHER_CTX_free(t->tx.ctx);
+  EVP_CIPHER_CTX_free(t->share_ctx);
   free(t->carry);
   free(t->plain);
   OPENSSL_cleanse(t, sizeof(*t));
   t->alert = -1;
 }
 
-/* The per-record nonce: the IV xor the record counter, big-endian at its end. */
-static void nonce(const kiln_tls13_dir_t *d, uint8_t out[12]) {
+/* The nonce of record `seq`: the IV xor the record counter, big-endian at its end. */
+static void nonce_at(const kiln_tls13_dir_t *d, uint64_t seq, uint8_t out[12]) {
   memcpy(out, d->iv, 12);
-  for (int i = 0; i < 8; i++) out[11 - i] ^= (uint8_t)(d->seq >> (8 * i));
+  for (int i = 0; i < 8; i++) out[11 - i] ^= (uint8_t)(seq >> (8 * i));
 }
+
+static void nonce(const kiln_tls13_dir_t *d, uint8_t out[12]) { nonce_at(d, d->seq, out); }
 
 /* Decrypts and authenticates the record at rec (header included, total bytes) into out
  * (total - HEADER - TAG bytes). */
@@ -179,6 +189,236 @@ static const char *alert_name(uint8_t a) {
     case 116: return "certificate required";
     default: return "unknown";
   }
+}
+
+/* --- the pool ------------------------------------------------------------------------------ */
+
+/* One record of a run being opened: where its content goes, and what came of it. */
+typedef struct run_rec {
+  const uint8_t *rec;
+  size_t total;
+  uint8_t *out; /* total - HEADER - TAG - 1 bytes: the content, the type byte aside */
+  uint8_t type;
+  bool ok;
+} run_rec_t;
+
+/* A share of a run: records [first, first + count) with nonces from seq. */
+typedef struct task {
+  const kiln_tls13_dir_t *dir;
+  const EVP_CIPHER *cipher;
+  uint64_t seq;
+  size_t count;
+  run_rec_t *recs;     /* opening: count records */
+  const uint8_t *src;  /* sealing: n bytes into count records at dst */
+  size_t n;
+  uint8_t *dst;
+  bool ok;
+} task_t;
+
+struct kiln_tls13_pool {
+  pthread_mutex_t run;  /* held by the caller of a run */
+  pthread_mutex_t mu;   /* the fields below */
+  pthread_cond_t go, done;
+  task_t *tasks;
+  size_t ntasks, next, pending;
+  bool stop;
+  pid_t pid; /* after a fork the threads are gone: the child works alone */
+  int n;
+  pthread_t th[POOL_MAX_THREADS];
+};
+
+/* Opens one record with content to out and the type byte aside (the next record's content
+ * may start where the type byte would go). */
+static bool open_split(EVP_CIPHER_CTX *c, const kiln_tls13_dir_t *d, uint64_t seq, run_rec_t *r) {
+  uint8_t iv[12];
+  int k = 0;
+  size_t n = r->total - HEADER - TAG - 1;
+  nonce_at(d, seq, iv);
+  return EVP_DecryptInit_ex(c, NULL, NULL, NULL, iv) == 1 &&
+         EVP_DecryptUpdate(c, NULL, &k, r->rec, HEADER) == 1 &&
+         (!n || EVP_DecryptUpdate(c, r->out, &k, r->rec + HEADER, (int)n) == 1) &&
+         EVP_DecryptUpdate(c, &r->type, &k, r->rec + HEADER + n, 1) == 1 &&
+         EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_TAG, TAG, (void *)(r->rec + HEADER + n + 1)) == 1 &&
+         EVP_DecryptFinal_ex(c, r->out + n, &k) == 1;
+}
+
+static void run_task(EVP_CIPHER_CTX *c, task_t *t) {
+  bool enc = t->recs == NULL;
+  t->ok = EVP_CipherInit_ex(c, t->cipher, NULL, t->dir->key, NULL, enc) == 1;
+  kiln_tls13_dir_t d = {.ctx = c, .seq = t->seq};
+  memcpy(d.iv, t->dir->iv, sizeof(d.iv));
+  for (size_t i = 0; t->ok && i < t->count; i++) {
+    if (enc) {
+      size_t k = KILN_MIN(t->n - i * KILN_TLS13_MAX_PLAIN, (size_t)KILN_TLS13_MAX_PLAIN);
+      t->ok = aead_seal(&d, CONTENT_DATA, t->src + i * KILN_TLS13_MAX_PLAIN, k,
+                        t->dst + i * (KILN_TLS13_MAX_PLAIN + HEADER + 1 + TAG)) != 0;
+    } else {
+      t->recs[i].ok = open_split(c, &d, t->seq + i, &t->recs[i]);
+    }
+  }
+  OPENSSL_cleanse(&d, sizeof(d));
+}
+
+static void *pool_thread(void *arg) {
+  kiln_tls13_pool_t *p = arg;
+  EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->stop && p->next >= p->ntasks) pthread_cond_wait(&p->go, &p->mu);
+    if (p->stop) break;
+    task_t *t = &p->tasks[p->next++];
+    pthread_mutex_unlock(&p->mu);
+    if (c) run_task(c, t);
+    else t->ok = false;
+    pthread_mutex_lock(&p->mu);
+    if (--p->pending == 0) pthread_cond_signal(&p->done);
+  }
+  pthread_mutex_unlock(&p->mu);
+  EVP_CIPHER_CTX_free(c);
+  return NULL;
+}
+
+kiln_status_t kiln_tls13_pool_create(int threads, kiln_tls13_pool_t **out) {
+  *out = NULL;
+  if (threads < 0) {
+    const char *env = getenv("KILN_TLS_THREADS");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = env && *env ? atoi(env) : (int)KILN_MIN(3, cores > 1 ? cores - 1 : 0);
+  }
+  threads = KILN_MIN(threads, POOL_MAX_THREADS);
+  if (threads <= 0) return KILN_OK;
+  kiln_tls13_pool_t *p = calloc(1, sizeof(*p));
+  if (!p) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for the TLS pool");
+  pthread_mutex_init(&p->run, NULL);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->go, NULL);
+  pthread_cond_init(&p->done, NULL);
+  p->pid = getpid();
+  for (; p->n < threads; p->n++)
+    if (pthread_create(&p->th[p->n], NULL, pool_thread, p) != 0) break;
+  if (p->n == 0) {
+    kiln_tls13_pool_destroy(p);
+    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cannot start the TLS pool's threads");
+  }
+  *out = p;
+  return KILN_OK;
+}
+
+void kiln_tls13_pool_destroy(kiln_tls13_pool_t *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = true;
+  pthread_cond_broadcast(&p->go);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < p->n; i++) pthread_join(p->th[i], NULL);
+  pthread_cond_destroy(&p->go);
+  pthread_cond_destroy(&p->done);
+  pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->run);
+  free(p);
+}
+
+int kiln_tls13_pool_threads(const kiln_tls13_pool_t *p) { return p ? p->n : 0; }
+
+/* The pool, for one run, if it is there and free. */
+static kiln_tls13_pool_t *pool_take(kiln_tls13_t *t) {
+  kiln_tls13_pool_t *p = t->pool;
+  if (!p || p->pid != getpid() || (!t->share_ctx && !(t->share_ctx = EVP_CIPHER_CTX_new())))
+    return NULL;
+  return pthread_mutex_trylock(&p->run) == 0 ? p : NULL;
+}
+
+/* Runs the tasks (the caller takes shares too) and returns when all are done. */
+static void pool_run(kiln_tls13_t *t, kiln_tls13_pool_t *p, task_t *tasks, size_t n) {
+  pthread_mutex_lock(&p->mu);
+  p->tasks = tasks;
+  p->ntasks = n;
+  p->next = 0;
+  p->pending = n;
+  pthread_cond_broadcast(&p->go);
+  while (p->next < p->ntasks) {
+    task_t *k = &p->tasks[p->next++];
+    pthread_mutex_unlock(&p->mu);
+    run_task(t->share_ctx, k);
+    pthread_mutex_lock(&p->mu);
+    p->pending--;
+  }
+  while (p->pending) pthread_cond_wait(&p->done, &p->mu);
+  p->tasks = NULL;
+  p->ntasks = p->next = 0;
+  pthread_mutex_unlock(&p->mu);
+  pthread_mutex_unlock(&p->run);
+}
+
+/* Splits `count` records into a share per thread (the caller's included). */
+static size_t shares(const kiln_tls13_pool_t *p, size_t count, size_t *per) {
+  size_t k = (size_t)p->n + 1;
+  *per = (count + k - 1) / k;
+  return (count + *per - 1) / *per;
+}
+
+/* Seals n bytes (whole records but the last) on the pool; false when it was not used. */
+static bool seal_pooled(kiln_tls13_t *t, const uint8_t *s, size_t n, uint8_t *out, size_t *out_len,
+                        bool *ok) {
+  size_t records = (n + KILN_TLS13_MAX_PLAIN - 1) / KILN_TLS13_MAX_PLAIN, per;
+  if (records < POOL_MIN_RECORDS) return false;
+  kiln_tls13_pool_t *p = pool_take(t);
+  if (!p) return false;
+  task_t tasks[POOL_MAX_THREADS + 1];
+  size_t k = shares(p, records, &per);
+  for (size_t i = 0; i < k; i++) {
+    size_t first = i * per, bytes = first * KILN_TLS13_MAX_PLAIN;
+    tasks[i] = (task_t){.dir = &t->tx, .cipher = suite_cipher(t->suite), .seq = t->tx.seq + first,
+                        .count = KILN_MIN(per, records - first), .src = s + bytes,
+                        .n = KILN_MIN(n - bytes, per * KILN_TLS13_MAX_PLAIN),
+                        .dst = out + first * (KILN_TLS13_MAX_PLAIN + HEADER + 1 + TAG)};
+  }
+  pool_run(t, p, tasks, k);
+  *ok = true;
+  for (size_t i = 0; i < k; i++) *ok = *ok && tasks[i].ok;
+  t->tx.seq += records;
+  *out_len = n + records * (HEADER + 1 + TAG);
+  return true;
+}
+
+/* Opens a run of whole records from *in straight into dst on the pool, assuming what every
+ * kiln and OpenSSL peer sends: application data without padding, so that each record's place
+ * in dst is known before it is opened. The run ends before the first record that is not so (a
+ * padded one, an alert, a KeyUpdate, one failing authentication): the caller's one-by-one
+ * path opens that one again and deals with it. Returns the bytes delivered. */
+static size_t open_pooled(kiln_tls13_t *t, const uint8_t **in, size_t *in_len, uint8_t *dst, size_t cap) {
+  run_rec_t recs[BATCH];
+  size_t count = 0, off = 0, used = 0;
+  while (count < BATCH && *in_len - used >= HEADER) {
+    const uint8_t *h = *in + used;
+    size_t len = ((size_t)h[3] << 8) | h[4];
+    if (h[0] != CONTENT_DATA || len < TAG + 1 || len > KILN_TLS13_MAX_PLAIN + 1 + TAG ||
+        *in_len - used < HEADER + len || off + len - TAG - 1 > cap)
+      break;
+    recs[count++] = (run_rec_t){.rec = h, .total = HEADER + len, .out = dst + off};
+    off += len - TAG - 1;
+    used += HEADER + len;
+  }
+  if (count < POOL_MIN_RECORDS) return 0;
+  kiln_tls13_pool_t *p = pool_take(t);
+  if (!p) return 0;
+  task_t tasks[POOL_MAX_THREADS + 1];
+  size_t per, k = shares(p, count, &per);
+  for (size_t i = 0; i < k; i++)
+    tasks[i] = (task_t){.dir = &t->rx, .cipher = suite_cipher(t->suite), .seq = t->rx.seq + i * per,
+                        .count = KILN_MIN(per, count - i * per), .recs = recs + i * per};
+  pool_run(t, p, tasks, k);
+  size_t good = 0, bytes = 0;
+  for (; good < count && recs[good].ok && recs[good].type == CONTENT_DATA; good++)
+    bytes += recs[good].total - HEADER - TAG - 1;
+  /* A peer that pads or sends other records gets them opened one by one for a while, not
+   * opened twice run after run. */
+  if (good < count) t->one_by_one = 4 * BATCH;
+  t->rx.seq += good;
+  used = good ? (size_t)(recs[good - 1].rec + recs[good - 1].total - *in) : 0;
+  *in += used;
+  *in_len -= used;
+  return bytes;
 }
 
 static void fail(kiln_tls13_t *t, int alert, const char *why) {
@@ -284,9 +524,15 @@ kiln_tls13_result_t kiln_tls13_open(kiln_tls13_t *t, const uint8_t **in, size_t 
       continue;
     }
     if (t->closed) break;
+    if (t->pool && t->carry_len == t->carry_off && !t->one_by_one) {
+      size_t k = open_pooled(t, in, in_len, d + got, cap - got);
+      got += k;
+      if (k) continue;
+    }
     size_t total;
     const uint8_t *rec = next_record(t, in, in_len, &total);
     if (!rec) break;
+    if (t->one_by_one) t->one_by_one--;
     /* Straight into dst when the record's content fits there, else aside. */
     size_t n = total - HEADER - TAG;
     if (n > KILN_TLS13_MAX_PLAIN + 1) { /* content, type and padding: RFC 8446 §5.4 */
@@ -383,6 +629,12 @@ kiln_status_t kiln_tls13_seal(kiln_tls13_t *t, const void *p, size_t n, uint8_t 
       return KILN_STATUS(KILN_E_INTERNAL, "cannot update the TLS sending keys");
     w += k;
     t->update_due = false;
+  }
+  size_t pooled = 0;
+  bool ok = true;
+  if (t->pool && seal_pooled(t, s, n, out + w, &pooled, &ok)) {
+    *out_len = w + pooled;
+    return ok ? KILN_OK : KILN_STATUS(KILN_E_INTERNAL, "TLS record encryption failed");
   }
   while (n > 0) {
     size_t k = KILN_MIN(n, (size_t)KILN_TLS13_MAX_PLAIN);

@@ -31,9 +31,23 @@
 
 struct evp_cipher_ctx_st;
 
+/* Records sealed and opened on several threads at once, for large transfers on machines with
+ * cores to spare: the caller splits a run of records, works on a share itself and waits for
+ * the rest (each record's nonce is known in advance, so records are independent). One run at a
+ * time: a caller that finds the pool busy works alone. Any thread may use it. */
+typedef struct kiln_tls13_pool kiln_tls13_pool_t;
+
+/* threads < 0: $KILN_TLS_THREADS, else one less than the cores (at most 3). With 0 threads
+ * *out is NULL: no pool. The caller owns *out (kiln_tls13_pool_destroy). */
+KILN_MUST_USE kiln_status_t kiln_tls13_pool_create(int threads, kiln_tls13_pool_t **out);
+void kiln_tls13_pool_destroy(kiln_tls13_pool_t *p);
+/* Helper threads of the pool (0 for NULL). */
+int kiln_tls13_pool_threads(const kiln_tls13_pool_t *p);
+
 typedef struct kiln_tls13_dir {
   struct evp_cipher_ctx_st *ctx; /* the key, set once per secret */
   uint8_t secret[48];
+  uint8_t key[32]; /* for the pool's threads, which key contexts of their own */
   uint8_t iv[12];
   uint64_t seq; /* records protected with this secret */
 } kiln_tls13_dir_t;
@@ -50,6 +64,9 @@ typedef struct kiln_tls13 {
   bool update_due;  /* the peer asked for a KeyUpdate: the next seal sends one */
   int alert;        /* after a failure, the alert to send (-1: none) */
   char error[160];  /* why the stream failed; empty while it works */
+  kiln_tls13_pool_t *pool;               /* borrowed; NULL: one thread */
+  size_t one_by_one; /* records to open without the pool since a run met one it could not */
+  struct evp_cipher_ctx_st *share_ctx;   /* the caller's share of a pool run */
 } kiln_tls13_t;
 
 /* Takes the traffic secrets of both directions (secret_len: the suite's hash length) and

@@ -273,6 +273,19 @@ kiln_status_t kiln_tls_feed_end(kiln_tls_t *t) {
   return KILN_OK;
 }
 
+/* Large transfers' records are sealed and opened on a few threads beside the loop (the loop
+ * takes a share and waits for the rest): one pool for every session, made at the first. */
+static kiln_tls13_pool_t *shared_pool(void) {
+  static kiln_tls13_pool_t *pool;
+  static bool tried;
+  if (!tried) {
+    tried = true;
+    kiln_status_t st = kiln_tls13_pool_create(-1, &pool);
+    kiln_status_free(st); /* without it, one thread does all */
+  }
+  return pool;
+}
+
 /* The handshake is done: the records become kiln's, from where OpenSSL stopped reading (it
  * reads no further than the client's Finished without read-ahead, and has sent nothing with
  * the application keys yet: both counters start at 0). */
@@ -291,6 +304,7 @@ static bool take_over(kiln_tls_t *t) {
     return false;
   }
   t->records = true;
+  t->rec.pool = shared_pool();
   /* What OpenSSL left unread comes before the rest of the feed. */
   st = kiln_tls13_keep(&t->rec, t->left + t->left_off, t->left_len - t->left_off);
   t->left_off = t->left_len = 0;

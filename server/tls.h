@@ -1,11 +1,13 @@
 /* TLS for client connections (`--listen tls:HOST:PORT`, docs/operations.md "TLS").
  *
- * OpenSSL runs on the loop thread through in-memory BIOs of kiln's own: kilnd's libuv stream
- * reads ciphertext into a buffer and hands it to the session (kiln_tls_feed); plaintext
- * comes out with kiln_tls_read straight into the frame reader's space; plaintext to send goes
- * in with kiln_tls_write and ciphertext comes out with kiln_tls_take, a buffer the
- * connection writes with uv_write. No OpenSSL call ever touches the socket, so TLS adds no blocking and no
- * thread: the loop's back-pressure and timers work on a TLS connection as on a plain one.
+ * OpenSSL shakes hands on the loop thread through BIOs of kiln's own; then the records are
+ * kiln's (protocol/tls13.h). kilnd's libuv stream reads ciphertext into a buffer and hands it
+ * to the session (kiln_tls_feed); plaintext comes out with kiln_tls_read straight into the
+ * frame reader's space; plaintext to send goes in with kiln_tls_write and ciphertext comes out
+ * with kiln_tls_take, a buffer the connection writes with uv_write. Nothing here touches the
+ * socket or blocks: the loop's back-pressure and timers work on a TLS connection as on a plain
+ * one. Long runs of records are sealed and opened on protocol/tls13.h's pool, the loop taking
+ * a share and waiting for the rest.
  *
  * Only TLS 1.3. One kiln_tls_ctx_t (certificate, key, optional client CA) serves every tls
  * listener; SIGHUP loads the files again (kiln_tls_ctx_reload), and sessions already open
@@ -48,7 +50,8 @@ typedef enum kiln_tls_result {
   KILN_TLS_ERROR = 3,  /* the session is unusable: kiln_tls_error() says why */
 } kiln_tls_result_t;
 
-/* Decrypts into dst (up to cap bytes); drives the handshake while it is not done. */
+/* Decrypts into dst (up to cap bytes); drives the handshake while it is not done. On
+ * KILN_TLS_ERROR the alert the failure calls for waits in the output. */
 kiln_tls_result_t kiln_tls_read(kiln_tls_t *t, void *dst, size_t cap, size_t *out_n);
 /* Encrypts plaintext (all of it; the ciphertext waits for kiln_tls_take). */
 KILN_MUST_USE kiln_status_t kiln_tls_write(kiln_tls_t *t, const void *p, size_t n);

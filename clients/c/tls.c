@@ -9,6 +9,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,15 @@ static void set_timeouts(int fd, int seconds) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
+/* Large transfers' records are sealed and opened on a few threads beside the caller's (it
+ * takes a share and waits for the rest; $KILN_TLS_THREADS=0 turns them off): one pool for
+ * the process, made at the first tls: connection. */
+static kiln_tls13_pool_t *pool;
+static void make_pool(void) {
+  kiln_status_t s = kiln_tls13_pool_create(-1, &pool);
+  kiln_status_free(s); /* without it, the caller's thread does all */
+}
+
 /* After SSL_connect: the records become kiln's. OpenSSL read nothing past the daemon's
  * Finished and sent nothing with the application keys: both counters start at 0. */
 static kiln_status_t take_over(kiln_client_t *c, const secrets_t *k) {
@@ -112,8 +122,12 @@ static kiln_status_t take_over(kiln_client_t *c, const secrets_t *k) {
   if (s) {
     free(c->tls_rec);
     c->tls_rec = NULL;
+    return s;
   }
-  return s;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, make_pool);
+  c->tls_rec->pool = pool;
+  return KILN_OK;
 }
 
 kiln_status_t kiln_tls_connect(kiln_client_t *c, const char *url, const char *host,

@@ -349,3 +349,60 @@ Test(tls13, keylog_lines) {
   cr_assert_not(kiln_tls13_keylog_secret("CLIENT_TRAFFIC_SECRET_0 00 0", "CLIENT_TRAFFIC_SECRET_0", s, 48, &n));
   cr_assert_not(kiln_tls13_keylog_secret("CLIENT_TRAFFIC_SECRET_0 00 zz", "CLIENT_TRAFFIC_SECRET_0", s, 48, &n));
 }
+
+/* --- the pool: runs of records on several threads -------------------------------------------- */
+
+Test(tls13, pooled_runs_match_openssl_both_ways) {
+  kiln_tls13_pool_t *pool;
+  cr_assert_null(kiln_tls13_pool_create(3, &pool));
+  cr_assert_eq(kiln_tls13_pool_threads(pool), 3);
+  size_t n = 3000000;
+  uint8_t *data = pattern(n), *back = malloc(n);
+  for (int padded = 0; padded < 2; padded++) {
+    pair_t p;
+    pair_init(&p, padded ? "TLS_AES_256_GCM_SHA384" : "TLS_AES_128_GCM_SHA256");
+    p.rec.pool = pool;
+    kiln_to_openssl(&p, data, n);
+    kiln_to_openssl(&p, data, 8 * 16384 + 1);
+    /* Full records (the pool's runs), then odd ones, padded ones, a KeyUpdate in the middle
+     * of a run: each run stops where its assumption fails and the rest is opened one by one. */
+    if (padded) SSL_set_block_padding(p.server, 1000);
+    openssl_writes(&p, data, n / 2, 16384);
+    cr_assert(SSL_key_update(p.server, SSL_KEY_UPDATE_REQUESTED) == 1);
+    openssl_writes(&p, data + n / 2, n - n / 2, padded ? 0 : 16384);
+    kiln_tls13_result_t last;
+    memset(back, 0, n);
+    cr_assert_eq(open_all(&p, back, n, 1u << 20, n, &last), n);
+    cr_assert(memcmp(back, data, n) == 0);
+    kiln_to_openssl(&p, data, n); /* under the new keys, after kiln's own KeyUpdate */
+    pair_deinit(&p);
+  }
+  free(data);
+  free(back);
+  kiln_tls13_pool_destroy(pool);
+}
+
+/* A forged record in the middle of a run: the records before it are handed out, none after. */
+Test(tls13, a_forged_record_inside_a_pooled_run) {
+  kiln_tls13_pool_t *pool;
+  cr_assert_null(kiln_tls13_pool_create(2, &pool));
+  pair_t p;
+  pair_init(&p, "TLS_AES_128_GCM_SHA256");
+  p.rec.pool = pool;
+  size_t n = 40 * 16384;
+  uint8_t *data = pattern(n), *back = malloc(n);
+  openssl_writes(&p, data, n, 16384);
+  char *ct;
+  long len = BIO_get_mem_data(p.s_out, &ct);
+  cr_assert_eq(len, 40 * (16384 + 22));
+  ct[25 * (16384 + 22) + 100] ^= 1; /* in record 25 */
+  kiln_tls13_result_t last;
+  cr_assert_eq(open_all(&p, back, n, (size_t)len, n, &last), 25 * 16384);
+  cr_assert_eq(last, KILN_TLS13_ERROR);
+  cr_assert_eq(p.rec.alert, 20);
+  cr_assert(memcmp(back, data, 25 * 16384) == 0);
+  pair_deinit(&p);
+  free(data);
+  free(back);
+  kiln_tls13_pool_destroy(pool);
+}
