@@ -64,7 +64,7 @@ buildtype=$(meson introspect "$build" --buildoptions 2>/dev/null | /usr/bin/pyth
   2>/dev/null || echo unknown)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 cores=$(nproc)
-threads=${KILN_TLS_THREADS:-$(( cores - 1 < 3 ? cores - 1 : 3 ))}
+threads=${KILN_TLS_THREADS:-$(( cores / 4 < 3 ? cores / 4 : 3 ))}
 section=$(mktemp)
 {
   echo "## $(date -u '+%Y-%m-%d %H:%M UTC'), $cores cores, kiln $(git rev-parse --short HEAD 2>/dev/null || echo "${KILN_COMMIT:-unknown}")"
@@ -102,9 +102,11 @@ section=$(mktemp)
   echo '```'
   echo
 } >"$section"
-# The new section goes first, under the title; what the file held stays below it.
-if [ -f "$out" ] && head -1 "$out" | grep -q '^# '; then
-  { head -1 "$out"; echo; cat "$section"; tail -n +2 "$out" | sed '1{/^$/d}'; } >"$out.new"
+# The new section goes before the first one (under the title and its note); what the file held
+# stays.
+if [ -f "$out" ] && grep -q '^## ' "$out"; then
+  awk -v f="$section" '!done && /^## / { while ((getline l < f) > 0) print l; done = 1 } { print }' \
+    "$out" >"$out.new"
 else
   { echo "# TCP and TLS side by side"; echo; cat "$section"; } >"$out.new"
 fi

@@ -37,7 +37,7 @@ struct evp_cipher_ctx_st;
  * time: a caller that finds the pool busy works alone. Any thread may use it. */
 typedef struct kiln_tls13_pool kiln_tls13_pool_t;
 
-/* threads < 0: $KILN_TLS_THREADS, else one less than the cores (at most 3). With 0 threads
+/* threads < 0: $KILN_TLS_THREADS, else a quarter of the cores (at most 3). With 0 threads
  * *out is NULL: no pool. The caller owns *out (kiln_tls13_pool_destroy). */
 KILN_MUST_USE kiln_status_t kiln_tls13_pool_create(int threads, kiln_tls13_pool_t **out);
 void kiln_tls13_pool_destroy(kiln_tls13_pool_t *p);

@@ -14,9 +14,11 @@
 #include "server/server.h"
 #include "server/tls.h"
 
-#define TLS_IN_BYTES (256u << 10) /* ciphertext per read */
-#define TLS_PIECE (256u << 10)    /* plaintext encrypted per SSL_write */
-#define TLS_WINDOW (4u << 20)     /* ciphertext waiting or being written */
+/* A read or a piece of 64 records gives the TLS pool (protocol/tls13.h) shares worth waking
+ * its threads for. */
+#define TLS_IN_BYTES (1u << 20) /* ciphertext per read */
+#define TLS_PIECE (1u << 20)    /* plaintext encrypted per kiln_tls_write */
+#define TLS_WINDOW (4u << 20)   /* ciphertext waiting or being written */
 
 typedef struct tls_out { /* plaintext waiting to be encrypted */
   struct tls_out *next;
@@ -102,6 +104,8 @@ static void on_write(uv_write_t *req, int status) {
   size_t len = w->len;
   c->tls->inflight -= len;
   kiln_tls_give_back(c->tls->session, w->bytes, w->cap);
+  /* Nothing more to send: an idle connection keeps no megabyte of ciphertext buffer. */
+  if (!c->tls->head && !c->tls->inflight) kiln_tls_trim(c->tls->session);
   free(w);
   if (kiln_conn_written(c, status, len)) after_write(c);
   kiln_conn_release(c);

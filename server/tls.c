@@ -390,6 +390,13 @@ void kiln_tls_give_back(kiln_tls_t *t, uint8_t *p, size_t cap) {
   }
 }
 
+void kiln_tls_trim(kiln_tls_t *t) {
+  if (t->out_len) return;
+  free(t->out);
+  t->out = NULL;
+  t->out_cap = 0;
+}
+
 bool kiln_tls_partial_in(const kiln_tls_t *t) {
   if (t->records) return kiln_tls13_partial(&t->rec);
   return t->left_len > t->left_off || SSL_has_pending(t->ssl);

@@ -63,6 +63,8 @@ size_t kiln_tls_pending_out(const kiln_tls_t *t);
  * caller's now; kiln_tls_give_back it once written (it is reused) or free it. */
 uint8_t *kiln_tls_take(kiln_tls_t *t, size_t *out_len, size_t *out_cap);
 void kiln_tls_give_back(kiln_tls_t *t, uint8_t *p, size_t cap);
+/* Frees the output buffer when nothing waits in it. */
+void kiln_tls_trim(kiln_tls_t *t);
 /* True while ciphertext is buffered that did not make a whole record yet (a peer that
  * stops here has stalled mid-message). */
 bool kiln_tls_partial_in(const kiln_tls_t *t);
