@@ -7,11 +7,12 @@
 # Targets: frame (framing decoder), request (params validation), codeobj (prebuilt code objects
 # and AMDGPU metadata), artifact (cached artifact decoding), job (the worker seam's jobs and
 # replies, protocol/job*.c), tokens (tokens file parser), te
-# (tensor-expression programs: parse, schedule, inline, bounds, launch recipes).
+# (tensor-expression programs: parse, schedule, inline, bounds, launch recipes), tls13 (TLS 1.3
+# records after the handshake, protocol/tls13.c).
 # Environment: CLANG (default /usr/lib/llvm-22/bin/clang), OUT (default build/fuzz).
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
-targets="frame request codeobj artifact job tokens te"
+targets="frame request codeobj artifact job tokens te tls13"
 target=${1:-}
 if [ "$target" = list ]; then echo "$targets"; exit 0; fi
 case " $targets " in
@@ -27,6 +28,7 @@ mkdir -p "$out/corpus-$target"
 
 base="base/status.c base/buf.c base/util.c base/map.c base/log.c"
 extra_cflags=""
+extra_libs=""
 max_len=16384
 case $target in
 frame) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/tensor.c" ;;
@@ -38,6 +40,7 @@ codeobj)
 artifact) srcs="protocol/mp.c protocol/rpc.c protocol/frame.c protocol/tensor.c protocol/artifact.c"; max_len=65536 ;;
 job) srcs="protocol/mp.c protocol/frame.c protocol/rpc.c protocol/payload.c protocol/job.c protocol/job_tensor.c protocol/job_module.c protocol/job_compile.c protocol/job_graph.c" ;;
 tokens) srcs="server/tenants.c"; max_len=8192 ;;
+tls13) srcs="protocol/tls13.c"; extra_libs=$(pkg-config --libs libcrypto); max_len=4096 ;;
 te)
   srcs="protocol/mp.c protocol/artifact.c protocol/rpc.c protocol/frame.c protocol/tensor.c"
   for f in program expr simplify interval symbounds mp parse parse_expr parse_prim sched inline bounds launch; do
@@ -52,7 +55,7 @@ for f in $base $srcs; do files="$files $root/$f"; done
 # shellcheck disable=SC2046,SC2086 # pkg-config output and the file list are word lists
 "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -D_GNU_SOURCE -std=gnu11 -I"$root" $extra_cflags $(pkg-config --cflags msgpack libsodium) \
-  $files $(pkg-config --libs msgpack libsodium) -lm -o "$out/fuzz_$target"
+  $files $(pkg-config --libs msgpack libsodium) $extra_libs -lm -o "$out/fuzz_$target"
 
 # msgpack-c allocates a container's declared size before reading it; a huge one must fail
 # the allocation and come back as an error, as it does in kiln's memory-limited workers.
