@@ -82,28 +82,32 @@ static uint64_t get_u64(const uint8_t *p) {
   return v;
 }
 
-/* HMAC-SHA256 through OpenSSL 3's EVP_MAC (the HMAC_CTX calls are deprecated). */
-static void mac(const uint8_t *secret, size_t secret_len, const uint8_t *head, const uint8_t *payload,
+/* HMAC-SHA256 through OpenSSL 3's EVP_MAC (the HMAC_CTX calls are deprecated). False when it
+ * cannot be computed (no HMAC in the provider configuration, out of memory, a secret shorter than
+ * read_secret allows): the caller must then refuse the entry or skip the put, never compare
+ * against or store a placeholder (a forger could write that placeholder). */
+static bool mac(const uint8_t *secret, size_t secret_len, const uint8_t *head, const uint8_t *payload,
                 size_t len, uint8_t out[32]) {
   static EVP_MAC *hmac; /* fetched once; the loop thread is the only caller */
+  if (!secret || secret_len < 32) return false;
   if (!hmac) hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
   char digest[] = "SHA256";
   OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
   EVP_MAC_CTX *c = hmac ? EVP_MAC_CTX_new(hmac) : NULL;
   size_t n = 0;
-  if (!c || !EVP_MAC_init(c, secret, secret_len, params) || !EVP_MAC_update(c, head, 48) ||
-      !EVP_MAC_update(c, payload, len) || !EVP_MAC_final(c, out, &n, 32) || n != 32)
-    memset(out, 0, 32); /* no real MAC is all zeros... and a forger cannot know: refused */
+  bool ok = c && EVP_MAC_init(c, secret, secret_len, params) && EVP_MAC_update(c, head, 48) &&
+            EVP_MAC_update(c, payload, len) && EVP_MAC_final(c, out, &n, 32) && n == 32;
   EVP_MAC_CTX_free(c);
+  return ok;
 }
 
-void kiln_remote_seal(const uint8_t *secret, size_t secret_len, const uint8_t key[KILN_REMOTE_KEY_BYTES],
+bool kiln_remote_seal(const uint8_t *secret, size_t secret_len, const uint8_t key[KILN_REMOTE_KEY_BYTES],
                       const uint8_t *bytes, size_t len, uint8_t *out) {
   memcpy(out, "KILNRMT1", 8);
   put_u64(out + 8, len);
   memcpy(out + 16, key, KILN_REMOTE_KEY_BYTES);
   memcpy(out + KILN_REMOTE_HEADER_BYTES, bytes, len);
-  mac(secret, secret_len, out, out + KILN_REMOTE_HEADER_BYTES, len, out + 48);
+  return mac(secret, secret_len, out, out + KILN_REMOTE_HEADER_BYTES, len, out + 48);
 }
 
 const uint8_t *kiln_remote_open(const uint8_t *secret, size_t secret_len,
@@ -127,7 +131,10 @@ const uint8_t *kiln_remote_open(const uint8_t *secret, size_t secret_len,
     return NULL;
   }
   uint8_t m[32];
-  mac(secret, secret_len, e, e + KILN_REMOTE_HEADER_BYTES, (size_t)len, m);
+  if (!mac(secret, secret_len, e, e + KILN_REMOTE_HEADER_BYTES, (size_t)len, m)) {
+    *why = "cannot compute the MAC (libcrypto failed): refused";
+    return NULL;
+  }
   if (CRYPTO_memcmp(m, e + 48, 32) != 0) {
     *why = "its MAC does not match (forged, corrupt, or another fleet secret)";
     return NULL;
@@ -230,7 +237,8 @@ static void on_get(void *arg, const redisReply *r) {
       lookup_end(l, p, len);
       return;
     }
-    drop_entry(rc, l->key, why);
+    if (strncmp(why, "cannot compute", 14) != 0) drop_entry(rc, l->key, why);
+    else KILN_LOG_WARN("cache_remote_mac", "reason=\"%s\" action=compile_here", why); /* ours, not the entry's */
   } else if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL) {
     drop_entry(rc, l->key, r->type == REDIS_REPLY_ERROR ? "Redis answered an error (a key of another type?)"
                                                        : "Redis answered a value of another type");
@@ -373,8 +381,10 @@ void kiln_remote_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES]
   } else {
     uint8_t *e = malloc(KILN_REMOTE_HEADER_BYTES + len);
     put_ctx_t *p = malloc(sizeof(*p));
-    if (e && p) {
-      kiln_remote_seal(rc->secret, rc->secret_len, key, bytes, len, e);
+    if (e && p && !kiln_remote_seal(rc->secret, rc->secret_len, key, bytes, len, e)) {
+      KILN_LOG_WARN("cache_remote_put", "cannot compute the MAC (libcrypto failed): not stored");
+      rc->st.put_errors++;
+    } else if (e && p) {
       char name[sizeof(ART_PREFIX) + 64];
       key_name(ART_PREFIX, key, name);
       const char *argv[] = {"SET", name, (const char *)e};
@@ -415,6 +425,12 @@ kiln_status_t kiln_remote_create(uv_loop_t *loop, const kiln_remote_config_t *cf
   kiln_redis_config_t redis = cfg->redis;
   uint64_t max_bytes = cfg->max_bytes ? cfg->max_bytes : KILN_REMOTE_DEFAULT_MAX_BYTES;
   redis.max_reply = max_bytes + KILN_REMOTE_HEADER_BYTES + (1u << 20); /* one entry and slack */
+  if (!st) { /* HMAC-SHA256 must work now: a failure later would only show as misses */
+    uint8_t probe[KILN_REMOTE_HEADER_BYTES + 1] = {0}, k[KILN_REMOTE_KEY_BYTES] = {0};
+    if (!kiln_remote_seal(rc->secret, rc->secret_len, k, probe, 1, probe))
+      st = KILN_STATUS(KILN_E_UNAVAILABLE, "--cache-remote: libcrypto cannot compute HMAC-SHA256 "
+                       "(is the OpenSSL default provider available?); entries could not be MACed");
+  }
   if (!st) st = kiln_redis_create(loop, &redis, &rc->redis);
   if (st) {
     sodium_memzero(rc, sizeof(*rc));

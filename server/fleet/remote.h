@@ -77,8 +77,9 @@ void kiln_remote_pack_stats(const kiln_remote_t *rc, msgpack_packer *pk);
 const char *kiln_remote_url(const kiln_remote_t *rc);
 
 /* The entry format, for tests: seals `len` bytes under key into out (KILN_REMOTE_HEADER_BYTES
- * + len bytes), and checks one (NULL with *why set when it fails; else the payload). */
-void kiln_remote_seal(const uint8_t *secret, size_t secret_len, const uint8_t key[KILN_REMOTE_KEY_BYTES],
+ * + len bytes; false when the MAC cannot be computed: nothing to store), and checks one (NULL
+ * with *why set when it fails, including when the MAC cannot be computed; else the payload). */
+bool kiln_remote_seal(const uint8_t *secret, size_t secret_len, const uint8_t key[KILN_REMOTE_KEY_BYTES],
                       const uint8_t *bytes, size_t len, uint8_t *out);
 const uint8_t *kiln_remote_open(const uint8_t *secret, size_t secret_len,
                                 const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *entry,

@@ -12,7 +12,7 @@ static const uint8_t secret[32] = "0123456789abcdef0123456789abcdef";
 
 static uint8_t *sealed(const uint8_t key[32], const uint8_t *p, size_t n) {
   uint8_t *e = malloc(KILN_REMOTE_HEADER_BYTES + n);
-  kiln_remote_seal(secret, sizeof(secret), key, p, n, e);
+  cr_assert(kiln_remote_seal(secret, sizeof(secret), key, p, n, e));
   return e;
 }
 
@@ -55,6 +55,25 @@ Test(fleet, every_truncation_and_every_flipped_bit_is_refused) {
     e[bit / 8] ^= (uint8_t)(1u << (bit % 8));
   }
   cr_expect_not_null(kiln_remote_open(secret, sizeof(secret), key, e, n, 1 << 20, &len, &why));
+  free(e);
+}
+
+/* The MAC fails closed (REVIEW F3): an entry whose MAC field is all zeros (what mac() once wrote
+ * when libcrypto failed) never opens, and when the MAC cannot be computed (here: a secret shorter
+ * than read_secret allows, the one failure a test can provoke) seal says so and open refuses. */
+Test(fleet, an_uncomputable_or_all_zero_mac_is_refused) {
+  uint8_t key[32] = {5}, payload[40];
+  memset(payload, 0x33, sizeof(payload));
+  size_t n = KILN_REMOTE_HEADER_BYTES + sizeof(payload), len = 0;
+  uint8_t *e = sealed(key, payload, sizeof(payload));
+  const char *why = NULL;
+  cr_assert_not_null(kiln_remote_open(secret, sizeof(secret), key, e, n, 1 << 20, &len, &why));
+  memset(e + 48, 0, 32);
+  cr_expect_null(kiln_remote_open(secret, sizeof(secret), key, e, n, 1 << 20, &len, &why));
+  cr_expect_null(kiln_remote_open(secret, 0, key, e, n, 1 << 20, &len, &why));
+  cr_expect_str_eq(why, "cannot compute the MAC (libcrypto failed): refused");
+  cr_expect_null(kiln_remote_open(secret, 16, key, e, n, 1 << 20, &len, &why));
+  cr_expect_not(kiln_remote_seal(secret, 0, key, payload, sizeof(payload), e));
   free(e);
 }
 
