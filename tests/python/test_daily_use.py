@@ -153,7 +153,7 @@ def test_docs_point_inside_the_repository():
 
 
 def test_lower_prints_every_tutorial_schedule():
-    # TVM's tutorials as kiln writes them: each prints a loop nest (rfactor: the payload)
+    # TVM's tutorials as kiln writes them: each prints a loop nest
     from kiln import te
     import tutorials as T
     for step in ("default", "blocking", "vectorization", "permutation", "packing", "write_cache", "parallel"):
@@ -165,4 +165,65 @@ def test_lower_prints_every_tutorial_schedule():
     cw = text[text.index("produce C.global {"):]
     assert "for (x, 0, 32) {" in cw and "for (x, 0, 64)" not in cw   # the 32 x 32 tile, not all of C
     s, args = T.reduction_rfactor()[:2]
-    assert str(te.lower(s, args)).startswith("// no loop nest for this schedule")
+    text = str(te.lower(s, args))
+    assert "no loop nest" not in text and "produce B.rf {" in text
+
+
+def test_lower_prints_rfactor_as_tvm_does():
+    # TVM's reduction tutorial: the .rf stage reduces k.outer with k.inner as a data axis (its
+    # guard goes with it), then B reduces the .rf over k.inner.v
+    from kiln import te
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), "k")
+    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(B.op.reduce_axis[0], factor=16)
+    BF = s.rfactor(B, ki)
+    assert str(te.lower(s, [A, B])).splitlines() == [
+        "// default_function(A: float32[n, m], B: float32[n])",
+        "produce B.rf {",
+        "  for (k.inner, 0, 16) {",
+        "    for (i, 0, n) {",
+        "      B.rf[k.inner, i] = 0.0f",
+        "      for (k.outer, 0, ((m + 15) // 16)) {",
+        "        if (likely((((k.outer * 16) + k.inner) < m))) {",
+        "          B.rf[k.inner, i] = (B.rf[k.inner, i] + A[i, ((k.outer * 16) + k.inner)])",
+        "        }",
+        "      }",
+        "    }",
+        "  }",
+        "}",
+        "produce B {",
+        "  for (i, 0, n) {",
+        "    B[i] = 0.0f",
+        "    for (k.inner.v, 0, 16) {",
+        "      B[i] = (B[i] + B.rf[k.inner.v, i])",
+        "    }",
+        "  }",
+        "}"]
+    # computed at B's row, the .rf covers one row: no loop of extent 1, B's i indexes it
+    s[BF].compute_at(s[B], s[B].op.axis[0])
+    lines = [l.strip() for l in str(te.lower(s, [A, B])).splitlines()]
+    at = lines.index("produce B.rf {")
+    assert lines[at - 1] == "for (i, 0, n) {" and lines[at + 1] == "for (k.inner, 0, 16) {"
+    assert "B.rf[k.inner, i] = (B.rf[k.inner, i] + A[i, ((k.outer * 16) + k.inner)])" in lines
+
+
+def test_lower_prints_rfactor_of_two_reduce_loops_with_where():
+    from kiln import te
+    A = te.placeholder((8, 12, 10), name="A")
+    k, r = te.reduce_axis((0, 12), "k"), te.reduce_axis((0, 10), "r")
+    B = te.compute((8,), lambda i: te.max(A[i, k, r], axis=[k, r], where=r < 9), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=5)
+    s.rfactor(B, ki, factor_axis=1)
+    lines = [l.strip() for l in str(te.lower(s, [A, B])).splitlines()]
+    rf = lines[lines.index("produce B.rf {"):lines.index("produce B {")]
+    assert rf[1:3] == ["for (i, 0, 8) {", "for (k.inner, 0, 5) {"]
+    assert "for (k.outer, 0, 3) {" in rf and "for (r, 0, 10) {" in rf
+    assert "if (likely(((r < 9) && (((k.outer * 5) + k.inner) < 12)))) {" in rf
+    assert "B.rf[i, k.inner] = max(B.rf[i, k.inner], A[i, ((k.outer * 5) + k.inner), r])" in rf
+    b = lines[lines.index("produce B {"):]
+    assert "for (k.inner.v, 0, 5) {" in b and "B[i] = max(B[i], B.rf[i, k.inner.v])" in b
+    assert not any("likely" in l for l in b)

@@ -47,13 +47,13 @@ def _divides(ext, k):
     return isinstance(ext, X.IntImm) and isinstance(k, X.IntImm) and k.value and ext.value % k.value == 0
 
 
-def _stage_values(st):
+def _stage_values(st, leaves=None):
     """Each loop variable of ``st`` (original axes included) as an expression over its leaf
-    loops (a bound leaf is its thread axis), and the original axes whose range a split that
-    does not divide overruns (they need a guard)."""
+    loops (``leaves``, default its current ones; a bound leaf is its thread axis), and the
+    original axes whose range a split that does not divide overruns (they need a guard)."""
     from .schedule import Split, Fuse
     val = {}
-    for iv in st.leaf_iter_vars:
+    for iv in (st.leaf_iter_vars if leaves is None else leaves):
         a = st.attrs.get(iv)
         val[iv] = X.Var(a[1].thread_tag, iv.var.dtype) if a and a[0] == "bind" else iv.var
     parent_of = {}
@@ -119,7 +119,7 @@ def _loads_of(e, tensor, out):
     return out
 
 
-def _region(st, sched):
+def _region(st, sched, bodies):
     """For a stage computed at loop ``iv`` of ``consumer``: per axis, the first index the
     consumer reads inside that loop (an expression of the loops outside it) and how many,
     as TVM's bound inference gives them for affine reads; None when the reads are not
@@ -140,7 +140,7 @@ def _region(st, sched):
         if not isinstance(ext, X.IntImm):
             return None
         inner[id(cval[leaf])] = ext.value
-    reads = _loads_of(_inline(consumer.op.body, sched), st.op.output(0), [])
+    reads = _loads_of(_inline(bodies.get(id(consumer), consumer.op.body), sched), st.op.output(0), [])
     if not reads:
         return None
     region = []
@@ -176,22 +176,67 @@ def _inline(e, sched):
     return _rebuild(e, fn)
 
 
-def _emit_stage(st, sched, attached, out, depth):
+def _rfactor_bodies(sched):
+    """What the stages of rfactor compute, as Reduce expressions (their ops carry none): the
+    new stage ``T.rf`` reduces the original source over the reduce loops left, with the
+    factored loop as a data axis; ``T`` reduces ``T.rf`` over the factored range. Keyed by
+    id(stage); the set holds the stages whose old reduce loops moved to their ``.rf``."""
+    from .schedule import _substitute
+    from .expr import IterVar
+    bodies, moved = {}, set()
+    for entry in sched.log:
+        if entry[0] != "rfactor":
+            continue
+        _, st, axis, factor_axis, nst, rv, old, reds = entry
+        red = st.orig_op.orig_body
+        rop = nst.op
+        # the original reduce loops over the old leaves, then the old leaves as the .rf's loops
+        val, loose = _stage_values(st, old)
+        to_old = {a.var: val[a] for a in red.axis if a in val and val[a] is not a.var}
+        data = [a for j, a in enumerate(rop.axis) if j != factor_axis]
+        to_rf = {a.var: b.var for a, b in zip(st.orig_op.axis, data)}
+        to_rf[axis.var] = rop.axis[factor_axis].var
+        to_rf.update((a.var, b.var) for a, b in zip(reds, rop.reduce_axis))
+        where = [red.where] if red.where is not None else []
+        where += [a.var < st._extent(a) for a in loose if a.iter_type == IterVar.REDUCE]
+        cond = None
+        for w in where:
+            cond = w if cond is None else X.Logical("and", cond, w)
+        fix = lambda e: _substitute(_substitute(e, to_old), to_rf)
+        bodies[id(nst)] = X.Reduce(red.combiner, fix(red.source), rop.reduce_axis,
+                                   None if cond is None else fix(cond), red.init)
+        idx = [a.var for a in st.op.axis]
+        idx.insert(factor_axis, rv.var)
+        bodies[id(st)] = X.Reduce(red.combiner, X.TensorLoad(rop.output(0), idx), [rv], None, red.init)
+        moved.add(id(st))
+    return bodies, moved
+
+
+def _single(extent):
+    return isinstance(extent, X.IntImm) and extent.value == 1
+
+
+def _emit_stage(st, sched, attached, out, depth, bodies, moved):
     from .schedule import _substitute
     from .expr import IterVar
     op = st.op
     pad = "  " * depth
     val, guards = _stage_values(st)
+    if id(st) in moved:  # the guards of its old reduce loops went with them to the .rf stage
+        guards = [g for g in guards if g.iter_type != IterVar.REDUCE]
     sub = {iv.var: v for iv, v in val.items() if v is not iv.var}
-    region = _region(st, sched) if isinstance(st.attach, tuple) else None
+    region = _region(st, sched, bodies) if isinstance(st.attach, tuple) else None
     extents = {}
     if region is not None:
         # the part the consumer reads inside the loop it is computed at
         for a, (m, n) in zip(st.op.axis, region):
-            sub[a.var] = X.simplify(m + a.var) if not (isinstance(m, X.IntImm) and m.value == 0) else a.var
+            if n == 1:  # one index: no loop, as TVM shows it (the consumer's var may share its name)
+                sub[a.var] = m
+            else:
+                sub[a.var] = X.simplify(m + a.var) if not (isinstance(m, X.IntImm) and m.value == 0) else a.var
             extents[a] = X.IntImm(n)
     target = "%s[%s]" % (op.name, ", ".join(expr_str(_substitute(a.var, sub)) for a in op.axis))
-    body = _inline(op.body, sched)
+    body = _inline(bodies.get(id(st), op.body), sched)
     red = body if isinstance(body, X.Reduce) else None
     cond = [_substitute(g.var, sub) < st._extent(g) for g in guards]
     if red is not None and red.where is not None:
@@ -220,7 +265,7 @@ def _emit_stage(st, sched, attached, out, depth):
         if init is not None and iv.iter_type == IterVar.REDUCE:
             # the identity is stored over the data-parallel loops still to come, as TVM's init nest
             rest = [v for v in leaves[n_iv:] if v.iter_type != IterVar.REDUCE and not
-                    (st.attrs.get(v) and st.attrs[v][0] == "bind")]
+                    (st.attrs.get(v) and st.attrs[v][0] == "bind") and not _single(extents.get(v))]
             for k, v in enumerate(rest):
                 out.append("%sfor (%s, 0, %s) {" % (pad + "  " * k, v.var.name,
                                                        expr_str(extents[v] if v in extents else st._extent(v))))
@@ -230,7 +275,9 @@ def _emit_stage(st, sched, attached, out, depth):
             init = None
         a = st.attrs.get(iv)
         ext = expr_str(extents[iv] if iv in extents else st._extent(iv))
-        if a and a[0] == "bind":
+        if _single(extents.get(iv)) and not a:
+            pass
+        elif a and a[0] == "bind":
             out.append("%s// attr [iter_var(%s, , %s)] thread_extent = %s" % (pad, a[1].thread_tag,
                                                                             a[1].thread_tag, ext))
         else:
@@ -239,7 +286,7 @@ def _emit_stage(st, sched, attached, out, depth):
             depth += 1
             opened += 1
         for child in attached.get((id(st), id(iv)), []):
-            _emit_stage(child, sched, attached, out, depth)
+            _emit_stage(child, sched, attached, out, depth, bodies, moved)
     pad = "  " * depth
     if init is not None:
         out.append(pad + init)
@@ -259,11 +306,10 @@ def loop_nest(sched, args, name):
     ``parallel``, ``unrolled``, ``vectorized``; a bound loop is a ``thread_extent`` attribute),
     stages computed at a loop inside it (over the part read there, for affine reads), inlined
     stages substituted, the guards of splits that do not divide. It is what the schedule says;
-    kilnd's lowering (compiler/te) makes the code. rfactor schedules raise NotImplementedError
-    (Program.__str__ then prints the payload listing)."""
+    kilnd's lowering (compiler/te) makes the code. An rfactor shows as TVM shows it: the
+    ``.rf`` stage reducing over the reduce loops left, then the tensor reducing the ``.rf``."""
     from .tensor import ComputeOp, Tensor
-    if any(st.rfactor_of is not None for st in sched.stages):
-        raise NotImplementedError("the printer does not show rfactor schedules")
+    bodies, moved = _rfactor_bodies(sched)
     params = []
     for a in args:
         if isinstance(a, Tensor):
@@ -277,5 +323,5 @@ def loop_nest(sched, args, name):
             attached.setdefault((id(st.attach[1]), id(st.attach[2])), []).append(st)
     for st in sched.stages:
         if st.attach == "root" and isinstance(st.op, ComputeOp):
-            _emit_stage(st, sched, attached, out, 0)
+            _emit_stage(st, sched, attached, out, 0, bodies, moved)
     return "\n".join(out)
