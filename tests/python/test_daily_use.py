@@ -173,13 +173,8 @@ def test_lower_prints_rfactor_as_tvm_does():
     # TVM's reduction tutorial: the .rf stage reduces k.outer with k.inner as a data axis (its
     # guard goes with it), then B reduces the .rf over k.inner.v
     from kiln import te
-    n, m = te.var("n"), te.var("m")
-    A = te.placeholder((n, m), name="A")
-    k = te.reduce_axis((0, m), "k")
-    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
-    s = te.create_schedule(B.op)
-    ko, ki = s[B].split(B.op.reduce_axis[0], factor=16)
-    BF = s.rfactor(B, ki)
+    import tutorials as T
+    s, (A, B), BF = T.reduction_rfactor(attach=False)
     assert str(te.lower(s, [A, B])).splitlines() == [
         "// default_function(A: float32[n, m], B: float32[n])",
         "produce B.rf {",

@@ -87,9 +87,9 @@ def parallel_loop(n=262144):
     return s, [A, B]
 
 
-def reduction_rfactor(n=None, m=None, factor=16):
+def reduction_rfactor(n=None, m=None, factor=16, attach=True):
     """"Reduction": B[i] = sum_k A[i, k], the reduce axis split by 16 and its inner part
-    factored out into BF (rfactor), which is computed at B's row."""
+    factored out into BF (rfactor), which is computed at B's row (``attach``)."""
     n = n if n is not None else te.var("n")
     m = m if m is not None else te.var("m")
     A = te.placeholder((n, m), name="A")
@@ -98,7 +98,8 @@ def reduction_rfactor(n=None, m=None, factor=16):
     s = te.create_schedule(B.op)
     ko, ki = s[B].split(B.op.reduce_axis[0], factor=factor)
     BF = s.rfactor(B, ki)
-    s[BF].compute_at(s[B], s[B].op.axis[0])
+    if attach:
+        s[BF].compute_at(s[B], s[B].op.axis[0])
     return s, [A, B], BF
 
 
