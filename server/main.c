@@ -127,62 +127,78 @@ static bool parse_u64(const char *s, uint64_t *out) {
   return true;
 }
 
+enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
+       O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_LTIMEOUT, O_CMEM,
+       O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_CPUMEM, O_HSALIB,
+       O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER, O_WUIDS, O_PREBUILT, O_TLS_CERT,
+       O_TLS_KEY, O_TLS_CA, O_HANDSHAKE, O_INSECURE, O_CONFIG, O_SOCK_MODE,
+       O_SOCK_GROUP, O_REMOTE, O_REMOTE_AUTH, O_FLEET_SECRET, O_REMOTE_MAX, O_REMOTE_TIMEOUT,
+       O_REMOTE_WAIT, O_FLEET, O_ADVERTISE, O_FLEET_AUTH, O_FLEET_TTL };
+static const struct option opts[] = {
+    {"listen", required_argument, 0, O_LISTEN},
+    {"ready-fd", required_argument, 0, O_READY},
+    {"cache-dir", required_argument, 0, O_CACHE},
+    {"devices", required_argument, 0, O_DEVICES},
+    {"log-level", required_argument, 0, O_LOG},
+    {"max-connections", required_argument, 0, O_MAXCONN},
+    {"max-message", required_argument, 0, O_MAXMSG},
+    {"idle-timeout", required_argument, 0, O_IDLE},
+    {"partial-timeout", required_argument, 0, O_PARTIAL},
+    {"grace", required_argument, 0, O_GRACE},
+    {"worker-dir", required_argument, 0, O_WORKERS},
+    {"version", no_argument, 0, O_VERSION},
+    {"help", no_argument, 0, O_HELP},
+    {"compile-workers", required_argument, 0, O_CWORKERS},
+    {"compile-timeout", required_argument, 0, O_CTIMEOUT},
+    {"launch-timeout", required_argument, 0, O_LTIMEOUT},
+    {"compile-max-memory", required_argument, 0, O_CMEM},
+    {"cache-max-bytes", required_argument, 0, O_CACHEMAX},
+    {"tokens", required_argument, 0, O_TOKENS},
+    {"pin", required_argument, 0, O_PIN},
+    {"metrics", required_argument, 0, O_METRICS},
+    {"cpu-memory", required_argument, 0, O_CPUMEM},
+    {"hsa-library", required_argument, 0, O_HSALIB},
+    {"hello-timeout", required_argument, 0, O_HELLO_TIMEOUT},
+    {"max-anonymous", required_argument, 0, O_MAX_ANON},
+    {"max-anonymous-per-peer", required_argument, 0, O_MAX_ANON_PEER},
+    {"worker-uids", required_argument, 0, O_WUIDS},
+    {"allow-prebuilt-cpu", no_argument, 0, O_PREBUILT},
+    {"tls-cert", required_argument, 0, O_TLS_CERT},
+    {"tls-key", required_argument, 0, O_TLS_KEY},
+    {"tls-client-ca", required_argument, 0, O_TLS_CA},
+    {"handshake-timeout", required_argument, 0, O_HANDSHAKE},
+    {"insecure-tcp", no_argument, 0, O_INSECURE},
+    {"config", required_argument, 0, O_CONFIG},
+    {"socket-mode", required_argument, 0, O_SOCK_MODE},
+    {"socket-group", required_argument, 0, O_SOCK_GROUP},
+    {"cache-remote", required_argument, 0, O_REMOTE},
+    {"cache-remote-auth-file", required_argument, 0, O_REMOTE_AUTH},
+    {"fleet-secret-file", required_argument, 0, O_FLEET_SECRET},
+    {"cache-remote-max-bytes", required_argument, 0, O_REMOTE_MAX},
+    {"cache-remote-timeout", required_argument, 0, O_REMOTE_TIMEOUT},
+    {"cache-remote-wait", required_argument, 0, O_REMOTE_WAIT},
+    {"fleet", required_argument, 0, O_FLEET},
+    {"advertise", required_argument, 0, O_ADVERTISE},
+    {"fleet-auth-file", required_argument, 0, O_FLEET_AUTH},
+    {"fleet-ttl", required_argument, 0, O_FLEET_TTL},
+    {0, 0, 0, 0}};
+
+/* The option a config key names, as getopt_long takes it: the exact name or an unambiguous
+ * prefix. NULL when none or several match. */
+static const struct option *find_option(const char *key) {
+  const struct option *hit = NULL;
+  size_t len = strlen(key);
+  for (const struct option *o = opts; o->name; o++) {
+    if (!strcmp(o->name, key)) return o;
+    if (!strncmp(o->name, key, len)) {
+      if (hit) return NULL;
+      hit = o;
+    }
+  }
+  return hit;
+}
+
 static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
-  enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, O_IDLE,
-         O_PARTIAL, O_GRACE, O_WORKERS, O_VERSION, O_HELP, O_CWORKERS, O_CTIMEOUT, O_LTIMEOUT, O_CMEM,
-         O_CACHEMAX, O_TOKENS, O_PIN, O_METRICS, O_CPUMEM, O_HSALIB,
-         O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER, O_WUIDS, O_PREBUILT, O_TLS_CERT,
-         O_TLS_KEY, O_TLS_CA, O_HANDSHAKE, O_INSECURE, O_CONFIG, O_SOCK_MODE,
-         O_SOCK_GROUP, O_REMOTE, O_REMOTE_AUTH, O_FLEET_SECRET, O_REMOTE_MAX, O_REMOTE_TIMEOUT,
-         O_REMOTE_WAIT, O_FLEET, O_ADVERTISE, O_FLEET_AUTH, O_FLEET_TTL };
-  static const struct option opts[] = {
-      {"listen", required_argument, 0, O_LISTEN},
-      {"ready-fd", required_argument, 0, O_READY},
-      {"cache-dir", required_argument, 0, O_CACHE},
-      {"devices", required_argument, 0, O_DEVICES},
-      {"log-level", required_argument, 0, O_LOG},
-      {"max-connections", required_argument, 0, O_MAXCONN},
-      {"max-message", required_argument, 0, O_MAXMSG},
-      {"idle-timeout", required_argument, 0, O_IDLE},
-      {"partial-timeout", required_argument, 0, O_PARTIAL},
-      {"grace", required_argument, 0, O_GRACE},
-      {"worker-dir", required_argument, 0, O_WORKERS},
-      {"version", no_argument, 0, O_VERSION},
-      {"help", no_argument, 0, O_HELP},
-      {"compile-workers", required_argument, 0, O_CWORKERS},
-      {"compile-timeout", required_argument, 0, O_CTIMEOUT},
-      {"launch-timeout", required_argument, 0, O_LTIMEOUT},
-      {"compile-max-memory", required_argument, 0, O_CMEM},
-      {"cache-max-bytes", required_argument, 0, O_CACHEMAX},
-      {"tokens", required_argument, 0, O_TOKENS},
-      {"pin", required_argument, 0, O_PIN},
-      {"metrics", required_argument, 0, O_METRICS},
-      {"cpu-memory", required_argument, 0, O_CPUMEM},
-      {"hsa-library", required_argument, 0, O_HSALIB},
-      {"hello-timeout", required_argument, 0, O_HELLO_TIMEOUT},
-      {"max-anonymous", required_argument, 0, O_MAX_ANON},
-      {"max-anonymous-per-peer", required_argument, 0, O_MAX_ANON_PEER},
-      {"worker-uids", required_argument, 0, O_WUIDS},
-      {"allow-prebuilt-cpu", no_argument, 0, O_PREBUILT},
-      {"tls-cert", required_argument, 0, O_TLS_CERT},
-      {"tls-key", required_argument, 0, O_TLS_KEY},
-      {"tls-client-ca", required_argument, 0, O_TLS_CA},
-      {"handshake-timeout", required_argument, 0, O_HANDSHAKE},
-      {"insecure-tcp", no_argument, 0, O_INSECURE},
-      {"config", required_argument, 0, O_CONFIG},
-      {"socket-mode", required_argument, 0, O_SOCK_MODE},
-      {"socket-group", required_argument, 0, O_SOCK_GROUP},
-      {"cache-remote", required_argument, 0, O_REMOTE},
-      {"cache-remote-auth-file", required_argument, 0, O_REMOTE_AUTH},
-      {"fleet-secret-file", required_argument, 0, O_FLEET_SECRET},
-      {"cache-remote-max-bytes", required_argument, 0, O_REMOTE_MAX},
-      {"cache-remote-timeout", required_argument, 0, O_REMOTE_TIMEOUT},
-      {"cache-remote-wait", required_argument, 0, O_REMOTE_WAIT},
-      {"fleet", required_argument, 0, O_FLEET},
-      {"advertise", required_argument, 0, O_ADVERTISE},
-      {"fleet-auth-file", required_argument, 0, O_FLEET_AUTH},
-      {"fleet-ttl", required_argument, 0, O_FLEET_TTL},
-      {0, 0, 0, 0}};
   uint64_t u;
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -397,8 +413,17 @@ static int load_config(const char *path, kiln_config_t *cfg) {
         why = "a key is an option's long name (listen, cache-dir, ...)";
       else if (!strcmp(key, "config") || !strcmp(key, "help") || !strcmp(key, "version"))
         why = "this option has no place in a configuration file";
-      else if (!strcmp(val, "false") || !strcmp(val, "no") || !strcmp(val, "off"))
-        continue;
+      else if (!strcmp(val, "false") || !strcmp(val, "no") || !strcmp(val, "off")) {
+        /* false leaves a flag off; for an option with a value it is no value at all (an unknown
+         * key goes on to parse_args, which names it) */
+        const struct option *opt = find_option(key);
+        if (!opt || opt->has_arg == no_argument) {
+          if (opt) continue;
+        } else {
+          why = "false/no/off turns a flag off, and this option takes a value (leave the line "
+                "out for its default)";
+        }
+      }
       if (!why) {
         bool flag = !strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "on");
         size_t cap = strlen(key) + strlen(val) + 4;

@@ -62,6 +62,11 @@ def test_config_file_options(kilnd_bin, tmp_path):
     ("Listen = tcp:1.2.3.4:5\n", "a key is an option's long name"),
     ("x" * 5000 + " = 1\n", "line longer than 4095 bytes"),
     ("insecure-tcp = maybe\n", "insecure-tcp"),
+    # false/no/off turn a flag off; an option with a value refuses them (before: line dropped)
+    ("cache-dir = off\n", "this option takes a value"),
+    ("listen = no\n", "this option takes a value"),
+    ("idle = false\n", "this option takes a value"),   # an abbreviation of idle-timeout
+    ("no-such-option = false\n", "the line above is `no-such-option = false`"),
 ])
 def test_config_file_errors_name_the_line(kilnd_bin, tmp_path, text, why):
     conf = tmp_path / "bad.conf"
@@ -70,6 +75,17 @@ def test_config_file_errors_name_the_line(kilnd_bin, tmp_path, text, why):
     assert rc == 2, err
     assert why in err, err
     assert "%s:3" % conf in err, err
+
+
+def test_false_leaves_a_flag_off(kilnd_bin, tmp_path):
+    # insecure-tcp = off (also as an abbreviation) keeps the refusal of a non-loopback tcp:
+    # listener without tokens
+    for key in ("insecure-tcp", "insecure"):
+        conf = tmp_path / "off.conf"
+        conf.write_text("%s = off\nallow-prebuilt-cpu = no\nlisten = tcp:0.0.0.0:0\ncache-dir = %s/c\n"
+                        % (key, tmp_path))
+        rc, err = start(kilnd_bin, tmp_path, "--config", str(conf), expect_ready=False)
+        assert rc != 0 and "refusing to listen on tcp:0.0.0.0:0" in err, err
 
 
 def test_config_file_missing(kilnd_bin, tmp_path):
