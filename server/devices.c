@@ -105,6 +105,31 @@ static kiln_status_t check_pin(kiln_server_t *s, const char *pin) {
   return KILN_OK;
 }
 
+/* The cores --pin gives device `id` ("0,2-3"; the last --pin of it wins), or NULL. */
+static const char *pin_of(const kiln_server_t *s, const char *id) {
+  const char *cpus = NULL;
+  size_t n = strlen(id);
+  for (int i = 0; i < s->cfg.num_pins; i++)
+    if (strncmp(s->cfg.pins[i], id, n) == 0 && s->cfg.pins[i][n] == '=') cpus = s->cfg.pins[i] + n + 1;
+  return cpus;
+}
+
+/* How many distinct cores a --pin list names; 0 when it is malformed (check_pin refuses it). */
+static uint32_t pin_count(const char *cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const char *c = cpus;
+  while (*c) {
+    char *end;
+    long a = strtol(c, &end, 10), b = a;
+    if (end != c && *end == '-') b = strtol(end + 1, &end, 10);
+    if (end == c || a < 0 || b < a || b >= CPU_SETSIZE || (*end && *end != ',')) return 0;
+    for (long k = a; k <= b; k++) CPU_SET((int)k, &set);
+    c = *end ? end + 1 : end;
+  }
+  return (uint32_t)CPU_COUNT(&set);
+}
+
 /* cpu:0's capacity: --cpu-memory, else the default of memory.c (half of what kilnd may use). */
 static uint64_t host_capacity(const kiln_server_t *s) {
   uint64_t usable;
@@ -157,7 +182,10 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
     bool host = strcmp(e->kind, "cpu") == 0;
     e->capacity = mem && mem->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? mem->via.u64 : 0;
     if (host) e->capacity = host_capacity(s);
-    /* Keep the probe's map and add "available": true for the `devices` reply. */
+    /* Keep the probe's map and add "available": true for the `devices` reply. The probe ran
+     * on all of kilnd's cores: a pinned cpu device works on its pinned ones. */
+    const char *pin = host ? pin_of(s, e->id) : NULL;
+    uint32_t pinned = pin ? pin_count(pin) : 0;
     kiln_buf_init(&e->info);
     kiln_packer_t pk;
     kiln_packer_init(&pk, &e->info);
@@ -167,6 +195,8 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
       kiln_fields_key_object(&m, &d->via.map.ptr[k].key);
       if (host && kiln_obj_str_eq(&d->via.map.ptr[k].key, "memory"))
         msgpack_pack_uint64(&pk.pk, e->capacity);
+      else if (pinned && kiln_obj_str_eq(&d->via.map.ptr[k].key, "compute_units"))
+        msgpack_pack_uint32(&pk.pk, pinned);
       else msgpack_pack_object(&pk.pk, d->via.map.ptr[k].val);
     }
     kiln_fields_bool(&m, "available", true);
@@ -229,11 +259,7 @@ kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_te
   kiln_map_init(&sl->loaded);
   char label[128];
   snprintf(label, sizeof(label), "%s/%s", d->id, t->name);
-  const char *cpus = NULL;
-  for (int i = 0; i < s->cfg.num_pins; i++) {
-    size_t n = strlen(d->id);
-    if (strncmp(s->cfg.pins[i], d->id, n) == 0 && s->cfg.pins[i][n] == '=') cpus = s->cfg.pins[i] + n + 1;
-  }
+  const char *cpus = pin_of(s, d->id);
   const char *tail[] = {"--device", d->id, cpus ? "--cpus" : NULL, cpus, NULL};
   kiln_status_t st = kiln_worker_create(s, KILN_WORKER_DEVICE, label, tail, &sl->worker);
   if (!st) kiln_worker_set_tenant(sl->worker, d, t);

@@ -180,3 +180,17 @@ def test_a_missing_token_says_how_to_give_one(kilnd_bin, tmp_path, monkeypatch):
         assert "set KILN_TOKEN" in e.value.message
     finally:
         d.stop()
+
+
+def test_compute_units_of_a_pinned_cpu_device(fresh_daemon, tmp_path):
+    # the probe counts every core kilnd may use; a pinned cpu:0 works on its pinned cores only
+    cores = len(os.sched_getaffinity(0))
+    pins = [("0", 1), ("0,0", 1)] + ([("0-1", 2), ("1,0", 2)] if cores >= 2 else [])
+    for i, (cpus, want) in enumerate(pins):
+        d = fresh_daemon("--pin", "cpu:0=" + cpus, listen=["unix:" + str(tmp_path / ("p%d.sock" % i))])
+        with kiln.connect(d.url) as s:
+            assert s.cpu(0).compute_units == want, cpus
+        d.stop()
+    d = fresh_daemon(listen=["unix:" + str(tmp_path / "all.sock")])
+    with kiln.connect(d.url) as s:
+        assert s.cpu(0).compute_units == cores
