@@ -1,18 +1,21 @@
 """MessagePack-RPC over one stream socket, many requests in flight (docs/protocol.md §1).
 
-There is no reader thread. Whichever thread waits for a reply (``Future.result``) takes the
-*reader role* for a moment, reads what has arrived and completes every future it finds a
-reply for, its own or another thread's; threads that find the role taken wait on a
-condition until the reader hands it back. A synchronous call therefore costs one send and
-one receive in the calling thread with no thread switch (a reader thread adds ~80 us per
-round trip in CPython). A sender whose socket is full reads replies while it waits, so a
-client that pipelines many requests cannot deadlock against the daemon's backpressure.
+Whichever thread waits for a reply (``Future.result``) takes the *reader role* for a moment,
+reads what has arrived and completes every future it finds a reply for, its own or another
+thread's; threads that find the role taken wait on a condition until the reader hands it
+back. A synchronous call therefore costs one send and one receive in the calling thread with
+no thread switch (a reader thread in between adds ~80 us per round trip in CPython). Futures
+that someone waits on without reading (done callbacks, concurrent.futures.wait, asyncio)
+are *watched*: a reader thread per connection, started on demand, takes the role while any
+is. A sender whose socket is full reads replies while it waits, so a client that pipelines
+many requests cannot deadlock against the daemon's backpressure.
 
 Replies to fire-and-forget requests (the ``free`` of a collected tensor) are read and
 dropped by whoever reads next; ``close()`` waits for them briefly.
 """
 
 import collections
+import concurrent.futures as _cf
 import errno
 import itertools
 import os
@@ -22,6 +25,7 @@ import ssl
 import struct
 import threading
 import time
+import weakref
 
 import msgpack
 
@@ -120,6 +124,18 @@ def open_socket(url, timeout=10.0, tls=None):
     return sock
 
 
+# Every open connection, for the fork handler.
+_live = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for conn in list(_live):
+        conn._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def bin_header(n):
     if n < 0x100:
         return b"\xc4" + bytes((n,))
@@ -136,77 +152,152 @@ def map_header(n):
     return b"\xde" + struct.pack(">H", n)
 
 
-class Future:
-    """The pending result of one request. ``result()`` waits (reading replies meanwhile)
-    and returns the result or raises the server's error as a ``kiln.KilnError``.
-    Callbacks added with ``add_done_callback`` run in whichever thread reads the reply
-    (or at once, if it is done)."""
+_DONE_STATES = (_cf._base.CANCELLED, _cf._base.CANCELLED_AND_NOTIFIED, _cf._base.FINISHED)
 
-    __slots__ = ("_conn", "_done", "_value", "_exc", "_callbacks", "_transform", "method", "_sink",
-                 "msgid", "on_progress")
 
-    def __init__(self, conn, method=None, transform=None):
-        self.msgid = None
-        self.on_progress = None  # fn(params) for the daemon's `progress` notifications of it
+class _Waiters(list):
+    """A future's ``_waiters`` (concurrent.futures.wait and as_completed add theirs here):
+    a waiter there means someone waits without reading, so the session's reader thread must."""
+
+    __slots__ = ("fut",)
+
+    def append(self, waiter):
+        super().append(waiter)
+        self.fut._watch()
+
+
+# One lock guards the state of every future of a connection (an RLock: concurrent.futures.wait
+# takes each future's _condition in turn). Nothing waits on the condition itself: result()
+# reads replies, and other waiters are concurrent.futures' own waiter objects.
+_NO_CONN_COND = threading.Condition(threading.RLock())
+
+
+class Future(_cf.Future):
+    """The pending result of one request, a ``concurrent.futures.Future``.
+
+    ``result(timeout)`` and ``exception(timeout)`` read replies in the calling thread while
+    they wait (no thread switch). Whoever waits without reading (``add_done_callback``,
+    ``concurrent.futures.wait``/``as_completed``, ``asyncio.wrap_future`` or ``await``) starts
+    the session's reader thread, which completes futures as their replies arrive and stops
+    when nobody waits so. ``done()`` reads what has arrived when no thread is reading.
+    Callbacks run in the thread that read the reply, after it stopped reading, so they may
+    make blocking calls on the session."""
+
+    # What concurrent.futures.Future.__init__ makes per future (a Condition, two lists) costs
+    # more than the rest of a request: the lock is the connection's, the lists come when used.
+    _state = _cf._base.PENDING
+    _result = None
+    _exception = None
+    _done_callbacks = ()
+    _watched = False
+    _sink = None
+    msgid = None
+    on_progress = None  # fn(params) for the daemon's `progress` notifications of it
+
+    def __init__(self, conn, method=None, transform=None):  # noqa: super().__init__ on purpose not called
         self._conn = conn
-        self._done = False
-        self._value = None
-        self._exc = None
-        self._callbacks = None
         self._transform = transform
         self.method = method
-        self._sink = None
+
+    @property
+    def _condition(self):
+        return self._conn._futures_cond if self._conn is not None else _NO_CONN_COND
+
+    @property
+    def _waiters(self):
+        w = self.__dict__.get("_waiter_list")
+        if w is None:
+            w = _Waiters()
+            w.fut = self
+            w = self.__dict__.setdefault("_waiter_list", w)
+        return w
+
+    def _finished(self):
+        return self._state in _DONE_STATES
 
     def done(self):
-        return self._done
+        if self._state not in _DONE_STATES and self._conn is not None:
+            self._conn._poll_now()
+        return self._state in _DONE_STATES
 
     def cancelled(self):
-        """Whether the daemon answered this request with E_CANCELLED."""
-        return self._done and isinstance(self._exc, Cancelled)
+        """Whether the request was cancelled (``cancel()``, or the daemon answered E_CANCELLED)."""
+        return self._state in _DONE_STATES and isinstance(self._exception, Cancelled)
 
     def cancel(self, timeout=None):
         """Asks the daemon to drop this request's queued compile work (``cancel``: a
-        ``compile``, or the items of a ``compile_batch`` not yet running; their answers
-        become ``kiln.Cancelled``; running builds finish). Returns how many items were
-        dropped (0 when nothing was queued any more, or for other methods, which cannot
-        be cancelled)."""
-        if self._done or self.msgid is None or self.method not in ("compile", "compile_batch"):
+        ``compile``, or the items of a ``compile_batch`` not yet running; running builds
+        finish). Returns how many items were dropped: 0 (false) when nothing was queued any
+        more, and for other methods, which cannot be cancelled. A ``compile`` that was dropped
+        is cancelled at once (``cancelled()``; ``result()`` raises ``kiln.Cancelled``, a
+        ``concurrent.futures.CancelledError``); a ``compile_batch`` still completes, with a
+        ``kiln.Cancelled`` for each dropped item."""
+        if self._finished() or self.msgid is None or self.method not in ("compile", "compile_batch"):
             return 0
         r = self._conn.request("cancel", {"msgid": self.msgid}).result(timeout)
-        return int(r.get("cancelled", 0)) if isinstance(r, dict) else 0
+        n = int(r.get("cancelled", 0)) if isinstance(r, dict) else 0
+        if n and self.method == "compile" and self._conn._forget(self.msgid, self):
+            self._complete(None, Cancelled("cancelled by the client (its late answer is dropped)"))
+        return n
 
     def _wait(self, timeout):
-        if self._done:
+        if self._state in _DONE_STATES:
             return
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._conn._pump(self.done, deadline):
+        if not self._conn._pump(self._finished, deadline):
             raise Timeout("no reply to %r within %.3g s (the request is still in flight)" % (self.method, timeout))
-        if not self._done:  # the connection died before this request was registered
+        if self._state not in _DONE_STATES:  # the connection died before this request was registered
             self._complete(None, self._conn._dead or Unavailable("the connection to kilnd is closed"))
 
     def result(self, timeout=None):
         self._wait(timeout)
-        if self._exc is not None:
-            raise self._exc
-        return self._value
+        if self._exception is not None:
+            try:
+                raise self._exception
+            finally:
+                self = None  # no reference cycle through the traceback
+        return self._result
 
     def exception(self, timeout=None):
         self._wait(timeout)
-        return self._exc
+        return self._exception
 
     def add_done_callback(self, fn):
-        if self._done:
+        """Calls ``fn(future)`` when the future completes (at once if it has): in the
+        session's reader thread (started for it) or whichever thread read the reply."""
+        self._watch()
+        self._add_callback(fn)
+
+    def _add_callback(self, fn):
+        with self._condition:
+            if self._state not in _DONE_STATES:
+                if not self._done_callbacks:
+                    self._done_callbacks = []
+                self._done_callbacks.append(fn)
+                return
+        try:
             fn(self)
+        except Exception:
+            _cf._base.LOGGER.exception("exception calling callback for %r", self)
+
+    def __await__(self):
+        import asyncio
+        return asyncio.wrap_future(self).__await__()
+
+    def _watch(self):
+        conn = self._conn
+        if conn is not None and not self._watched:
+            conn._watch(self)
+
+    def _invoke_callbacks(self):
+        conn = self._conn
+        if self._done_callbacks and conn is not None and conn._reader_ident == threading.get_ident():
+            conn._deferred.append(self)  # after the reader role is handed back
             return
-        if self._callbacks is None:
-            self._callbacks = []
-        self._callbacks.append(fn)
-        if self._done and fn in self._callbacks:  # completed meanwhile
-            self._callbacks.remove(fn)
-            fn(self)
+        super()._invoke_callbacks()
 
     def _complete(self, value, exc):
-        if self._done:
+        if self._state in _DONE_STATES:
             return
         if exc is None and self._transform is not None:
             try:
@@ -215,28 +306,42 @@ class Future:
                 exc, value = e, None
             except Exception as e:  # a transform bug must still complete the future
                 exc, value = e, None
-        self._value, self._exc = value, exc
-        self._done = True
-        cbs, self._callbacks = self._callbacks, None
-        if cbs:
-            for fn in cbs:
-                try:
-                    fn(self)
-                except Exception:
-                    pass
+        with self._condition:
+            if self._state in _DONE_STATES:  # another thread completed it just now
+                return
+            self._result, self._exception = value, exc
+            self._state = _cf._base.FINISHED
+            waiters = self.__dict__.get("_waiter_list")
+            if waiters:
+                for w in waiters:
+                    if exc is None:
+                        w.add_result(self)
+                    else:
+                        w.add_exception(self)
+        if self._done_callbacks:
+            self._invoke_callbacks()
+        if self._watched:
+            self._conn._unwatch(self)
+
+    def set_result(self, result):
+        self._complete(result, None) if self._state not in _DONE_STATES else self._invalid()
+
+    def set_exception(self, exception):
+        self._complete(None, exception) if self._state not in _DONE_STATES else self._invalid()
+
+    def _invalid(self):
+        raise _cf.InvalidStateError("%r is done already" % self)
 
     def __repr__(self):
         state = "pending"
-        if self._done:
-            state = "error" if self._exc is not None else "done"
+        if self._state in _DONE_STATES:
+            state = "error" if self._exception is not None else "done"
         return "<kiln.Future %s %s>" % (self.method, state)
 
 
 class CombinedFuture(Future):
     """A future over other futures (a chunked transfer): done when all are; ``combine``
     maps their results to this one's. The first error wins."""
-
-    __slots__ = ("_parts", "_combine")
 
     def __init__(self, conn, parts, combine, method=None):
         super().__init__(conn, method)
@@ -245,19 +350,23 @@ class CombinedFuture(Future):
         if not self._parts:
             self._finish()
         for p in self._parts:
-            p.add_done_callback(self._part_done)
+            p._add_callback(self._part_done)  # not a watcher: a reader of this one is
+
+    def _watch(self):
+        for p in self._parts:
+            p._watch()
 
     def _part_done(self, _):
-        if not self._done and all(p._done for p in self._parts):
+        if self._state not in _DONE_STATES and all(p._state in _DONE_STATES for p in self._parts):
             self._finish()
 
     def _finish(self):
         for p in self._parts:
-            if p._exc is not None:
-                self._complete(None, p._exc)
+            if p._exception is not None:
+                self._complete(None, p._exception)
                 return
         try:
-            value = self._combine([p._value for p in self._parts])
+            value = self._combine([p._result for p in self._parts])
         except Exception as e:
             self._complete(None, e)
             return
@@ -303,6 +412,13 @@ class Connection:
         self._boundary = 0          # unpacker offset just after the last whole message
         self._sinks = 0             # pending requests whose reply may go to a sink
         self.on_notification = None  # fn(method, params) for notifications other than "error"
+        self._futures_cond = threading.Condition(threading.RLock())  # Future._condition
+        self._reader_ident = None   # the thread holding the reader role
+        self._deferred = []         # completed futures whose callbacks run once the role is free
+        self._watched = 0           # pending futures someone waits on without reading
+        self._reader_on = False     # the reader thread runs (changed under _state)
+        self._pid = os.getpid()
+        _live.add(self)
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -439,7 +555,7 @@ class Connection:
     def _salvage(self):
         """After a failed send: reads what the daemon sent before it closed, without waiting
         long, so that its error notification becomes the reported error."""
-        if self._dead is not None or not self._read_lock.acquire(False):
+        if self._dead is not None or not self._take_reader():
             return
         try:
             for _ in range(64):
@@ -453,18 +569,87 @@ class Connection:
         except Exception:
             pass
         finally:
-            self._release_reader()
+            self._release_reader(run=False)  # the caller holds the send lock
 
-    def _release_reader(self):
+    def _take_reader(self):
+        if not self._read_lock.acquire(False):
+            return False
+        self._reader_ident = threading.get_ident()
+        return True
+
+    def _release_reader(self, run=True):
+        """Hands the reader role back; with ``run``, then runs the callbacks of the futures
+        completed meanwhile (never while holding the role or the send lock: a callback may
+        make a blocking call on this session)."""
+        self._reader_ident = None
+        deferred = None
+        if run and self._deferred:
+            deferred, self._deferred = self._deferred, []
         self._read_lock.release()
         if self._waiters:
             with self._state:
                 self._state.notify_all()
+        if deferred:
+            for fut in deferred:
+                _cf.Future._invoke_callbacks(fut)
+
+    def _poll_now(self):
+        """Reads what has arrived, without waiting, when no thread is reading (``done()``)."""
+        if self._dead is not None or self._reader_ident == threading.get_ident() or not self._take_reader():
+            return
+        try:
+            self._read_once(0)
+        finally:
+            self._release_reader()
+
+    # -- the reader thread -----------------------------------------------------------------
+
+    def _watch(self, fut):
+        """``fut`` has a waiter that does not read (a callback, concurrent.futures.wait,
+        asyncio): the reader thread reads until it completes."""
+        with self._state:
+            if fut._watched:
+                return
+            fut._watched = True
+            self._watched += 1
+            # checked after the flag is set: a completion that does not see the flag set has
+            # set its state before this check, so nothing stays watched
+            if fut._state in _DONE_STATES:
+                fut._watched = False
+                self._watched -= 1
+                return
+            if self._dead is not None:
+                return
+            if not self._reader_on:
+                self._reader_on = True
+                threading.Thread(target=self._reader_main, name="kiln-reader %s" % self.url,
+                                 daemon=True).start()
+            else:
+                self._state.notify_all()
+
+    def _unwatch(self, fut):
+        if fut._watched:
+            with self._state:
+                if fut._watched:
+                    fut._watched = False
+                    self._watched -= 1
+
+    def _reader_main(self):
+        """Reads while some future is watched; after a second with none it ends (a later
+        watch starts it again), so an idle session holds no thread."""
+        while True:
+            with self._state:
+                if self._watched == 0 and self._dead is None:
+                    self._state.wait(1.0)
+                if self._dead is not None or self._watched == 0 or os.getpid() != self._pid:
+                    self._reader_on = False
+                    return
+            self._pump(lambda: self._watched == 0, None)
 
     def _wait_writable(self):
         """The socket is full: wait until it drains, reading replies meanwhile when no
         other thread is (the daemon stops reading a client that leaves its replies unread)."""
-        take = self._dead is None and self._read_lock.acquire(False)
+        take = self._dead is None and self._reader_ident != threading.get_ident() and self._take_reader()
         try:
             p = select.poll()
             p.register(self._fd, select.POLLOUT | (select.POLLIN if take else 0))
@@ -475,17 +660,21 @@ class Connection:
                     raise self._dead
         finally:
             if take:
-                self._release_reader()
+                self._release_reader(run=False)  # the caller holds the send lock
 
     # -- receiving -------------------------------------------------------------------------
 
     def _pump(self, done, deadline):
         """Reads and dispatches replies until ``done()`` is true. False when the deadline
         (time.monotonic()) passed first."""
+        if self._reader_ident == threading.get_ident():
+            raise RuntimeError("a blocking call on a kiln session from inside its on_progress or "
+                               "on_notification hook would wait forever (the hook runs while its "
+                               "thread reads the socket); use a done callback or another thread")
         while not done():
             if self._dead is not None:
                 return True  # every future has failed; done() is true for the caller's
-            if not self._read_lock.acquire(False):
+            if not self._take_reader():
                 if not self._wait_for_reader(done, deadline):
                     return False
                 continue
@@ -716,7 +905,35 @@ class Connection:
         except OSError:
             pass
 
+    def _forget(self, msgid, fut):
+        """Drops the wait for ``fut``'s reply (a cancelled compile): its late answer is read
+        and dropped like a fire-and-forget one. False when the reply came already."""
+        if self._pending.get(msgid) is not fut:
+            return False
+        self._pending[msgid] = None
+        return True
+
     # -- life ------------------------------------------------------------------------------
+
+    def _after_fork_in_child(self):
+        """In a child process: the socket is the parent's (its replies are read there), so
+        every use of this connection fails; the child closes only its copy of the descriptor
+        (a shutdown would cut the parent's connection too)."""
+        self._read_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._state = threading.Condition(threading.Lock())
+        self._reader_ident, self._deferred, self._waiters = None, [], 0
+        self._watched, self._reader_on = 0, False
+        self._backlog.clear()
+        self._leftover = b""
+        if self._dead is None:
+            self._dead = Unavailable("this kiln session belongs to process %d; a forked child must "
+                                     "connect again (kiln.connect())" % self._pid)
+        self._pending = {}  # their futures are the parent's; waiting on one here raises _dead
+        try:
+            self._sock.close()
+        except OSError:
+            pass
 
     @property
     def closed(self):

@@ -70,12 +70,21 @@ class Daemon:
         self.log_path = log_path
         self._own_tmpdir = own_tmpdir
         self._lock = threading.Lock()
+        self._owner = os.getpid()  # a forked child neither stops it nor waits for it
 
     @property
     def pid(self):
         return self.proc.pid
 
     def alive(self):
+        if os.getpid() != self._owner:  # not our child: ask the kernel
+            try:
+                os.kill(self.proc.pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                pass
+            return True
         return self.proc.poll() is None
 
     def log(self):
@@ -89,7 +98,11 @@ class Daemon:
             return ""
 
     def stop(self, grace=10.0):
-        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL. Returns the exit status."""
+        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL. Returns the exit status.
+        In a process forked from the one that started it, does nothing and returns None:
+        the daemon is the parent's."""
+        if os.getpid() != self._owner:
+            return None
         with self._lock:
             if self.proc.poll() is None:
                 try:

@@ -5,6 +5,8 @@ Each carries the server's ``message`` and its numeric ``code`` (and ``name``, e.
 ``except ValueError`` / ``except TimeoutError`` code keeps working.
 """
 
+import concurrent.futures as _cf
+
 __all__ = [
     "KilnError", "InvalidArgument", "NoMethod", "Unauthenticated", "PermissionDenied",
     "NotFound", "ResourceExhausted", "CompileError", "CompilerCrashed", "DeviceError",
@@ -89,8 +91,9 @@ class Timeout(KilnError, TimeoutError):
     code, name = 11, "E_TIMEOUT"
 
 
-class Cancelled(KilnError):
-    """Cancelled by the client or by the server's shutdown."""
+class Cancelled(KilnError, _cf.CancelledError):
+    """Cancelled by the client or by the server's shutdown (also a
+    ``concurrent.futures.CancelledError``)."""
     code, name = 12, "E_CANCELLED"
 
 
