@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -24,6 +25,13 @@ enum { kMaxRunningWrites = 2 };
 
 enum { DISK_NONE, DISK_WRITING, DISK_PRESENT };
 
+/* The clock of file mtimes: what kiln_cache_items reports and the operator compares. */
+static int64_t wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 typedef struct link {
   struct link *prev, *next;
 } link_t;
@@ -37,6 +45,7 @@ typedef struct node {
   kiln_cache_entry_t *writing; /* the write job's reference while DISK_WRITING */
   uint64_t file_bytes;         /* header + payload, once a write is queued or a file found */
   uint64_t touched_ns;         /* last time the file's mtime was set */
+  int64_t used_ns;             /* wall clock of the last use the file's mtime records */
   uint8_t disk;
   bool doomed; /* removed while its write ran: delete the file when the write lands */
 } node_t;
@@ -272,6 +281,7 @@ static void touch(kiln_cache_t *c, node_t *n) {
   if (now - n->touched_ns < TOUCH_INTERVAL_NS) return;
   kiln_cache_file_touch(&c->root, n->key);
   n->touched_ns = now;
+  n->used_ns = wall_ns();
 }
 
 /* --- writes on the thread pool ----------------------------------------------------------- */
@@ -315,6 +325,7 @@ static void write_done(uv_work_t *req, int uv_status) {
   } else {
     disk_add(c, n);
     n->touched_ns = kiln_now_ns();
+    n->used_ns = wall_ns();
     disk_evict(c); /* over budget while only writes in flight were left to evict */
   }
   node_maybe_free(c, n);
@@ -425,6 +436,7 @@ static kiln_status_t index_files(kiln_cache_t *c) {
     uint64_t now = kiln_now_ns();
     for (size_t i = 0; i < ctx.count; i++) {
       ctx.items[i].node->touched_ns = now;
+      ctx.items[i].node->used_ns = ctx.items[i].mtime_ns;
       list_push_mru(&c->disk_lru, &ctx.items[i].node->disk_link);
       disk_add(c, ctx.items[i].node);
     }
@@ -547,6 +559,7 @@ kiln_cache_entry_t *kiln_cache_get(kiln_cache_t *c, const uint8_t key[KILN_CACHE
     if (!s) {
       c->st.hits_disk++;
       n->touched_ns = kiln_now_ns(); /* the read set the mtime */
+      n->used_ns = wall_ns();
       list_move_mru(&c->disk_lru, &n->disk_link);
       mem_insert(c, n, kiln_cache_entry_retain(e));
       return e;
@@ -581,6 +594,7 @@ kiln_status_t kiln_cache_put_entry(kiln_cache_t *c, kiln_cache_entry_t *e) {
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache put: %zu bytes exceed both budgets", len);
   n = node_add(c, key);
   if (!n) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache put: out of memory for %zu bytes", len);
+  n->used_ns = wall_ns();
   if (fits_disk) write_queue(c, n, e);
   mem_insert(c, n, kiln_cache_entry_retain(e));
   node_maybe_free(c, n); /* only when the write could not even be queued and e was too big */
@@ -610,6 +624,27 @@ void kiln_cache_remove(kiln_cache_t *c, const uint8_t key[KILN_CACHE_KEY_BYTES])
     n->doomed = true;
   }
   node_maybe_free(c, n);
+}
+
+kiln_status_t kiln_cache_items(const kiln_cache_t *c, kiln_cache_item_t **out_items, size_t *out_count) {
+  assert(on_owner_thread(c));
+  kiln_cache_item_t *items = malloc((c->num_nodes ? c->num_nodes : 1) * sizeof(*items));
+  if (!items) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache items: out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < c->num_buckets; i++)
+    for (const node_t *n = c->buckets[i]; n && k < c->num_nodes; n = n->chain) {
+      if (n->doomed) continue; /* removed while its write runs: gone for every caller */
+      kiln_cache_item_t *it = &items[k++];
+      memcpy(it->key, n->key, KILN_CACHE_KEY_BYTES);
+      it->file_bytes = n->disk != DISK_NONE ? n->file_bytes : 0;
+      it->mem_bytes = n->mem ? n->mem->len : 0;
+      it->used_ns = n->used_ns;
+      it->on_disk = n->disk == DISK_PRESENT;
+      it->writing = n->disk == DISK_WRITING;
+    }
+  *out_items = items;
+  *out_count = k;
+  return KILN_OK;
 }
 
 void kiln_cache_stats(const kiln_cache_t *c, kiln_cache_stats_t *out_stats) {

@@ -95,6 +95,23 @@ void kiln_cache_remove(kiln_cache_t *cache, const uint8_t key[KILN_CACHE_KEY_BYT
 
 void kiln_cache_stats(const kiln_cache_t *cache, kiln_cache_stats_t *out_stats);
 
+/* One entry as kiln_cache_items reports it. */
+typedef struct kiln_cache_item {
+  uint8_t key[KILN_CACHE_KEY_BYTES];
+  uint64_t file_bytes; /* header + payload on disk or being written; 0 for memory only */
+  uint64_t mem_bytes;  /* payload bytes in the memory LRU; 0 when not there */
+  int64_t used_ns;     /* wall clock (CLOCK_REALTIME) of its last use as the file's mtime
+                        * records it: a put, a disk hit, a memory hit at most once a minute */
+  bool on_disk;        /* a complete file */
+  bool writing;        /* its write is queued or running */
+} kiln_cache_item_t;
+
+/* Every entry the cache holds (memory, disk, writes in flight), in no particular order, into
+ * a new array the caller frees with free(). E_RESOURCE_EXHAUSTED when it cannot be
+ * allocated. Loop thread. */
+KILN_MUST_USE kiln_status_t kiln_cache_items(const kiln_cache_t *cache, kiln_cache_item_t **out_items,
+                                             size_t *out_count);
+
 /* Entries: immutable bytes, shared by reference. Memory eviction drops the cache's own
  * reference only, so bytes a caller retains stay valid until its last release. */
 const uint8_t *kiln_cache_entry_data(const kiln_cache_entry_t *entry, size_t *out_len);

@@ -18,6 +18,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "server/cache_admin.h"
 #include "server/compile.h"
 #include "server/fleet_host.h"
 #include "server/metrics.h"
@@ -677,6 +678,7 @@ int main(int argc, char **argv) {
   if (!st) st = kiln_compile_init(s);
   if (!st) kiln_metrics_set_compiler(kiln_compile_identity(s));
   if (!st) st = kiln_fleet_host_start(s); /* --fleet: the registry (server/fleet_host.c) */
+  if (!st) st = kiln_cache_admin_init(s);
   if (!st) st = kiln_listeners_start(s);
   char metrics_url[320] = "";
   if (!st && metrics_spec)

@@ -3,6 +3,7 @@
  * table sits above both. `hello` comes first and `ping` second (dispatch.c lets only these
  * two through before a tokens server's hello). */
 #include "base/util.h"
+#include "server/cache_admin.h"
 #include "server/compile.h"
 #include "server/server.h"
 
@@ -20,6 +21,7 @@ static const kiln_method_t methods[] = {
     {"graph_time", kiln_method_graph_time},     {"graph_free", kiln_method_graph_free},
     {"quotas", kiln_method_quotas},           {"tensors", kiln_method_tensors},
     {"module", kiln_method_module},
+    {"cache_list", kiln_method_cache_list}, {"cache_prune", kiln_method_cache_prune},
 };
 
 const kiln_method_t *kiln_methods(int *out_count) {

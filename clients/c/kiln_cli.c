@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -39,7 +40,8 @@ enum {
   O_URL, O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TIMEOUT, O_HELP, O_VERSION, O_COMPLETE, /* global */
   O_JSON, O_ABSENT, O_DEVICE, O_DTYPE, O_TARGET, O_FORMAT, O_OPT_LEVEL, O_FAST_MATH, O_MAX_BLOCK,
   O_GRID, O_BLOCK, O_SHARED, O_LAUNCH_TIMEOUT, O_NUMBER, O_REPEAT, O_MIN_REPEAT_MS, O_WARMUP,
-  O_FLUSH, O_KIND, O_OUTPUT, O_SECONDS, O_NO_WAIT, O_TOKEN, O_ALL, O_COUNT_
+  O_FLUSH, O_KIND, O_OUTPUT, O_SECONDS, O_NO_WAIT, O_TOKEN, O_ALL, O_STALE, O_LIMIT, O_UNUSED,
+  O_DRY_RUN, O_COUNT_
 };
 #define BIT(o) (1ull << (o))
 #define GLOBAL_OPTS \
@@ -82,6 +84,10 @@ static const struct option LONG_OPTS[O_COUNT_ + 1] = { /* indexed by O_*; the la
     [O_NO_WAIT] = {"no-wait", no_argument, 0, OPT(O_NO_WAIT)},
     [O_TOKEN] = {"token", required_argument, 0, OPT(O_TOKEN)},
     [O_ALL] = {"all", no_argument, 0, OPT(O_ALL)},
+    [O_STALE] = {"stale", no_argument, 0, OPT(O_STALE)},
+    [O_LIMIT] = {"limit", required_argument, 0, OPT(O_LIMIT)},
+    [O_UNUSED] = {"unused", required_argument, 0, OPT(O_UNUSED)},
+    [O_DRY_RUN] = {"dry-run", no_argument, 0, OPT(O_DRY_RUN)},
 };
 
 typedef struct cli {
@@ -98,6 +104,7 @@ typedef struct command {
   int min_args, max_args; /* positional arguments after the name; max -1: any number */
   bool local;       /* runs without a connection */
   int (*run)(cli_t *cli, int argc, char **argv); /* argv[0] is the name */
+  const char *subcommands; /* space-separated, for the completion; NULL when none */
 } command_t;
 
 static int usage_error(const cli_t *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -462,12 +469,179 @@ static uint64_t u64_field(const msgpack_object *m, const char *key) {
   return o && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? o->via.u64 : 0;
 }
 
-/* `kiln cache`: what the protocol tells of the artifact cache (the `stats` counters). The
- * entries themselves are kilnd's: no method lists or prunes them (docs/cache.md says how the
- * operator does that on the box). */
+/* `kiln cache [size|list|prune]`: the counters every tenant sees (the `stats` reply), and the
+ * operator's cache_list and cache_prune (docs/protocol.md, docs/cache.md "Listing and pruning"). */
+
+typedef struct cache_page {
+  const char *after;   /* the previous page's `next` */
+  uint64_t limit;
+  bool stale;
+} cache_page_t;
+
+static void pack_cache_page(msgpack_packer *pk, void *ctx) {
+  const cache_page_t *p = ctx;
+  msgpack_pack_map(pk, 1 + (p->after != NULL) + p->stale);
+  kiln_pack_kv_u64(pk, "limit", p->limit);
+  if (p->after) kiln_pack_kv_str(pk, "after", p->after);
+  if (p->stale) kiln_pack_kv_bool(pk, "stale", true);
+}
+
+static void print_time(double unix_s) {
+  time_t t = (time_t)unix_s;
+  struct tm tm;
+  char buf[32];
+  strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+  fputs(buf, stdout);
+}
+
+static double f64_field(const msgpack_object *m, const char *key) {
+  const msgpack_object *o = m ? kiln_object_get(m, key) : NULL;
+  return o && o->type == MSGPACK_OBJECT_FLOAT64 ? o->via.f64 : 0;
+}
+
+static void print_cache_size(const msgpack_object *l) {
+  const msgpack_object *id = kiln_object_get(l, "identity");
+  printf("entries: %llu, %.1f MB of %.1f MB (--cache-max-bytes)\n", (unsigned long long)u64_field(l, "entries"),
+         (double)u64_field(l, "bytes") / 1e6, (double)u64_field(l, "max_bytes") / 1e6);
+  printf("stale:   %llu entries, %.1f MB, not used by this compiler (`kiln cache prune --stale`)\n",
+         (unsigned long long)u64_field(l, "stale_entries"), (double)u64_field(l, "stale_bytes") / 1e6);
+  printf("compiler: %.*s, here since ", id && id->type == MSGPACK_OBJECT_STR ? (int)id->via.str.size : 0,
+         id && id->type == MSGPACK_OBJECT_STR ? id->via.str.ptr : "");
+  print_time(f64_field(l, "identity_since"));
+  putchar('\n');
+}
+
+/* `kiln cache list`: every page (or --limit entries), a line per entry or one JSON array. */
+static int cache_list(cli_t *cli) {
+  uint64_t want;
+  if (!opt_u64(cli, O_LIMIT, 1, UINT64_MAX, UINT64_MAX, &want)) return EXIT_USAGE;
+  char after[80] = "";
+  cache_page_t page = {.stale = cli->opt[O_STALE] != NULL};
+  bool json = cli->opt[O_JSON] != NULL;
+  uint64_t shown = 0;
+  if (json) printf("[");
+  else printf("%-64s %10s  %-19s  %-7s %s\n", "KEY", "BYTES", "LAST USED", "WHERE", "STALE");
+  for (;;) {
+    page.after = after[0] ? after : NULL;
+    page.limit = KILN_MIN(want - shown, 1000);
+    kiln_reply_t *r;
+    kiln_status_t s = kiln_client_call(cli->c, "cache_list", pack_cache_page, &page, &r);
+    if (s) return report("cache list", s, EXIT_SERVER);
+    const msgpack_object *res = kiln_reply_result(r), *items = kiln_object_get(res, "items"),
+                         *next = kiln_object_get(res, "next");
+    for (uint32_t i = 0; items && items->type == MSGPACK_OBJECT_ARRAY && i < items->via.array.size; i++) {
+      const msgpack_object *it = &items->via.array.ptr[i];
+      if (json) {
+        printf("%s\n", shown ? "," : "");
+        kiln_object_print_json(stdout, it, true);
+      } else {
+        const msgpack_object *k = kiln_object_get(it, "key"), *w = kiln_object_get(it, "where"),
+                             *st = kiln_object_get(it, "stale");
+        printf("%-64.*s %10llu  ", k ? (int)k->via.str.size : 0, k ? k->via.str.ptr : "",
+               (unsigned long long)u64_field(it, "bytes"));
+        print_time(f64_field(it, "used"));
+        printf("  %-7.*s %s\n", w ? (int)w->via.str.size : 0, w ? w->via.str.ptr : "",
+               st && st->type == MSGPACK_OBJECT_BOOLEAN && st->via.boolean ? "stale" : "");
+      }
+      shown++;
+    }
+    bool more = next && next->type == MSGPACK_OBJECT_STR && next->via.str.size < sizeof(after) && shown < want;
+    if (more) snprintf(after, sizeof(after), "%.*s", (int)next->via.str.size, next->via.str.ptr);
+    kiln_reply_free(r);
+    if (!more) break;
+  }
+  if (json) printf("%s]\n", shown ? "\n" : "");
+  return EXIT_OK;
+}
+
+typedef struct cache_prune {
+  bool stale, all, dry_run;
+  uint64_t unused_s;
+  char **keys;
+  int nkeys;
+} cache_prune_t;
+
+static void pack_cache_prune(msgpack_packer *pk, void *ctx) {
+  const cache_prune_t *p = ctx;
+  msgpack_pack_map(pk, 1 + p->dry_run);
+  if (p->nkeys) {
+    kiln_pack_cstr(pk, "keys");
+    msgpack_pack_array(pk, (uint32_t)p->nkeys);
+    for (int i = 0; i < p->nkeys; i++) kiln_pack_cstr(pk, p->keys[i]);
+  } else if (p->unused_s) {
+    kiln_pack_kv_u64(pk, "unused_s", p->unused_s);
+  } else {
+    kiln_pack_kv_bool(pk, p->all ? "all" : "stale", true);
+  }
+  if (p->dry_run) kiln_pack_kv_bool(pk, "dry_run", true);
+}
+
+/* "90", "90s", "15m", "12h", "30d" -> seconds, 1 .. 2^31 - 1. */
+static bool parse_age(const char *s, uint64_t *out) {
+  char *end;
+  if (!s || !isdigit((unsigned char)s[0])) return false;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  uint64_t unit = !*end ? 1 : !strcmp(end, "s") ? 1 : !strcmp(end, "m") ? 60 : !strcmp(end, "h") ? 3600
+                : !strcmp(end, "d") ? 86400 : 0;
+  if (errno || !unit || v < 1 || v > INT32_MAX / unit) return false;
+  *out = v * unit;
+  return true;
+}
+
+/* `kiln cache prune`: exactly one of --stale, --unused AGE, --all, KEY... (1000 per call). */
+static int cache_prune(cli_t *cli, int nkeys, char **keys) {
+  cache_prune_t p = {.stale = cli->opt[O_STALE] != NULL, .all = cli->opt[O_ALL] != NULL,
+                     .dry_run = cli->opt[O_DRY_RUN] != NULL};
+  if (cli->opt[O_UNUSED] && !parse_age(cli->opt[O_UNUSED], &p.unused_s))
+    return usage_error(cli, "--unused '%s' is an age like 3600, 90m, 12h or 30d", cli->opt[O_UNUSED]);
+  if (p.stale + p.all + (p.unused_s != 0) + (nkeys > 0) != 1)
+    return usage_error(cli, "prune wants one of --stale, --unused AGE, --all or KEY...");
+  for (int i = 0; i < nkeys; i++)
+    if (strlen(keys[i]) != 64 || strspn(keys[i], "0123456789abcdefABCDEF") != 64)
+      return usage_error(cli, "'%s' is not a module id (64 hex digits)", keys[i]);
+  uint64_t removed = 0, bytes = 0;
+  int done = 0;
+  do {
+    p.keys = keys + done;
+    p.nkeys = KILN_MIN(nkeys - done, 1000);
+    kiln_reply_t *r;
+    kiln_status_t s = kiln_client_call(cli->c, "cache_prune", pack_cache_prune, &p, &r);
+    if (s) return report("cache prune", s, EXIT_SERVER);
+    removed += u64_field(kiln_reply_result(r), "removed");
+    bytes += u64_field(kiln_reply_result(r), "bytes");
+    kiln_reply_free(r);
+    done += p.nkeys;
+  } while (done < nkeys);
+  printf("%s %llu entr%s, %.1f MB\n", p.dry_run ? "would remove" : "removed", (unsigned long long)removed,
+         removed == 1 ? "y" : "ies", (double)bytes / 1e6);
+  return EXIT_OK;
+}
+
 static int cmd_cache(cli_t *cli, int argc, char **argv) {
+  const char *sub = argc > 1 ? argv[1] : NULL;
+  bool prune = sub && !strcmp(sub, "prune"), list = sub && !strcmp(sub, "list");
+  if (sub && !prune && !list && strcmp(sub, "size") != 0)
+    return usage_error(cli, "the subcommand is size, list or prune, not '%s'", sub);
+  if (argc > 2 && !prune) return usage_error(cli, "%s takes no arguments", sub);
+  static const struct { int opt; const char *only; } only[] = {
+      {O_STALE, "list and prune"}, {O_LIMIT, "list"}, {O_UNUSED, "prune"}, {O_ALL, "prune"}, {O_DRY_RUN, "prune"}};
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(only); i++)
+    if (cli->opt[only[i].opt] && !(prune && strstr(only[i].only, "prune")) && !(list && strstr(only[i].only, "list")))
+      return usage_error(cli, "--%s goes with cache %s", LONG_OPTS[only[i].opt].name, only[i].only);
+  if (prune) return cache_prune(cli, argc - 2, argv + 2);
+  if (list) return cache_list(cli);
   kiln_reply_t *r;
-  kiln_status_t s = kiln_client_stats(cli->c, &r);
+  kiln_status_t s;
+  if (sub) { /* size: the operator's totals */
+    cache_page_t one = {.limit = 1};
+    if ((s = kiln_client_call(cli->c, "cache_list", pack_cache_page, &one, &r))) return report("cache size", s, EXIT_SERVER);
+    if (cli->opt[O_JSON]) return print_json_reply(r);
+    print_cache_size(kiln_reply_result(r));
+    kiln_reply_free(r);
+    return EXIT_OK;
+  }
+  s = kiln_client_stats(cli->c, &r);
   if (s) return report("cache", s, EXIT_SERVER);
   const msgpack_object *cache = kiln_object_get(kiln_reply_result(r), "cache");
   const msgpack_object *comp = kiln_object_get(kiln_reply_result(r), "compile");
@@ -993,15 +1167,27 @@ static const command_t COMMANDS[] = {
      BIT(O_DEVICE) | BIT(O_SECONDS) | BIT(O_NO_WAIT), 0, -1, false, cmd_lease},
     {"stats", "[--json]", "Tenants, queues, devices, compiles and cache as tables.\n", BIT(O_JSON), 0, 0, false,
      cmd_stats},
-    {"cache", "[--json]",
-     "The artifact cache as the protocol shows it: entries and bytes on disk and in memory,\n"
-     "hits, misses, evictions. Listing and pruning entries is the operator's, on the box\n"
-     "(docs/cache.md).\n",
-     BIT(O_JSON), 0, 0, false, cmd_cache},
+    {"cache", "[size | list [--stale] [--limit N] | prune (--stale | --unused AGE | --all | KEY...) [--dry-run]]",
+     "Without a subcommand: the artifact cache's counters (entries and bytes on disk and in\n"
+     "memory, hits, misses, evictions), for every tenant. The operator's (no tokens file, or a\n"
+     "tokens line with stats=all; docs/cache.md):\n"
+     "  size            entries and bytes, the stale part, the compiler and since when\n"
+     "  list            a line per entry: module id, bytes, last use, where, stale\n"
+     "    --stale       only the stale entries (not used by this compiler: older ones')\n"
+     "    --limit N     at most N entries\n"
+     "  prune           removes entries (they are compiled again on next use):\n"
+     "    --stale       the stale ones\n"
+     "    --unused AGE  those not used for AGE (seconds, or 90m, 12h, 30d)\n"
+     "    --all         every one\n"
+     "    KEY...        these module ids\n"
+     "    --dry-run     only say how many and how large\n"
+     "  --json          print the reply (list: a JSON array of entries)\n",
+     BIT(O_JSON) | BIT(O_STALE) | BIT(O_LIMIT) | BIT(O_UNUSED) | BIT(O_ALL) | BIT(O_DRY_RUN), 0, -1, false,
+     cmd_cache, "size list prune"},
     {"token", "new [TENANT...]",
      "Makes a fresh token for each TENANT (no connection): prints `token for TENANT: TOKEN`\n"
      "(give it to the tenant; nothing keeps it) and the tokens-file line `blake2b:HASH TENANT`.\n",
-     0, 1, -1, true, cmd_token},
+     0, 1, -1, true, cmd_token, "new"},
 };
 
 static const char GLOBAL_HELP[] =
@@ -1031,11 +1217,12 @@ static void usage_one(FILE *f, const command_t *cmd) {
   fprintf(f, "usage: kiln %s %s\n\n%s\n%s", cmd->name, cmd->args, cmd->help, GLOBAL_HELP);
 }
 
-/* `kiln --complete`: a line per command, its name then its options, for the bash completion
- * (kiln.bash), so a new table entry completes without an edit there. */
+/* `kiln --complete`: a line per command, its name, its subcommands, then its options, for the
+ * bash completion (kiln.bash), so a new table entry completes without an edit there. */
 static void print_completion(void) {
   for (size_t i = 0; i < KILN_ARRAY_SIZE(COMMANDS); i++) {
     printf("%s", COMMANDS[i].name);
+    if (COMMANDS[i].subcommands) printf(" %s", COMMANDS[i].subcommands);
     for (int o = 0; o < O_COUNT_; o++)
       if ((COMMANDS[i].opts | GLOBAL_OPTS) & BIT(o)) printf(" --%s", LONG_OPTS[o].name);
     putchar('\n');

@@ -77,6 +77,17 @@ def test_options_anywhere_and_help(kiln_bin, unix_url):
     (["get", "x", "f.npy"], "'x' is not a tensor id"),
     (["ping", "--url"], "--url needs a value"),
     (["alloc", "float33", "4"], "'float33' is not a dtype"),
+    (["cache", "bogus"], "the subcommand is size, list or prune, not 'bogus'"),
+    (["cache", "list", "extra"], "list takes no arguments"),
+    (["cache", "list", "--dry-run"], "--dry-run goes with cache prune"),
+    (["cache", "--stale"], "--stale goes with cache list and prune"),
+    (["cache", "size", "--limit", "3"], "--limit goes with cache list"),
+    (["cache", "list", "--limit", "0"], "--limit '0' is not a whole number"),
+    (["cache", "prune"], "prune wants one of --stale, --unused AGE, --all or KEY..."),
+    (["cache", "prune", "--stale", "--all"], "prune wants one of"),
+    (["cache", "prune", "--unused", "3w"], "--unused '3w' is an age like"),
+    (["cache", "prune", "--unused", "0"], "--unused '0' is an age like"),
+    (["cache", "prune", "abc"], "'abc' is not a module id"),
 ])
 def test_usage_errors_exit_2(kiln_bin, unix_url, args, why):
     r = kiln(kiln_bin, unix_url, *args, check=False)
@@ -151,13 +162,52 @@ def test_cache(kiln_bin, unix_url):
     assert '"entries_disk"' in kiln(kiln_bin, unix_url, "cache", "--json").stdout
 
 
+def test_cache_size_list_and_prune(kiln_bin, fresh_daemon, tmp_path):
+    import json
+    d = fresh_daemon("--compile-workers", "1", listen=["unix:" + str(tmp_path / "k.sock")])
+    url = d.urls[0]
+    ids = []
+    for i in range(3):
+        src = tmp_path / ("k%d.ll" % i)
+        src.write_text('define void @k(ptr %%p) section "kiln.kernel" {\n  store i32 %d, ptr %%p\n  ret void\n}\n' % i)
+        ids.append(kiln(kiln_bin, url, "compile", str(src)).stdout.split()[0])
+    r = kiln(kiln_bin, url, "cache", "size").stdout
+    assert r.startswith("entries: 3, ") and "stale:   0 entries" in r and "compiler: kiln " in r
+    lines = kiln(kiln_bin, url, "cache", "list").stdout.splitlines()
+    assert lines[0].split() == ["KEY", "BYTES", "LAST", "USED", "WHERE", "STALE"]
+    assert sorted(l.split()[0] for l in lines[1:]) == sorted(ids)
+    assert len(kiln(kiln_bin, url, "cache", "list", "--limit", "2").stdout.splitlines()) == 3
+    items = json.loads(kiln(kiln_bin, url, "cache", "list", "--json").stdout)
+    assert sorted(i["key"] for i in items) == sorted(ids) and not any(i["stale"] for i in items)
+    assert kiln(kiln_bin, url, "cache", "list", "--stale").stdout.splitlines()[1:] == []
+    assert kiln(kiln_bin, url, "cache", "prune", "--all", "--dry-run").stdout.startswith("would remove 3 entries")
+    assert kiln(kiln_bin, url, "cache", "prune", ids[0]).stdout.startswith("removed 1 entry,")
+    assert kiln(kiln_bin, url, "cache", "prune", "--stale").stdout.startswith("removed 0 entries")
+    assert kiln(kiln_bin, url, "cache", "prune", "--unused", "1d").stdout.startswith("removed 0 entries")
+    assert kiln(kiln_bin, url, "cache", "prune", "--all").stdout.startswith("removed 2 entries")
+    assert kiln(kiln_bin, url, "cache", "size").stdout.startswith("entries: 0, ")
+
+
+def test_cache_list_is_the_operators(kiln_bin, fresh_daemon, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice-token-0123456789 alice\n")
+    d = fresh_daemon("--tokens", str(tokens), listen=["unix:" + str(tmp_path / "k.sock")])
+    for args in (("cache", "list"), ("cache", "size"), ("cache", "prune", "--all")):
+        r = kiln(kiln_bin, d.urls[0], *args, check=False, env={"KILN_TOKEN": "alice-token-0123456789"})
+        assert r.returncode == 1 and "E_PERMISSION" in r.stderr and "stats=all" in r.stderr, r.stderr
+    r = kiln(kiln_bin, d.urls[0], "cache", env={"KILN_TOKEN": "alice-token-0123456789"})
+    assert r.stdout.startswith("disk: ")   # the counters are everyone's
+
+
 def test_bash_completion(kiln_bin, tmp_path):
     comp = os.path.join(ROOT, "clients", "c", "kiln.bash")
     script = ("source %s\nCOMP_WORDS=(%s l); COMP_CWORD=1; _kiln; echo \"${COMPREPLY[*]}\"\n"
               "COMP_WORDS=(%s launch --gr); COMP_CWORD=2; _kiln; echo \"${COMPREPLY[*]}\"\n"
-              % (comp, kiln_bin, kiln_bin))
+              "COMP_WORDS=(%s cache ''); COMP_CWORD=2; _kiln; echo \"${COMPREPLY[*]}\"\n"
+              "COMP_WORDS=(%s cache prune --st); COMP_CWORD=3; _kiln; echo \"${COMPREPLY[*]}\"\n"
+              % (comp, kiln_bin, kiln_bin, kiln_bin, kiln_bin))
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
-    assert r.stdout.splitlines() == ["launch lease", "--grid"], r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["launch lease", "--grid", "size list prune", "--stale"], r.stdout + r.stderr
 
 
 def test_readme_running_kilnd(kilnd_bin, kiln_bin, tmp_path):
