@@ -135,13 +135,15 @@ static uint64_t item_bytes(const kiln_cache_item_t *it) {
 static void pack_item(msgpack_packer *pk, const kiln_cache_item_t *it) {
   char hex[2 * KILN_CACHE_KEY_BYTES + 1];
   kiln_hex(it->key, KILN_CACHE_KEY_BYTES, hex);
-  msgpack_pack_map(pk, 6);
-  kiln_pack_kv_str(pk, "key", hex);
-  kiln_pack_kv_u64(pk, "bytes", item_bytes(it));
-  kiln_pack_kv_f64(pk, "used", (double)it->used_ns / 1e9);
-  kiln_pack_kv_str(pk, "where", it->on_disk ? "disk" : it->writing ? "writing" : "memory");
-  kiln_pack_kv_bool(pk, "memory", it->mem_bytes != 0);
-  kiln_pack_kv_bool(pk, "stale", stale(it));
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_str(&m, "key", hex);
+  kiln_fields_u64(&m, "bytes", item_bytes(it));
+  kiln_fields_f64(&m, "used", (double)it->used_ns / 1e9);
+  kiln_fields_str(&m, "where", it->on_disk ? "disk" : it->writing ? "writing" : "memory");
+  kiln_fields_bool(&m, "memory", it->mem_bytes != 0);
+  kiln_fields_bool(&m, "stale", stale(it));
+  kiln_fields_end(&m);
 }
 
 kiln_status_t kiln_method_cache_list(kiln_call_t *call) {
@@ -183,15 +185,16 @@ kiln_status_t kiln_method_cache_list(kiln_call_t *call) {
     shown++;
   }
   msgpack_packer *pk = call->pk;
-  msgpack_pack_map(pk, 9);
-  kiln_pack_kv_str(pk, "identity", kiln_compile_identity(s));
-  kiln_pack_kv_f64(pk, "identity_since", (double)era_since_ns / 1e9);
-  kiln_pack_kv_u64(pk, "entries", n);
-  kiln_pack_kv_u64(pk, "bytes", bytes);
-  kiln_pack_kv_u64(pk, "stale_entries", stale_n);
-  kiln_pack_kv_u64(pk, "stale_bytes", stale_bytes);
-  kiln_pack_kv_u64(pk, "max_bytes", s->cfg.cache_max_bytes ? s->cfg.cache_max_bytes : KILN_CACHE_DEFAULT_MAX_DISK_BYTES);
-  kiln_pack_cstr(pk, "items");
+  kiln_fields_t r;
+  kiln_fields_begin(&r, pk);
+  kiln_fields_str(&r, "identity", kiln_compile_identity(s));
+  kiln_fields_f64(&r, "identity_since", (double)era_since_ns / 1e9);
+  kiln_fields_u64(&r, "entries", n);
+  kiln_fields_u64(&r, "bytes", bytes);
+  kiln_fields_u64(&r, "stale_entries", stale_n);
+  kiln_fields_u64(&r, "stale_bytes", stale_bytes);
+  kiln_fields_u64(&r, "max_bytes", s->cfg.cache_max_bytes ? s->cfg.cache_max_bytes : KILN_CACHE_DEFAULT_MAX_DISK_BYTES);
+  kiln_fields_key(&r, "items");
   msgpack_pack_array(pk, (uint32_t)shown);
   for (size_t i = first, k = 0; k < shown; i++) {
     if ((only_stale && !stale(&items[i])) || (after_s && memcmp(items[i].key, after, KILN_CACHE_KEY_BYTES) <= 0))
@@ -199,7 +202,7 @@ kiln_status_t kiln_method_cache_list(kiln_call_t *call) {
     pack_item(pk, &items[i]);
     k++;
   }
-  kiln_pack_cstr(pk, "next");
+  kiln_fields_key(&r, "next");
   if (more) {
     char hex[2 * KILN_CACHE_KEY_BYTES + 1];
     kiln_hex(items[last].key, KILN_CACHE_KEY_BYTES, hex);
@@ -207,6 +210,7 @@ kiln_status_t kiln_method_cache_list(kiln_call_t *call) {
   } else {
     msgpack_pack_nil(pk);
   }
+  kiln_fields_end(&r);
   free(items);
   return KILN_OK;
 }
@@ -278,10 +282,11 @@ kiln_status_t kiln_method_cache_prune(kiln_call_t *call) {
   KILN_LOG_INFO("cache_prune", "tenant=%s by=%s removed=%llu bytes=%llu dry_run=%d", me ? me->name : "-",
                 keys ? "keys" : all ? "all" : want_stale ? "stale" : "unused", (unsigned long long)removed,
                 (unsigned long long)bytes, dry);
-  msgpack_packer *pk = call->pk;
-  msgpack_pack_map(pk, 3);
-  kiln_pack_kv_u64(pk, "removed", removed);
-  kiln_pack_kv_u64(pk, "bytes", bytes);
-  kiln_pack_kv_bool(pk, "dry_run", dry);
+  kiln_fields_t r;
+  kiln_fields_begin(&r, call->pk);
+  kiln_fields_u64(&r, "removed", removed);
+  kiln_fields_u64(&r, "bytes", bytes);
+  kiln_fields_bool(&r, "dry_run", dry);
+  kiln_fields_end(&r);
   return KILN_OK;
 }
