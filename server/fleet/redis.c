@@ -63,6 +63,7 @@ struct kiln_redis {
   bool logged_down; /* the current outage has been logged */
   op_t *head, *tail;
   uint32_t npending; /* commands sent whose reply has not come */
+  uint64_t reply_bytes; /* what the reply being parsed has cost so far (the create_* hooks) */
   redisReplyObjectFunctions fns;
   kiln_redis_stats_t st;
   int handles_open;
@@ -289,11 +290,15 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
 }
 
 /* The reply constructors hiredis's reader calls (its default table is static in hiredis.c,
- * so ours wrap the pointers taken from the first context's reader). Ours refuse, before
- * anything is allocated, an array of more than MAX_ARRAY elements, and any reply that
- * arrives while no command of ours waits for one: hiredis 0.14 asserts (aborts kilnd) on
- * such a spontaneous reply. A refusal makes the reader fail ("out of memory"), and hiredis
- * drops the connection like any other broken one. */
+ * so ours wrap the pointers taken from the first context's reader). hiredis frees consumed
+ * input as it builds the reply tree, so the bound on buffered input (over_bound) does not bound
+ * the tree: ours refuse, before anything is allocated, any reply that arrives while no command
+ * of ours waits for one (hiredis 0.14 asserts, aborting kilnd, on such a spontaneous reply), an
+ * array inside an array (no command of ours gets one), an array of more than MAX_ARRAY
+ * elements, and a reply whose strings plus OBJECT_COST per object pass max_reply in all. A
+ * refusal makes the reader fail ("out of memory"), and hiredis drops the connection like any
+ * other broken one. */
+#define OBJECT_COST 64 /* a redisReply and its allocation overhead, rounded up */
 static redisReplyObjectFunctions defaults;
 
 static bool expected(const redisReadTask *task) {
@@ -301,21 +306,31 @@ static bool expected(const redisReadTask *task) {
   return task->parent != NULL || (r && r->npending > 0);
 }
 
+/* Charges one object of `bytes` to the reply it belongs to; a root object starts a new reply. */
+static bool afford(const redisReadTask *task, uint64_t bytes) {
+  kiln_redis_t *r = task->privdata;
+  if (!r) return expected(task);
+  if (!expected(task)) return false;
+  if (task->parent == NULL) r->reply_bytes = 0;
+  r->reply_bytes += OBJECT_COST + bytes;
+  return r->reply_bytes <= r->max_reply;
+}
+
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
-  return expected(task) ? defaults.createString(task, str, len) : NULL;
+  return afford(task, len) ? defaults.createString(task, str, len) : NULL;
 }
 
 static void *create_array(const redisReadTask *task, int elements) {
-  if (!expected(task) || elements < 0 || elements > MAX_ARRAY) return NULL;
-  return defaults.createArray(task, elements);
+  if (task->parent != NULL || elements < 0 || elements > MAX_ARRAY) return NULL;
+  return afford(task, (uint64_t)elements * sizeof(void *)) ? defaults.createArray(task, elements) : NULL;
 }
 
 static void *create_integer(const redisReadTask *task, long long v) {
-  return expected(task) ? defaults.createInteger(task, v) : NULL;
+  return afford(task, 0) ? defaults.createInteger(task, v) : NULL;
 }
 
 static void *create_nil(const redisReadTask *task) {
-  return expected(task) ? defaults.createNil(task) : NULL;
+  return afford(task, 0) ? defaults.createNil(task) : NULL;
 }
 
 static bool queue_handshake(kiln_redis_t *r, int step, int argc, const char **argv) {

@@ -1,8 +1,9 @@
 /* One connection to Redis on kilnd's loop (hiredis's async API and its libuv adapter),
  * made to survive Redis: it reconnects with backoff when Redis goes away or restarts, every
  * command has a deadline (a Redis that stops answering is dropped, its commands fail and the
- * connection is made again), and replies are bounded (a reply buffer past max_reply bytes or
- * an array past 4096 elements drops the connection), so a hostile or broken Redis costs the
+ * connection is made again), and replies are bounded (a reply buffer or a parsed reply tree
+ * past max_reply bytes, an array past 4096 elements, or an array inside an array drops the
+ * connection), so a hostile or broken Redis costs the
  * caller a failed command and nothing else.
  *
  * Commands are accepted only while the connection is up (connected, AUTH and SELECT done);
