@@ -206,3 +206,54 @@ def test_the_client_imports_without_redis():
 def test_a_fleet_url_that_does_not_answer_is_unavailable():
     with pytest.raises(kiln.Unavailable):
         kiln.connect("fleet:redis://127.0.0.1:1/0", device="cpu")
+
+
+def test_a_forged_tcp_host_never_receives_a_token(kilnds, redis_server):
+    """REVIEW F4: records are not signed, so a Redis writer can add a host of its own. With a
+    token, placement takes only tls: and unix: hosts: a forged tcp: one is skipped, its listener
+    receives nothing; insecure_tcp=True opts back in (and shows the listener would hear it)."""
+    import socket
+    import threading
+    r = redis_server()
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(4)
+    lst.settimeout(0.2)
+    url = "tcp:127.0.0.1:%d" % lst.getsockname()[1]
+    got, stop = [], []
+
+    def grab():
+        while not stop:
+            try:
+                c, _ = lst.accept()
+            except OSError:
+                continue
+            c.settimeout(2)
+            try:
+                got.append(c.recv(4096))
+            except OSError:
+                pass
+            c.close()
+    t = threading.Thread(target=grab, daemon=True)
+    t.start()
+    try:
+        rc = r.client()
+        rc.set("kiln:host:" + url, fake_record(url, "x"), px=60000)
+        rc.sadd("kiln:hosts", url)
+        furl = "fleet:" + r.url
+        for call in (lambda: kiln.connect(furl, device="cuda", token="TENANT-SECRET", timeout=1),
+                     lambda: kiln.fleet.sessions(r.url, "cuda", token="TENANT-SECRET", timeout=1)):
+            with pytest.warns(UserWarning, match="skipped " + url):
+                try:
+                    assert call() == []
+                except kiln.Unavailable as e:
+                    assert url not in str(e)
+        time.sleep(0.3)
+        assert got == []
+        with pytest.raises(kiln.Unavailable):  # the opt-in: it goes there (and gets no answer)
+            kiln.connect(furl, device="cuda", token="TENANT-SECRET", timeout=1, insecure_tcp=True)
+        assert wait_until(lambda: got, 3) and b"TENANT-SECRET" in got[0]
+    finally:
+        stop.append(1)
+        lst.close()
+        t.join(2)

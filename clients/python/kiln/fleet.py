@@ -16,12 +16,19 @@ reads. It needs the ``redis`` package (Debian: python3-redis), imported on first
 
 Redis AUTH: ``password=``/``username=``, else the file named by ``$KILN_FLEET_AUTH_FILE``
 (one line: PASSWORD or USER PASSWORD, as kilnd's ``--fleet-auth-file``).
+
+The registry is trusted for *where* sessions go: records are not signed, so whoever can write
+to the fleet's Redis can add a host. With a credential (``token=``, ``$KILN_TOKEN`` or a
+client certificate), placement therefore takes only ``tls:`` hosts (verified with the
+caller's TLS options) and ``unix:`` ones, and skips ``tcp:`` hosts with a warning, unless
+``insecure_tcp=True``; and Redis write access must be limited to the kilnd hosts.
 """
 
 import collections
 import os
 import random
 import sys
+import warnings
 
 from .errors import InvalidArgument, KilnError, Unavailable
 
@@ -171,6 +178,28 @@ def placements(url, device=None, **kw):
     return found
 
 
+def _credentialed(connect_kw):
+    return bool(connect_kw.get("token") or os.environ.get("KILN_TOKEN") or connect_kw.get("tls_cert")
+                or os.environ.get("KILN_TLS_CERT"))
+
+
+def _trusted(found, connect_kw, insecure_tcp):
+    """(host, device) pairs a session may go to: with a credential, tls: and unix: hosts only
+    (a forged tcp: record would collect the token in clear), unless insecure_tcp."""
+    pairs = []
+    skipped = set()
+    guard = _credentialed(connect_kw) and not insecure_tcp
+    for host, dev in found:
+        if guard and not host.url.startswith(("tls:", "unix:")):
+            skipped.add(host.url)
+            continue
+        pairs.append((host, dev))
+    if skipped:
+        warnings.warn("kiln.fleet: skipped %s: a token is sent only to tls: or unix: hosts (pass "
+                      "insecure_tcp=True to send it over tcp:)" % ", ".join(sorted(skipped)), stacklevel=3)
+    return pairs
+
+
 def _open(host, dev, connect_kw):
     from .session import connect
     s = connect(host.url, **connect_kw)
@@ -179,13 +208,15 @@ def _open(host, dev, connect_kw):
     return s
 
 
-def connect(url, device=None, password=None, username=None, **connect_kw):
+def connect(url, device=None, password=None, username=None, insecure_tcp=False, **connect_kw):
     """A session on the least loaded host serving ``device`` (a kind: 'cuda', 'hsa'/'rocm',
     'gpu', 'cpu'; or an id like 'cuda:1'); ``s.fleet_device`` is the device chosen and
-    ``s.fleet_host`` the host's record. Hosts that do not answer are skipped.
+    ``s.fleet_host`` the host's record. Hosts that do not answer are skipped, and so, when a
+    credential goes along, are ``tcp:`` hosts unless ``insecure_tcp`` (the module's docstring).
     ``connect_kw`` go to kiln.connect (token, tls_ca, ...)."""
     tried = []
-    for host, dev in placements(url, device, password=password, username=username):
+    for host, dev in _trusted(placements(url, device, password=password, username=username), connect_kw,
+                              insecure_tcp):
         try:
             return _open(host, dev, connect_kw)
         except Unavailable as e:
@@ -194,11 +225,13 @@ def connect(url, device=None, password=None, username=None, **connect_kw):
         url, device or "any device", (" (" + "; ".join(tried) + ")") if tried else ""))
 
 
-def sessions(url, device_kind=None, password=None, username=None, **connect_kw):
+def sessions(url, device_kind=None, password=None, username=None, insecure_tcp=False, **connect_kw):
     """One session per matching device of every live host (fan-out), least loaded first;
-    each has ``fleet_device``. Hosts that do not answer are left out."""
+    each has ``fleet_device``. Hosts that do not answer are left out, and so are ``tcp:``
+    hosts when a credential goes along, unless ``insecure_tcp`` (as ``connect``)."""
     out = []
-    for host, dev in placements(url, device_kind, password=password, username=username):
+    for host, dev in _trusted(placements(url, device_kind, password=password, username=username),
+                              connect_kw, insecure_tcp):
         try:
             out.append(_open(host, dev, connect_kw))
         except Unavailable:

@@ -384,7 +384,7 @@ def search_list():
 
 
 def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
-            tls_ca=None, tls_cert=None, tls_key=None, ssl_context=None, device=None):
+            tls_ca=None, tls_cert=None, tls_key=None, ssl_context=None, device=None, insecure_tcp=False):
     """Connects to kilnd and says hello.
 
     ``url``: ``tcp:HOST:PORT``, ``tls:HOST:PORT`` or ``unix:PATH``. Without one: ``$KILN_URL``;
@@ -400,12 +400,15 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
     (docs/python.md).
     ``fleet:redis://HOST:PORT/DB`` (or ``fleet:unix:PATH``): a session on the least loaded host
     of a kiln fleet that serves ``device`` (a kind: "cuda", "hsa", "gpu", "cpu"), chosen from
-    its registry on Redis (``kiln.fleet``); ``s.fleet_device`` is the device it picked.
+    its registry on Redis (``kiln.fleet``); ``s.fleet_device`` is the device it picked. With a
+    credential, only ``tls:`` and ``unix:`` hosts of the registry are used unless
+    ``insecure_tcp=True`` (the registry decides where the token goes: docs/python.md).
     """
     if isinstance(url, str) and url.startswith("fleet:"):  # placed by kiln.fleet
         from . import fleet
         return fleet.connect(url, device=device, token=token, client=client, timeout=timeout, tls_ca=tls_ca,
-                             tls_cert=tls_cert, tls_key=tls_key, ssl_context=ssl_context)
+                             tls_cert=tls_cert, tls_key=tls_key, ssl_context=ssl_context,
+                             insecure_tcp=insecure_tcp)
     if device is not None:
         raise InvalidArgument("device= places a session on a fleet: it goes with a fleet: URL")
     tls = ssl_context or {"ca": tls_ca, "cert": tls_cert, "key": tls_key}
