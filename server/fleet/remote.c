@@ -66,6 +66,7 @@ struct kiln_remote {
   char token[33]; /* this kilnd's lock value */
   lookup_t *lookups;
   held_t *held;
+  struct put_ctx *puts; /* SETs sent, reply not come */
   uv_timer_t renew;
   kiln_remote_stats_t st;
 };
@@ -359,10 +360,13 @@ static bool release(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES])
 typedef struct put_ctx {
   kiln_remote_t *rc;
   size_t len;
+  struct put_ctx *next, **prev; /* rc->puts: freed at destroy, whose pending callbacks never run */
 } put_ctx_t;
 
 static void on_put(void *arg, const redisReply *r) {
   put_ctx_t *p = arg;
+  *p->prev = p->next;
+  if (p->next) p->next->prev = p->prev;
   if (r && r->type == REDIS_REPLY_STATUS) {
     p->rc->st.puts++;
     p->rc->st.bytes_written += p->len;
@@ -391,8 +395,15 @@ void kiln_remote_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES]
       size_t lens[] = {3, strlen(name), KILN_REMOTE_HEADER_BYTES + len};
       p->rc = rc;
       p->len = len;
-      if (kiln_redis_command(rc->redis, on_put, p, 3, argv, lens)) p = NULL; /* hiredis copied e */
-      else rc->st.put_errors++;
+      if (kiln_redis_command(rc->redis, on_put, p, 3, argv, lens)) { /* hiredis copied e */
+        p->next = rc->puts;
+        p->prev = &rc->puts;
+        if (rc->puts) rc->puts->prev = &p->next;
+        rc->puts = p;
+        p = NULL;
+      } else {
+        rc->st.put_errors++;
+      }
     } else {
       rc->st.put_errors++;
     }
@@ -474,6 +485,11 @@ void kiln_remote_destroy(kiln_remote_t *rc) {
     free(h);
   }
   rc->held = NULL;
+  for (put_ctx_t *p = rc->puts, *n; p; p = n) {
+    n = p->next;
+    free(p);
+  }
+  rc->puts = NULL;
   uv_close((uv_handle_t *)&rc->renew, renew_closed);
 }
 
