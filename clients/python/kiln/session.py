@@ -131,7 +131,8 @@ class Session:
 
     def call_async(self, method, params=None, **fields):
         """Sends any method with a params map (``params`` and/or keyword fields) and
-        returns a Future of its raw result."""
+        returns a Future of its raw result (a ``concurrent.futures.Future``, awaitable:
+        ``await s.call_async("ping")``; every ``*_async`` method returns one)."""
         p = dict(params or {})
         p.update(fields)
         return self._conn.request(method, p)
@@ -296,8 +297,9 @@ class Session:
 
     def on_notification(self, fn):
         """Calls ``fn(method, params)`` for each notification the daemon sends (``progress``
-        of long jobs), in whichever thread reads it. ``error`` notifications are not passed:
-        they become the exception of the requests that the closed connection fails."""
+        of long jobs), in whichever thread reads it, while that thread reads: a blocking call
+        on this session from ``fn`` raises RuntimeError. ``error`` notifications are not
+        passed: they become the exception of the requests that the closed connection fails."""
         self._conn.on_notification = fn
 
     # -- life ------------------------------------------------------------------------------
