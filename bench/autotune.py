@@ -10,7 +10,9 @@
   template's default knobs.
 - curves: the random tuner on the same task and trial count; best-so-far after N trials of
   both, and how many trials the model took to reach random's final best.
-- conv: ResNet-50's 3x3 64->64 56x56 layer tuned likewise (its peer: none measured here).
+- conv: ResNet-50's 3x3 64->64 56x56 layer tuned likewise, then side by side with onnxruntime's
+  Conv (one-node model, intra_op_num_threads = the pool's threads, sequential) run by the
+  python of --ort-python (default build/onnx-venv/bin/python: bash .ci/onnx-venv makes it).
 - trial throughput: trials per second with the breakdown (compile: the rounds' compile_batch
   wall time; check: the correctness run with its transfers; time: the `time` requests).
 
@@ -35,6 +37,9 @@ sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 import kiln  # noqa: E402
 from kiln import autotune as at  # noqa: E402
 from kiln.autotune.plot import curve  # noqa: E402
+
+
+CONV = (1, 64, 56, 56, 64, 3, 3, 1, 1)  # ResNet-50's 3x3 layer of its first stage
 
 
 def loadavg():
@@ -88,6 +93,52 @@ def peer_numpy(n, threads):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+PEER_ORT = r"""
+import json, sys, time
+import numpy as np, onnx, onnxruntime as ort
+from onnx import helper, numpy_helper, TensorProto
+threads = int(sys.argv[1])
+N, C, H, W, O, KH, KW, stride, pad = [int(v) for v in sys.argv[2].split(",")]
+OH, OW = (H + 2 * pad - KH) // stride + 1, (W + 2 * pad - KW) // stride + 1
+w = np.random.rand(O, C, KH, KW).astype("float32")
+node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[KH, KW], pads=[pad] * 4, strides=[stride] * 2)
+g = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [N, C, H, W])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [N, O, OH, OW])],
+                      initializer=[numpy_helper.from_array(w, "w")])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+m.ir_version = 8
+so = ort.SessionOptions()
+so.intra_op_num_threads = threads
+so.inter_op_num_threads = 1
+so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+feed = {"x": np.random.rand(N, C, H, W).astype("float32")}
+sess.run(None, feed)
+best = []
+for _ in range(5):
+    t0 = time.perf_counter()
+    sess.run(None, feed)
+    reps = max(1, int(0.3 / max(1e-6, time.perf_counter() - t0)))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        sess.run(None, feed)
+    best.append((time.perf_counter() - t0) / reps)
+best.sort()
+print(json.dumps({"seconds": best[len(best) // 2], "onnxruntime": ort.__version__}))
+"""
+
+
+def peer_ort(python, shapes, threads):
+    if not os.access(python, os.X_OK):
+        return {"error": "no %s (bash .ci/onnx-venv makes it)" % python}
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    p = subprocess.run([python, "-c", PEER_ORT, str(threads), ",".join(map(str, shapes))], capture_output=True,
+                       text=True, env=env, timeout=600)
+    if p.returncode:
+        return {"error": p.stderr[-300:]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def peer_cublas(n):
     sys.path.insert(0, HERE)
     from te_bench import cublas_sgemm
@@ -125,10 +176,11 @@ def breakdown(recs, wall_s):
             "other_s": max(0.0, wall_s - compile_s - check_s - time_s)}
 
 
-def side_by_side(s, dev, r, n, threads, rounds):
+def side_by_side(s, dev, r, n, threads, rounds, peer=None):
     """The tuned and default knobs built again and timed in alternation with the peer, `rounds`
     times: each figure is the median over the rounds (the tuning run's own figures are the
-    best of many noisy measurements, and the peer ran at another moment)."""
+    best of many noisy measurements, and the peer ran at another moment). `peer`: a function
+    returning {"seconds": ...} (default: SGEMM n's peer of the device kind)."""
     import numpy as np
     sp = r.task.space
     mods = {}
@@ -143,7 +195,7 @@ def side_by_side(s, dev, r, n, threads, rounds):
     for _ in range(rounds):
         for name in ("tuned", "default"):
             times[name].append(mods[name].time_evaluator(number=1, repeat=5, min_repeat_ms=200)(*xs).median)
-        p = peer_cublas(n) if dev.kind == "cuda" else peer_numpy(n, threads)
+        p = peer() if peer else peer_cublas(n) if dev.kind == "cuda" else peer_numpy(n, threads)
         times["peer"].append(p.get("seconds"))
         times["peer_info"] = p
     med = {k: sorted(v)[len(v) // 2] if v and None not in v else None for k, v in times.items() if k != "peer_info"}
@@ -173,6 +225,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "autotune.md"))
     ap.add_argument("--note", default="", help="a line about the machine's conditions")
     ap.add_argument("--rounds", type=int, default=3, help="side-by-side rounds after tuning")
+    ap.add_argument("--ort-python", default=os.path.join(ROOT, "build", "onnx-venv", "bin", "python"),
+                    help="a python with onnxruntime and onnx: the conv2d peer")
     a = ap.parse_args()
     parts = set(a.parts.split(","))
     lines = []
@@ -203,11 +257,13 @@ def main():
         if "curves" in parts:
             res["random"] = run_tuner(s, dev, "matmul", (a.n, a.n, a.n), "random", a.trials, tmp, log)
         if "conv" in parts:
-            res["conv"] = run_tuner(s, dev, "conv2d", (1, 64, 56, 56, 64, 3, 3, 1, 1), "model", a.conv_trials,
-                                    tmp, log)
-        final = None
+            res["conv"] = run_tuner(s, dev, "conv2d", CONV, "model", a.conv_trials, tmp, log)
+        final = final_conv = None
         if "sgemm" in parts and "model" in res:
             final = side_by_side(s, dev, res["model"][0], a.n, threads, a.rounds)
+        if "conv" in res and dev.kind == "cpu":
+            final_conv = side_by_side(s, dev, res["conv"][0], 0, threads, a.rounds,
+                                      peer=lambda: peer_ort(a.ort_python, CONV, threads))
         load1 = loadavg()
 
         out("## %s, %s (%s, %s), %s, %d cores, kiln %s" % (started, a.device, dev.name, dev.arch, platform.node(),
@@ -288,6 +344,28 @@ def main():
             out("tuned `%s`: %.3f ms, %.1f GFLOP/s%s." % (
                 json.dumps(r.best["knobs"], sort_keys=True), b["mean"] * 1e3, b["gflops"],
                 "; default knobs %.3f ms (tuned %.2fx)" % (df["mean"] * 1e3, df["mean"] / b["mean"]) if df else ""))
+            out()
+        if final_conv:
+            med, times, err = final_conv
+            flop = res["conv"][0].task.space.flops
+            peer = times["peer_info"]
+            pname = "onnxruntime %s Conv, %d threads" % (peer.get("onnxruntime"), threads)
+            out("Side by side after tuning, alternated %d times as for SGEMM (onnxruntime: a one-node model, "
+                "intra_op_num_threads %d, sequential, its own loop). Tuned build's max abs error against numpy: "
+                "%.2g." % (a.rounds, threads, err))
+            out()
+            out("| | time | GFLOP/s | rounds (ms) |")
+            out("|---|---|---|---|")
+            for k, name in (("tuned", "kiln tuned"), ("default", "kiln default knobs"), ("peer", pname)):
+                if med.get(k):
+                    out("| %s | %.3f ms | %.1f | %s |" % (name, med[k] * 1e3, flop / med[k] / 1e9,
+                                                         " ".join("%.2f" % (x * 1e3) for x in times[k])))
+                else:
+                    out("| %s | – | – | %s |" % (name, peer.get("error")))
+            if med.get("peer") and med.get("tuned"):
+                out()
+                out("Tuned kiln conv2d is **%.0f%%** of %s; %.2fx its default knobs." % (
+                    100 * med["peer"] / med["tuned"], pname, med["default"] / med["tuned"]))
             out()
         if res:
             out("### Trial throughput")
