@@ -47,6 +47,12 @@ def test_space_keeps_the_old_configurations_and_the_new_rules():
     assert "shared" in sp.check(dict(big, double_buffer=True))  # 64 KiB: over sm_90's static 48
     # 64 threads staging 64 x 32 of A and 32 x 64 of B: 64 registers each
     assert "prefetch" in sp.check(dict(sp.default(), k_tile=32, thread_m=8, thread_n=8, double_buffer=True))
+    # with vec: 8 x 16 tiles (128 accumulators) and 256-wide blocks; 32-row tiles and 1024
+    # threads with 64 accumulators each spill (ptxas -v), so the register estimate refuses them
+    assert sp.check(dict(sp.default(), block_m=128, block_n=256, k_tile=8, thread_m=16, thread_n=16, vec=4)) is None
+    assert "registers" in sp.check(dict(sp.default(), block_m=128, block_n=128, thread_m=4, thread_n=32, vec=4))
+    assert "registers" in sp.check(dict(sp.default(), block_m=256, block_n=256, thread_m=32, thread_n=32, vec=4))
+    assert "registers" in sp.check(dict(sp.default(), block_m=256, block_n=128, thread_m=16, thread_n=16))
     vector = [fn for name, _, fn in sp.rules if name == "vector"][0]
     assert not vector(dict(sp.default(), k_tile=4, vec=8)) and vector(dict(sp.default(), k_tile=8, vec=4))
     # records made before the knobs existed still key and describe (their defaults)

@@ -57,6 +57,15 @@ def _staged(c):
     return sum(per)
 
 
+def _registers(c):
+    """Registers a GPU matmul work-item needs, estimated: its accumulators, its A fragments
+    (LLVM merges them into 128-bit shared loads along k, so more than one k step's are live:
+    2 a row, fitted to ptxas -v on sm_90), a B fragment, the staging copies' elements, and 40 for
+    addresses and indices."""
+    rows, cols = c["block_m"] // c["thread_m"], c["block_n"] // c["thread_n"]
+    return rows * cols + 2 * rows + cols + _staged(c) + 40
+
+
 def _fit(cands, n):
     """Candidates no larger than the dimension (the smallest one always stays)."""
     keep = [c for c in cands if c <= n]
@@ -126,7 +135,7 @@ class Space:
             return
         L = self.limits
         esize = np.dtype(self.dtype).itemsize
-        self.knobs = {"block_m": _fit([16, 32, 64, 128], M), "block_n": _fit([16, 32, 64, 128], N),
+        self.knobs = {"block_m": _fit([16, 32, 64, 128, 256], M), "block_n": _fit([16, 32, 64, 128, 256], N),
                       "thread_m": [4, 8, 16, 32], "thread_n": [4, 8, 16, 32], "k_tile": _fit([4, 8, 16, 32], K),
                       # 128-bit staging copies; double-buffered shared tiles (issue 15 item 6)
                       "vec": [1, 16 // esize] if esize < 16 else [1], "double_buffer": [False, True]}
@@ -141,8 +150,16 @@ class Space:
                    % (esize, L["max_shared"]),
                    lambda c: (c["block_m"] + c["block_n"]) * c["k_tile"] * esize * (2 if c["double_buffer"] else 1)
                    <= L["max_shared"])
-        self._rule("registers", "(block_m / thread_m) * (block_n / thread_n) <= 64 accumulators a thread",
-                   lambda c: (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"]) <= 64)
+        # vec 1 keeps the old space's bound (blocks up to 128, 64 accumulators); with vec the
+        # estimate of _registers() within what the block leaves a thread (ptxas -v, sm_90:
+        # 8 x 16 tiles fit 255 registers without spills, 32-row tiles and 1024-thread blocks do not)
+        self._rule("registers", "vec 1: (block_m / thread_m) * (block_n / thread_n) <= 64 and blocks <= 128; "
+                   "vec > 1: thread tiles of at most 16 x 16, accumulators + 2 * tile rows + tile columns + "
+                   "staged elements + 40 <= min(255, 65536 / threads)",
+                   lambda c: max(c["block_m"] // c["thread_m"], c["block_n"] // c["thread_n"]) <= 16
+                   and _registers(c) <= min(255, 65536 // (c["thread_m"] * c["thread_n"])) if c["vec"] > 1
+                   else (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"]) <= 64
+                   and max(c["block_m"], c["block_n"]) <= 128)
         self._rule("prefetch", "double-buffered: (block_m + block_n) * k_tile / threads <= 32 elements a thread "
                    "prefetches in registers",
                    lambda c: not c["double_buffer"] or _staged(c) <= 32)
