@@ -121,11 +121,12 @@ def tune_size(session, dev, n, budget_s, records):
     trials = 0
     res = None
     while time.time() - start < budget_s:
-        trials += 8
-        res = tune(task, [(session, dev)], trials=trials, tuner="model", records=records, repeat=3,
+        # `trials` counts the task's records, resumed ones too: 8 more than it holds
+        res = tune(task, [(session, dev)], trials=trials + 8, tuner="model", records=records, repeat=3,
                    min_repeat_ms=20, timeout_ms=10000, lease_s=120, progress=sys.stderr)
-        if len(res.records) < trials:
+        if len(res.records) < trials + 8:
             break  # the space is exhausted
+        trials = len(res.records)
     spent = time.time() - start
     return res, spent
 
