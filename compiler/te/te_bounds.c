@@ -252,7 +252,8 @@ static int64_t staged_elements(const te_program_t *p, const te_tensor_t *t) {
     const te_var_t *v = &p->vars[t->leaves[i]];
     if (v->bind >= 0) continue;
     if (v->cext <= 0) return -1;
-    n *= v->cext;
+    /* stop past the limit: split factors reach 2^30, and a wrapped product would pass */
+    if (__builtin_mul_overflow(n, v->cext, &n) || n > TE_DB_MAX_STAGED) return INT64_MAX;
   }
   return n;
 }

@@ -1142,5 +1142,20 @@ Test(te, double_buffer_and_storage_align_errors) {
                     "{'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.x'},"
                     "{'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ko'},"
                     "{'op': 'double_buffer', 'stage': 'AS'}"),
+               "at most 256");  /* three leaves of 2^30 each: a product that wraps must not pass for a small one */
+  expect_error("{'te': 1, 'tensors': ["
+               " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [4, 4, 4]},"
+               " {'name': 'C', 'op': 'compute', 'dtype': 'float32', 'shape': [4, 4], 'axes': ['i', 'j'],"
+               "  'reduce_axes': [{'name': 'k', 'extent': 4}],"
+               "  'body': ['reduce', 'sum', ['load', 'A', [['var', 'i'], ['var', 'j'], ['var', 'k']]], ['k']]}],"
+               " 'schedule': ["
+               "  {'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'},"
+               "  {'op': 'split', 'stage': 'C', 'var': 'k', 'factor': 2, 'outer': 'ko', 'inner': 'ki'},"
+               "  {'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ko'},"
+               "  {'op': 'split', 'stage': 'AS', 'var': 'ax0', 'factor': 1073741824, 'outer': 'a0', 'inner': 'b0'},"
+               "  {'op': 'split', 'stage': 'AS', 'var': 'ax1', 'factor': 1073741824, 'outer': 'a1', 'inner': 'b1'},"
+               "  {'op': 'split', 'stage': 'AS', 'var': 'ax2', 'factor': 1073741824, 'outer': 'a2', 'inner': 'b2'},"
+               "  {'op': 'double_buffer', 'stage': 'AS'}],"
+               " 'kernels': [{'name': 'c', 'args': ['A', 'C']}]}",
                "at most 256");
 }
