@@ -139,8 +139,7 @@ def test_cancel_a_queued_compile(fresh_daemon, tmp_path):
         f = s.compile_async(quick(900), target="cpu")
         seen = []
         f.add_done_callback(lambda fut: seen.append(fut.cancelled()))
-        n = f.cancel(timeout=30)  # the one worker builds batch items: the compile is queued
-        assert n == 1 and f.cancelled() and f.done()
+        assert f.cancel() is True and f.cancelled() and f.done()  # at once, with no round trip
         with pytest.raises(kiln.Cancelled):
             f.result()
         with pytest.raises(cf.CancelledError):
@@ -149,10 +148,11 @@ def test_cancel_a_queued_compile(fresh_daemon, tmp_path):
         while not seen and time.monotonic() < deadline:
             time.sleep(0.01)
         assert seen == [True]
-        assert f.cancel() == 0  # a finished request has nothing to cancel
-        assert s.ping_async().cancel() == 0  # nor has a method that cannot be cancelled
+        assert f.cancel() is False  # a finished request has nothing to cancel
+        assert s.ping_async().cancel() is False  # nor has a method that cannot be cancelled
+        # the one worker builds batch items: the compile was queued, and the daemon dropped it
         assert s.stats()["compile"]["cancelled"] == before + 1
-        busy.cancel(timeout=30)
+        assert busy.cancel() is False  # a batch is not cancelled as a whole
         assert all(isinstance(r, (kiln.Module, kiln.Cancelled)) for r in busy.result(timeout=120))
 
         # an asyncio task awaiting a compile, cancelled: the daemon is told (cancel)
@@ -163,7 +163,7 @@ def test_cancel_a_queued_compile(fresh_daemon, tmp_path):
             t.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await t
-            blocker.cancel(timeout=30)
+            blocker.cancel()
             return await blocker
         asyncio.run(main())
         assert s.stats()["compile"]["cancelled"] >= before + 2
@@ -280,3 +280,127 @@ def test_a_forked_child_leaves_the_private_daemon_alone(kilnd_bin, tmp_path):
     pid, alive, pong = r.stdout.split()
     assert alive == "True" and pong == "pong"
     assert gone(int(pid)), "the private kilnd outlived its Python process"
+
+
+def _sender_blocked(s, t, big, reading=True):
+    """Starts a thread uploading ``big`` into ``t`` while kilnd is stopped, and returns it
+    (and an event set when its send is done) once its send found the socket full: it holds
+    the send lock, and with ``reading`` the reader role too (it reads replies while it waits
+    when no other thread reads)."""
+    sent = threading.Event()
+    b = threading.Thread(target=lambda: (t.copyfrom_async(big), sent.set()), name="big-sender")
+    b.start()
+    deadline = time.monotonic() + 30
+    # white box: who holds what
+    while not s._conn._send_lock.locked() or (reading and s._conn._reader_ident != b.ident):
+        assert time.monotonic() < deadline and b.is_alive(), "the sender never blocked"
+        time.sleep(0.001)
+    return b, sent
+
+
+def _finished(f):
+    return f._state in kiln._rpc._DONE_STATES  # done() would read: no peeking that way
+
+
+@pytest.mark.parametrize("how", ["callback", "await"])
+def test_callbacks_run_while_another_thread_sends(fresh_daemon, tmp_path, how):
+    # Review F5: a thread whose send finds the socket full reads replies while it waits (or
+    # kilnd would stop reading it), and completes other threads' futures; their callbacks
+    # waited for a later read, which never came when the session went quiet: a done callback
+    # (and so an asyncio await) stalled while a large body was sent, and after it too.
+    # Here kilnd is stopped while the sender blocks, so the ping's answer is read by the
+    # sender (the reader thread started by the callback finds the role taken); once the
+    # answer is read kilnd is stopped again, so the body cannot finish before the callback runs.
+    d = fresh_daemon(listen=["unix:" + str(tmp_path / "k.sock")])
+    with kiln.connect(d.urls[0]) as s:
+        big = np.ones(4 * kiln.nd._chunk_bytes(s) // 4, "float32")  # four messages
+        t = kiln.nd.empty(big.shape, "float32", s.cpu(0))
+        os.kill(d.pid, signal.SIGSTOP)
+        try:
+            f = s.ping_async()  # ahead of the body in the stream: answered first
+            b, sent = _sender_blocked(s, t, big)
+            ran, ev, again = [], threading.Event(), []
+            if how == "callback":
+                def cb(fut):
+                    ran.append((fut.result(), sent.is_set()))
+                    ev.set()
+                    again.append(s.ping())  # a callback may send (it waits for the send lock)
+                f.add_done_callback(cb)
+            else:
+                def await_it():
+                    async def main():
+                        return await asyncio.wait_for(asyncio.wrap_future(f), 60)
+                    ran.append((asyncio.run(main()), sent.is_set()))
+                    ev.set()
+                threading.Thread(target=await_it, daemon=True).start()
+                deadline = time.monotonic() + 30
+                while not f._watched:  # white box: the loop has wrapped (and so watches) it
+                    assert time.monotonic() < deadline, "asyncio never wrapped the future"
+                    time.sleep(0.001)
+            os.kill(d.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 30
+            while not _finished(f):
+                assert time.monotonic() < deadline, "the ping was never answered"
+                time.sleep(0.001)
+            os.kill(d.pid, signal.SIGSTOP)  # the body stays unfinished from here on
+            assert ev.wait(30), "the ping is done but its callback (await) never ran"
+            assert ran == [("pong", False)], ran
+        finally:
+            os.kill(d.pid, signal.SIGCONT)
+        b.join(60)
+        assert sent.is_set()
+        if how == "callback":
+            deadline = time.monotonic() + 30
+            while not again and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert again == ["pong"]
+        assert np.array_equal(t.numpy()[-4:], big[-4:])
+        assert s.ping() == "pong"
+
+
+def test_cancel_returns_while_kilnd_is_stopped(fresh_daemon, tmp_path):
+    # Review F7: cancel() waited for the daemon's answer; asyncio calls it from its event loop
+    # when a task awaiting a compile is cancelled (asyncio.wait_for's timeout), so the loop froze
+    # until an unresponsive kilnd answered. Now it sends `cancel` and returns at once.
+    d = fresh_daemon("--compile-workers", "1", listen=["unix:" + str(tmp_path / "k.sock")])
+    with kiln.connect(d.urls[0]) as s:
+        before = s.stats()["compile"]["cancelled"]
+        big = np.ones(kiln.nd._chunk_bytes(s) // 4, "float32")
+        t = kiln.nd.empty(big.shape, "float32", s.cpu(0))
+        busy = s.compile_batch_async([(_slow(200 + i), "cpu") for i in range(30)])
+        os.kill(d.pid, signal.SIGSTOP)
+        resumed = threading.Event()
+
+        def resume():  # only a safety net: the test fails if it was needed
+            resumed.set()
+            os.kill(d.pid, signal.SIGCONT)
+        safety = threading.Timer(60, resume)
+        safety.start()
+        try:
+            async def main():
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(s.compile_async(quick(950), target="cpu"), 0.2)
+            asyncio.run(main())
+            assert not resumed.is_set(), "the event loop waited for kilnd"
+            f = s.compile_async(quick(951), target="cpu")
+            assert f.cancel() is True and f.cancelled() and f.done()
+            with pytest.raises(kiln.Cancelled):
+                f.result(0)
+            assert f.cancel() is False  # a finished request has nothing to cancel
+            assert busy.cancel() is False  # a batch still completes, its queued items cancelled
+            # with the send lock held by a thread stuck in a large send, too: the cancel
+            # waits in the queue of fire-and-forget messages, sent when the lock is free
+            g = s.compile_async(quick(952), target="cpu")
+            sender, sent = _sender_blocked(s, t, big, reading=False)
+            assert g.cancel() is True and g.cancelled()
+            assert not resumed.is_set() and not sent.is_set(), "cancel() waited for kilnd"
+        finally:
+            safety.cancel()
+            os.kill(d.pid, signal.SIGCONT)
+        sender.join(60)
+        assert sent.is_set()
+        res = busy.result(timeout=120)
+        assert any(isinstance(r, kiln.Cancelled) for r in res)
+        s.sync(60)  # every cancel was sent and answered
+        assert s.stats()["compile"]["cancelled"] > before
+        assert s.compile(quick(950), target="cpu").id  # the session still works

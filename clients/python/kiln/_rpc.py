@@ -8,10 +8,13 @@ no thread switch (a reader thread in between adds ~80 us per round trip in CPyth
 that someone waits on without reading (done callbacks, concurrent.futures.wait, asyncio)
 are *watched*: a reader thread per connection, started on demand, takes the role while any
 is. A sender whose socket is full reads replies while it waits, so a client that pipelines
-many requests cannot deadlock against the daemon's backpressure.
+many requests cannot deadlock against the daemon's backpressure; the callbacks of what it
+completes run in a callback thread meanwhile (the sender holds the send lock until its
+whole body is out).
 
-Replies to fire-and-forget requests (the ``free`` of a collected tensor) are read and
-dropped by whoever reads next; ``close()`` waits for them briefly.
+Fire-and-forget requests (the ``free`` of a collected tensor, ``Future.cancel``) never wait
+for the send lock: they are queued and sent by the next thread that sends or reads. Their
+replies are read and dropped by whoever reads next; ``close()`` waits for them briefly.
 """
 
 import collections
@@ -180,8 +183,8 @@ class Future(_cf.Future):
     ``concurrent.futures.wait``/``as_completed``, ``asyncio.wrap_future`` or ``await``) starts
     the session's reader thread, which completes futures as their replies arrive and stops
     when nobody waits so. ``done()`` reads what has arrived when no thread is reading.
-    Callbacks run in the thread that read the reply, after it stopped reading, so they may
-    make blocking calls on the session."""
+    Callbacks run in the thread that read the reply, after it stopped reading (or, when a
+    sender read it, in a callback thread), so they may make blocking calls on the session."""
 
     # What concurrent.futures.Future.__init__ makes per future (a Condition, two lists) costs
     # more than the rest of a request: the lock is the connection's, the lists come when used.
@@ -224,21 +227,26 @@ class Future(_cf.Future):
         """Whether the request was cancelled (``cancel()``, or the daemon answered E_CANCELLED)."""
         return self._state in _DONE_STATES and isinstance(self._exception, Cancelled)
 
-    def cancel(self, timeout=None):
-        """Asks the daemon to drop this request's queued compile work (``cancel``: a
-        ``compile``, or the items of a ``compile_batch`` not yet running; running builds
-        finish). Returns how many items were dropped: 0 (false) when nothing was queued any
-        more, and for other methods, which cannot be cancelled. A ``compile`` that was dropped
-        is cancelled at once (``cancelled()``; ``result()`` raises ``kiln.Cancelled``, a
-        ``concurrent.futures.CancelledError``); a ``compile_batch`` still completes, with a
-        ``kiln.Cancelled`` for each dropped item."""
+    def cancel(self):
+        """Sends ``cancel`` for a pending ``compile`` or ``compile_batch`` (the daemon drops
+        its compile work that is still queued; running builds finish) and returns at once,
+        without waiting for the daemon: asyncio calls it from its event loop when a task
+        awaiting the future is cancelled, and the daemon may be the thing that hangs.
+
+        A pending ``compile`` is cancelled here and now: True, ``cancelled()``, and
+        ``result()`` raises ``kiln.Cancelled`` (a ``concurrent.futures.CancelledError``); the
+        daemon's late answer is read and dropped. A ``compile_batch`` cannot be cancelled as a
+        whole (False): it still completes, with a ``kiln.Cancelled`` for each item the daemon
+        dropped. False also for a finished request and for other methods, which cannot be
+        cancelled."""
         if self._finished() or self.msgid is None or self.method not in ("compile", "compile_batch"):
-            return 0
-        r = self._conn.request("cancel", {"msgid": self.msgid}).result(timeout)
-        n = int(r.get("cancelled", 0)) if isinstance(r, dict) else 0
-        if n and self.method == "compile" and self._conn._forget(self.msgid, self):
+            return False
+        conn = self._conn
+        conn.fire_and_forget("cancel", {"msgid": self.msgid})  # its answer is read and dropped
+        if self.method == "compile" and conn._pending.pop(self.msgid, None) is self:
             self._complete(None, Cancelled("cancelled by the client (its late answer is dropped)"))
-        return n
+            return True
+        return False
 
     def _wait(self, timeout):
         if self._state in _DONE_STATES:
@@ -264,7 +272,8 @@ class Future(_cf.Future):
 
     def add_done_callback(self, fn):
         """Calls ``fn(future)`` when the future completes (at once if it has): in the
-        session's reader thread (started for it) or whichever thread read the reply."""
+        session's reader thread (started for it) or whichever thread read the reply (a
+        callback thread when a sender read it)."""
         self._watch()
         self._add_callback(fn)
 
@@ -414,9 +423,12 @@ class Connection:
         self.on_notification = None  # fn(method, params) for notifications other than "error"
         self._futures_cond = threading.Condition(threading.RLock())  # Future._condition
         self._reader_ident = None   # the thread holding the reader role
-        self._deferred = []         # completed futures whose callbacks run once the role is free
+        # completed futures whose callbacks run once the role is free (a deque: whoever runs
+        # them pops one at a time, so no thread loses another's)
+        self._deferred = collections.deque()
         self._watched = 0           # pending futures someone waits on without reading
         self._reader_on = False     # the reader thread runs (changed under _state)
+        self._runner_on = False     # a callback thread runs (changed under _state)
         self._pid = os.getpid()
         _live.add(self)
 
@@ -507,6 +519,19 @@ class Connection:
         self._leftover = data[n:]
 
     def _send(self, bufs):
+        try:
+            self._send_locked(bufs)
+        finally:
+            # fire-and-forget messages queued while this thread held the lock (a cancel)
+            if (self._backlog or self._leftover) and self._dead is None and self._send_lock.acquire(False):
+                try:
+                    self._flush_nonblocking()
+                except OSError:
+                    pass  # the next send or read reports it
+                finally:
+                    self._send_lock.release()
+
+    def _send_locked(self, bufs):
         with self._send_lock:
             if self._dead is not None:
                 raise self._dead
@@ -578,20 +603,45 @@ class Connection:
         return True
 
     def _release_reader(self, run=True):
-        """Hands the reader role back; with ``run``, then runs the callbacks of the futures
-        completed meanwhile (never while holding the role or the send lock: a callback may
-        make a blocking call on this session)."""
+        """Hands the reader role back, then runs the callbacks of the futures completed
+        meanwhile (never while holding the role or the send lock: a callback may make a
+        blocking call on this session). A sender (``run`` false) holds the send lock until
+        its whole body is out, which may be long: a callback thread runs them now instead."""
         self._reader_ident = None
-        deferred = None
-        if run and self._deferred:
-            deferred, self._deferred = self._deferred, []
         self._read_lock.release()
         if self._waiters:
             with self._state:
                 self._state.notify_all()
-        if deferred:
-            for fut in deferred:
-                _cf.Future._invoke_callbacks(fut)
+        if self._deferred:
+            if run:
+                self._run_deferred()
+            else:
+                self._hand_deferred()
+
+    def _run_deferred(self):
+        d = self._deferred
+        while True:
+            try:
+                fut = d.popleft()
+            except IndexError:
+                return
+            _cf.Future._invoke_callbacks(fut)
+
+    def _hand_deferred(self):
+        """Starts the callback thread unless one runs; it ends when nothing is deferred."""
+        with self._state:
+            if self._runner_on:
+                return  # it looks at the queue again, under this lock, before it ends
+            self._runner_on = True
+        threading.Thread(target=self._runner_main, name="kiln-callbacks %s" % self.url, daemon=True).start()
+
+    def _runner_main(self):
+        while True:
+            self._run_deferred()
+            with self._state:
+                if not self._deferred:
+                    self._runner_on = False
+                    return
 
     def _poll_now(self):
         """Reads what has arrived, without waiting, when no thread is reading (``done()``)."""
@@ -714,7 +764,7 @@ class Connection:
     def _read_once(self, timeout):
         """Reads what has arrived (waiting up to ``timeout`` seconds, None = forever, for
         the first byte) and dispatches every complete message. Caller holds the reader role."""
-        if self._backlog and self._send_lock.acquire(False):
+        if (self._backlog or self._leftover) and self._send_lock.acquire(False):
             try:
                 self._flush_nonblocking()
             except OSError:
@@ -905,14 +955,6 @@ class Connection:
         except OSError:
             pass
 
-    def _forget(self, msgid, fut):
-        """Drops the wait for ``fut``'s reply (a cancelled compile): its late answer is read
-        and dropped like a fire-and-forget one. False when the reply came already."""
-        if self._pending.get(msgid) is not fut:
-            return False
-        self._pending[msgid] = None
-        return True
-
     # -- life ------------------------------------------------------------------------------
 
     def _after_fork_in_child(self):
@@ -922,8 +964,8 @@ class Connection:
         self._read_lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._state = threading.Condition(threading.Lock())
-        self._reader_ident, self._deferred, self._waiters = None, [], 0
-        self._watched, self._reader_on = 0, False
+        self._reader_ident, self._deferred, self._waiters = None, collections.deque(), 0
+        self._watched, self._reader_on, self._runner_on = 0, False, False
         self._backlog.clear()
         self._leftover = b""
         if self._dead is None:
