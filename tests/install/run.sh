@@ -3,7 +3,7 @@
 # docs/client.md's "Building against an installed kiln" program, taken from the document as
 # it is, built with `pkg-config --cflags --libs kiln` (shared, then --static) and run against
 # the installed kilnd; the installed files the docs promise are checked; the unit is checked
-# with systemd-analyze where it exists.
+# with systemd-analyze where it exists, and run by systemd in a container (nspawn.sh).
 #   tests/install/run.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 build=$1 work=$2
@@ -78,4 +78,6 @@ if command -v systemd-analyze >/dev/null; then
   out=$(systemd-analyze verify --man=no "$work/kilnd.service" 2>&1) || fail "systemd-analyze verify: $out"
   if [ -n "$out" ]; then echo "$out" >&2; fail "systemd-analyze verify complained"; fi
 fi
+# and run under a real systemd, in a container, where one can boot here
+bash "$top/tests/install/nspawn.sh" "$root" "$prefix" "$work/nspawn"
 echo "install: the installed files, hello_kiln (shared and static) and the unit: ok"
