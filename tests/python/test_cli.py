@@ -244,3 +244,50 @@ def test_large_put_and_get_in_chunks(kiln_bin, unix_url, tmp_path):
         assert y.shape == x.shape and y.dtype == x.dtype and np.array_equal(x, y)
     finally:
         kiln(kiln_bin, unix_url, "free", tid)
+
+
+def _stop_midway(proc, s, method, before):
+    """SIGSTOPs the CLI process ``proc`` for 1.2 s once kilnd has answered the first of its
+    32 MiB ``method`` requests (the transfer has begun, 2 more to go): the transfer then
+    takes more than a second however fast the machine is."""
+    import signal
+    import time
+    deadline = time.monotonic() + 60
+    while s.stats()["requests"].get(method, 0) <= before:
+        assert proc.poll() is None and time.monotonic() < deadline, "the transfer never began"
+        time.sleep(0.001)
+    os.kill(proc.pid, signal.SIGSTOP)
+    time.sleep(1.2)
+    os.kill(proc.pid, signal.SIGCONT)
+    return proc.communicate(timeout=120)
+
+
+def test_progress_of_a_long_transfer(kiln_bin, unix_url, tmp_path):
+    # Item 10: a put or get that takes more than a second shows its progress on stderr; a
+    # quick one says nothing there.
+    import kiln as kiln_py
+    x = np.arange(17 << 20, dtype=np.float32)  # 68 MiB: 3 writes, 3 reads
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "small.npy", x[:1024])
+    r = kiln(kiln_bin, unix_url, "put", str(tmp_path / "small.npy"))
+    assert r.stderr == ""
+    kiln(kiln_bin, unix_url, "free", r.stdout.strip())
+    env = dict(os.environ)
+    env.pop("KILN_URL", None)
+    with kiln_py.connect(unix_url) as s:
+        counts = s.stats()["requests"]
+        p = subprocess.Popen([kiln_bin, "--url", unix_url, "put", str(tmp_path / "x.npy")], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = _stop_midway(p, s, "write", counts.get("write", 0))
+        assert p.returncode == 0, err
+        tid = out.strip()
+        assert re.search(r"kiln: .*x\.npy: \d+ of 71 MB \(\d+%\), \d+ MB/s", err), err
+        assert "71 of 71 MB (100%)" in err and err.endswith("\n"), err
+        counts = s.stats()["requests"]
+        p = subprocess.Popen([kiln_bin, "--url", unix_url, "get", tid, str(tmp_path / "y.npy")], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = _stop_midway(p, s, "read", counts.get("read", 0))
+        kiln(kiln_bin, unix_url, "free", tid)
+        assert p.returncode == 0, err
+        assert re.search(r"kiln: .*y\.npy: \d+ of 71 MB \(\d+%\), \d+ MB/s", err), err
+    assert np.array_equal(np.load(tmp_path / "y.npy"), x)
