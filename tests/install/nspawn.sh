@@ -21,7 +21,7 @@ case $prefix in /usr/*) ;; *) skip "the prefix $prefix is not under /usr (only /
 mkdir -p "$work"
 name=kiln-install-$$
 # numpy finds its BLAS through /etc/alternatives, which the empty /etc lacks
-systemd-nspawn -D / --volatile=yes -M "$name" --register=no --keep-unit --console=read-only \
+systemd-nspawn -D / --volatile=yes -M "$name" --register=no --keep-unit --console=read-only --private-network \
   --bind-ro="$root:$prefix" --bind-ro="$top/clients/python:/opt/kilnpy" --bind-ro=/etc/alternatives \
   -b systemd.firstboot=off >"$work/nspawn.log" 2>&1 &
 ns=$!
@@ -64,6 +64,9 @@ out=$(as member /usr/bin/python3 -c "$client" 2>&1) || fail "a member of kiln: $
 out=$(as outsider env KILN_AUTOSTART=0 /usr/bin/python3 -c "$client" unix:/run/kiln/kiln.sock 2>&1) &&
   fail "a user outside kiln connected: $out"
 grep -q "Permission denied" <<<"$out" || fail "a user outside kiln: $out"
+# nor through the client's search list: the installed file opens no TCP port around the group
+out=$(as outsider env KILN_AUTOSTART=0 /usr/bin/python3 -c "$client" 2>&1) && fail "a user outside kiln connected: $out"
+grep -q "no kilnd found" <<<"$out" || fail "a user outside kiln, without a URL: $out"
 as member "$prefix/bin/kiln" ping >/dev/null || fail "the kiln CLI of a member cannot ping"
 
 ct systemctl reload kilnd || fail "systemctl reload kilnd"
