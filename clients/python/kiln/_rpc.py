@@ -13,8 +13,9 @@ completes run in a callback thread meanwhile (the sender holds the send lock unt
 whole body is out).
 
 Fire-and-forget requests (the ``free`` of a collected tensor, ``Future.cancel``) never wait
-for the send lock: they are queued and sent by the next thread that sends or reads. Their
-replies are read and dropped by whoever reads next; ``close()`` waits for them briefly.
+for the send lock: sent at once when it is free, else queued and sent by the thread that
+holds it once it is done (or by the next that reads). Their replies are read and dropped by
+whoever reads next; ``close()`` waits for them briefly.
 """
 
 import collections
