@@ -13,6 +13,7 @@
 #include "base/util.h"
 #include "device/common.h"
 #include "device/cuda/backend.h"
+#include "device/seq.h"
 
 #define DEFAULT_DYNAMIC_SHARED (48u * 1024u)
 /* As launch.c: poll without sleeping this long, then sleep between polls. */
@@ -149,74 +150,72 @@ kiln_status_t kiln_cuda_seq_create(kiln_device_t *dev, const kiln_seq_item_t *it
   return KILN_OK;
 }
 
-static kiln_status_t item_error(kiln_device_t *dev, const kiln_dseq_t *s, CUresult r, uint32_t at,
-                                const char *what) {
-  const char *name = at < s->count ? s->items[at].launch->kernel->name : "?";
+/* CUDA reports a fault at whichever later call sees it, never the kernel or the address: the
+ * error names the kernel where the sequence was (`kernel`) and says so. */
+static kiln_status_t item_error(kiln_device_t *dev, const char *kernel, CUresult r, const char *what) {
   return kiln_status_annotate(kiln_cuda_error(r, __FILE__, __LINE__, what),
                               "kernel \"%s\" or one after it on %s (the first not seen to finish; CUDA does not "
                               "report the faulting kernel or address)",
-                              name, dev->info.id);
+                              kernel, dev->info.id);
 }
 
-kiln_status_t kiln_cuda_seq_run(kiln_device_t *dev, kiln_dseq_t *s, uint64_t deadline_ns,
-                                kiln_seq_progress_cb progress, void *ctx, uint32_t *out_at) {
-  uint64_t start = kiln_now_ns();
+/* Drops a captured graph the driver will not launch: stream launches from now on. */
+static void uncapture(kiln_device_t *dev, kiln_dseq_t *s, CUresult r) {
+  capture_failed(dev, "cuGraphLaunch", r);
+  kiln_cuda.cuGraphExecDestroy(s->exec);
+  kiln_cuda.cuGraphDestroy(s->graph);
+  s->exec = NULL;
+  s->graph = NULL;
+}
+
+/* The graph, or every launch on the stream. A failure is placed at the launch that failed
+ * (an earlier kernel's fault may surface at any later call). */
+static kiln_status_t launch(kiln_device_t *dev, kiln_dseq_t *s, uint32_t *out_at) {
   if (s->exec) {
     CUresult r = kiln_cuda.cuGraphLaunch(s->exec, dev->stream);
     if (r != CUDA_SUCCESS && kiln_cuda_result_is_sticky(r)) {
       *out_at = 0;
-      return item_error(dev, s, r, 0, "cuGraphLaunch");
+      return item_error(dev, kiln_seq_marks_kernel(&s->where, 0), r, "cuGraphLaunch");
     }
-    if (r != CUDA_SUCCESS) {
-      /* the driver took the graph but will not launch it: stream launches from now on */
-      capture_failed(dev, "cuGraphLaunch", r);
-      kiln_cuda.cuGraphExecDestroy(s->exec);
-      kiln_cuda.cuGraphDestroy(s->graph);
-      s->exec = NULL;
-      s->graph = NULL;
-    }
+    if (r != CUDA_SUCCESS) uncapture(dev, s, r);
   }
   if (!s->exec) {
     uint32_t failed = 0;
     CUresult r = submit(s, dev->stream, false, &failed);
     if (r != CUDA_SUCCESS) {
-      /* an earlier kernel's fault may surface at any later call */
       *out_at = failed;
-      return item_error(dev, s, r, failed, "cuLaunchKernel");
+      return item_error(dev, kiln_seq_marks_kernel(&s->where, failed), r, "cuLaunchKernel");
     }
   }
-  uint32_t m = 0; /* marks seen complete */
+  return KILN_OK;
+}
+
+/* A failure the stream reports while the sequence runs, placed where the marks say it was. */
+static kiln_status_t run_error(kiln_device_t *dev, const kiln_seq_watch_t *w, CUresult r, uint32_t *out_at) {
+  return kiln_seq_watch_place(w, item_error(dev, kiln_seq_watch_kernel(w), r, "kernel execution"), out_at);
+}
+
+kiln_status_t kiln_cuda_seq_run(kiln_device_t *dev, kiln_dseq_t *s, uint64_t deadline_ns,
+                                kiln_seq_progress_cb progress, void *ctx, uint32_t *out_at) {
+  kiln_seq_watch_t w;
+  kiln_seq_watch_init(&w, &s->where, deadline_ns, progress, ctx);
+  KILN_RETURN_IF_ERROR(launch(dev, s, out_at));
   for (;;) {
     /* every mark that has completed, in order; the stream says when all is done */
-    while (m < s->where.count) {
-      CUresult r = kiln_cuda.cuEventQuery(s->marks[m]);
+    while (w.done < s->where.count) {
+      CUresult r = kiln_cuda.cuEventQuery(s->marks[w.done]);
       if (r == CUDA_ERROR_NOT_READY) break;
-      if (r != CUDA_SUCCESS) {
-        *out_at = kiln_seq_marks_open(&s->where, m);
-        return item_error(dev, s, r, *out_at, "kernel execution");
-      }
-      m++;
-      if (progress) progress(ctx, kiln_seq_marks_open(&s->where, m));
+      if (r != CUDA_SUCCESS) return run_error(dev, &w, r, out_at);
+      kiln_seq_watch_seen(&w, w.done + 1);
     }
     CUresult r = kiln_cuda.cuStreamQuery(dev->stream);
     if (r == CUDA_SUCCESS) {
-      if (progress && m < s->where.count) progress(ctx, s->count);
+      kiln_seq_watch_seen(&w, s->where.count);
       return KILN_OK;
     }
-    if (r != CUDA_ERROR_NOT_READY) {
-      *out_at = kiln_seq_marks_open(&s->where, m);
-      return item_error(dev, s, r, *out_at, "kernel execution");
-    }
-    uint64_t waited = kiln_now_ns() - start;
-    if (deadline_ns && waited > deadline_ns) {
-      *out_at = kiln_seq_marks_open(&s->where, m);
-      return KILN_STATUS(KILN_E_TIMEOUT,
-                         "kernel \"%s\" (or one after it) ran past the deadline of %.3f ms; the GPU may "
-                         "still be busy and the device worker restarts",
-                         s->items[*out_at < s->count ? *out_at : s->count - 1].launch->kernel->name,
-                         (double)deadline_ns / 1e6);
-    }
-    if (waited < SPIN_NS) {
+    if (r != CUDA_ERROR_NOT_READY) return run_error(dev, &w, r, out_at);
+    KILN_RETURN_IF_ERROR(kiln_seq_watch_deadline(&w, out_at));
+    if (kiln_now_ns() - w.start_ns < SPIN_NS) {
       sched_yield();
     } else {
       struct timespec ts = {0, SLEEP_NS};

@@ -7,10 +7,10 @@
 #include <sched.h>
 #include <stdlib.h>
 
-#include "base/util.h"
 #include "device/common.h"
 #include "device/hsa/backend.h"
 #include "device/hsa/kernarg.h"
+#include "device/seq.h"
 
 #include <hsa/amd_hsa_queue.h>
 
@@ -94,39 +94,34 @@ kiln_status_t kiln_hsa_seq_create(kiln_device_t *dev, const kiln_seq_item_t *ite
   return KILN_OK;
 }
 
-/* The first item not seen complete when `left` marks are still to complete. */
-static uint32_t first_open(const kiln_dseq_t *s, hsa_signal_value_t left) {
-  return kiln_seq_marks_open(&s->where, left <= 0 ? s->where.count : s->where.count - (uint32_t)left);
+/* The progress signal read `left` (marks still to complete): tells the watch. Returns whether
+ * every item is complete. */
+static bool seen(kiln_seq_watch_t *w, hsa_signal_value_t left) {
+  uint32_t marks = w->marks->count;
+  return kiln_seq_watch_seen(w, left <= 0 ? marks : marks - (uint32_t)(left < marks ? left : marks));
 }
 
-static kiln_status_t checks(kiln_device_t *dev, const kiln_dseq_t *s, uint32_t at, uint64_t start,
-                            uint64_t deadline_ns) {
-  const char *name = s->items[at < s->count ? at : s->count - 1].launch->kernel->name;
-  KILN_RETURN_IF_ERROR(kiln_hsa_check_faults(dev, name));
-  if (deadline_ns && kiln_now_ns() - start > deadline_ns)
-    return KILN_STATUS(KILN_E_TIMEOUT,
-                       "kernel \"%s\" (or one after it) ran past the deadline of %.3f ms; the GPU may "
-                       "still be busy and the device worker restarts",
-                       name, (double)deadline_ns / 1e6);
-  return KILN_OK;
+/* A fault the handler recorded, placed at the first item not seen complete. */
+static kiln_status_t faults(kiln_device_t *dev, const kiln_seq_watch_t *w, uint32_t *out_at) {
+  return kiln_seq_watch_place(w, kiln_hsa_check_faults(dev, kiln_seq_watch_kernel(w)), out_at);
+}
+
+static kiln_status_t checks(kiln_device_t *dev, const kiln_seq_watch_t *w, uint32_t *out_at) {
+  KILN_RETURN_IF_ERROR(faults(dev, w, out_at));
+  return kiln_seq_watch_deadline(w, out_at);
 }
 
 /* The packets, each published (release store of its header) and announced by the doorbell
  * at once, so the GPU starts on the first while the rest are written. A queue full of this
  * run's packets waits for the packet processor to move on. */
-static kiln_status_t submit(kiln_device_t *dev, kiln_dseq_t *s, uint64_t start, uint64_t deadline_ns,
-                            uint32_t *out_at) {
+static kiln_status_t submit(kiln_device_t *dev, kiln_dseq_t *s, kiln_seq_watch_t *w, uint32_t *out_at) {
   hsa_queue_t *q = dev->queue;
   for (uint32_t i = 0; i < s->count; i++) {
     const item_t *it = &s->items[i];
     uint64_t index = kiln_hsa.hsa_queue_add_write_index_scacq_screl(q, 1);
     while (index - kiln_hsa.hsa_queue_load_read_index_scacquire(q) >= q->size) {
-      kiln_status_t st = checks(dev, s, first_open(s, kiln_hsa.hsa_signal_load_scacquire(s->progress)), start,
-                                deadline_ns);
-      if (st) {
-        *out_at = first_open(s, kiln_hsa.hsa_signal_load_scacquire(s->progress));
-        return st;
-      }
+      seen(w, kiln_hsa.hsa_signal_load_scacquire(s->progress));
+      KILN_RETURN_IF_ERROR(checks(dev, w, out_at));
       sched_yield();
     }
     hsa_kernel_dispatch_packet_t *p = (hsa_kernel_dispatch_packet_t *)q->base_address + (index & (q->size - 1));
@@ -146,30 +141,19 @@ static kiln_status_t submit(kiln_device_t *dev, kiln_dseq_t *s, uint64_t start, 
 
 kiln_status_t kiln_hsa_seq_run(kiln_device_t *dev, kiln_dseq_t *s, uint64_t deadline_ns,
                                kiln_seq_progress_cb progress, void *ctx, uint32_t *out_at) {
-  uint64_t start = kiln_now_ns();
-  kiln_status_t st = checks(dev, s, 0, start, 0);
-  if (st) {
-    *out_at = 0;
-    return st;
-  }
+  kiln_seq_watch_t w;
+  kiln_seq_watch_init(&w, &s->where, deadline_ns, progress, ctx);
+  KILN_RETURN_IF_ERROR(faults(dev, &w, out_at));
   kiln_hsa.hsa_signal_store_screlease(s->progress, (hsa_signal_value_t)s->where.count);
-  KILN_RETURN_IF_ERROR(submit(dev, s, start, deadline_ns, out_at));
+  KILN_RETURN_IF_ERROR(submit(dev, s, &w, out_at));
   uint64_t ticks = dev->timestamp_hz / (1000 / POLL_MS);
-  hsa_signal_value_t left = (hsa_signal_value_t)s->where.count;
   for (;;) {
     /* Wakes when a marked packet completes (the value drops below what was seen), or after
      * POLL_MS; it may also return early (spurious wake-ups): the value decides. */
-    hsa_signal_value_t v = kiln_hsa.hsa_signal_wait_scacquire(s->progress, HSA_SIGNAL_CONDITION_LT, left, ticks,
-                                                              HSA_WAIT_STATE_BLOCKED);
-    if (v < left) {
-      left = v;
-      if (progress) progress(ctx, left <= 0 ? s->count : first_open(s, left));
-    }
-    if (left <= 0) return KILN_OK;
-    st = checks(dev, s, first_open(s, left), start, deadline_ns);
-    if (st) {
-      *out_at = first_open(s, left);
-      return st;
-    }
+    hsa_signal_value_t left = (hsa_signal_value_t)(s->where.count - w.done);
+    if (seen(&w, kiln_hsa.hsa_signal_wait_scacquire(s->progress, HSA_SIGNAL_CONDITION_LT, left, ticks,
+                                                    HSA_WAIT_STATE_BLOCKED)))
+      return KILN_OK;
+    KILN_RETURN_IF_ERROR(checks(dev, &w, out_at));
   }
 }
