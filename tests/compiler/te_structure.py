@@ -16,6 +16,8 @@ starts a declaration and opens its body (possibly after a wrapped parameter list
 the next `}` at column 0. Calls are identifiers `te_*(` anywhere outside comments and strings.
 """
 
+import argparse
+import io
 import os
 import re
 import sys
@@ -131,6 +133,20 @@ def self_test():
         finally:
             sys.stdout = out
     CALL_RE = saved
+    # The command line: --help prints the usage and exits 0 (it once was taken for a folder).
+    for argv, code, stream in ((["--help"], 0, "stdout"), (["--bogus"], 2, "stderr")):
+        saved_stream = getattr(sys, stream)
+        setattr(sys, stream, io.StringIO())
+        try:
+            parse_args(argv)
+            raise AssertionError("%s did not exit" % argv)
+        except SystemExit as e:
+            assert e.code == code, (argv, e.code)
+            assert "usage: te_structure.py" in getattr(sys, stream).getvalue(), argv
+        finally:
+            setattr(sys, stream, saved_stream)
+    args = parse_args(["server", "--prefix", "kiln_", "--no-circles", "--refs"])
+    assert (args.root, args.prefix, args.no_circles, args.refs, args.circles) == ("server", "kiln_", True, True, False)
 
 
 def public_defs(stripped):
@@ -176,24 +192,34 @@ def report_circles(files, strict=False):
     return 1 if strict and comps else 0
 
 
-def main():
-    argv = sys.argv[1:]
-    prefix = None
-    if "--prefix" in argv:
-        i = argv.index("--prefix")
-        prefix = argv[i + 1]
-        del argv[i:i + 2]
-    strict = "--no-circles" in argv
-    report = "--circles" in argv or strict
-    refs = "--refs" in argv
-    args = [a for a in argv if a not in ("--self-test", "--circles", "--no-circles", "--refs")]
+def parse_args(argv):
+    """The command line; --help prints the module's usage and exits 0, an unknown option exits 2."""
+    ap = argparse.ArgumentParser(
+        prog="te_structure.py", description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("root", nargs="?", help="the folder whose .c files are read (default: compiler/te)")
+    ap.add_argument("--prefix", help="public functions are those named PREFIX* (default: te_)")
+    ap.add_argument("--self-test", action="store_true", help="check the checker and exit (with no folder)")
+    ap.add_argument("--circles", action="store_true", help="report call circles among the files, exit 0")
+    ap.add_argument("--no-circles", action="store_true", help="report call circles, exit 1 on any")
+    ap.add_argument("--refs", action="store_true", help="a function named without a call counts as a call")
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    strict = args.no_circles
+    report = args.circles or strict
     self_test()
-    if prefix or refs:
-        use_prefix(re.escape(prefix or "te_"), refs)
-    if "--self-test" in sys.argv[1:] and not args:
+    if args.prefix or args.refs:
+        use_prefix(re.escape(args.prefix or "te_"), args.refs)
+    if args.self_test and not args.root:
         print("self-test passed")
         return 0
-    root = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "..", "compiler", "te")
+    root = args.root or os.path.join(os.path.dirname(__file__), "..", "..", "compiler", "te")
+    if not os.path.isdir(root):
+        print("te_structure.py: %s is not a folder" % root, file=sys.stderr)
+        return 2
     files = {}
     for name in sorted(os.listdir(root)):
         if name.endswith(".c"):
