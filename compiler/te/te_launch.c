@@ -2,9 +2,9 @@
 #include "compiler/te/te_launch.h"
 
 #include <msgpack.h>
-#include <string.h>
 
 #include "compiler/te/te_expr.h"
+#include "protocol/rpc.h"
 
 /* Launch expressions: ints, shape vars, add sub mul floordiv floormod min max. */
 static bool pack_launch_expr(const te_program_t *p, msgpack_packer *pk, const te_expr_t *e) {
@@ -16,20 +16,18 @@ static bool pack_launch_expr(const te_program_t *p, msgpack_packer *pk, const te
   case TE_VAR:
     if (p->vars[e->ref].kind != TE_V_SHAPE) return false;
     msgpack_pack_array(pk, 2);
-    msgpack_pack_str_with_body(pk, "var", 3);
-    msgpack_pack_str_with_body(pk, p->vars[e->ref].name, strlen(p->vars[e->ref].name));
+    kiln_pack_cstr(pk, "var");
+    kiln_pack_cstr(pk, p->vars[e->ref].name);
     return true;
   case TE_CAST: return pack_launch_expr(p, pk, e->args[0]);
   case TE_BIN:
     if (e->op >= KILN_ARRAY_SIZE(ops) || !ops[e->op]) return false;
     msgpack_pack_array(pk, 3);
-    msgpack_pack_str_with_body(pk, ops[e->op], strlen(ops[e->op]));
+    kiln_pack_cstr(pk, ops[e->op]);
     return pack_launch_expr(p, pk, e->args[0]) && pack_launch_expr(p, pk, e->args[1]);
   default: return false;
   }
 }
-
-static void pack_str(msgpack_packer *pk, const char *s) { msgpack_pack_str_with_body(pk, s, strlen(s)); }
 
 /* {"name", "arg": its parameter index, "from": [argument, dimension] of the first tensor
  * argument whose declared shape has exactly the var there, or nil}. */
@@ -43,50 +41,56 @@ static void pack_var(const te_program_t *p, const te_kernel_t *k, msgpack_packer
     for (int d = 0; d < t->ndim && from_arg < 0; d++)
       if (t->shape[d]->kind == TE_VAR && t->shape[d]->ref == v) from_arg = a, from_dim = d;
   }
-  msgpack_pack_map(pk, 3);
-  pack_str(pk, "name");
-  pack_str(pk, p->vars[v].name);
-  pack_str(pk, "arg");
-  msgpack_pack_uint32(pk, (uint32_t)arg);
-  pack_str(pk, "from");
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_str(&m, "name", p->vars[v].name);
+  kiln_fields_u64(&m, "arg", (uint32_t)arg);
+  kiln_fields_key(&m, "from");
   if (from_arg < 0) {
     msgpack_pack_nil(pk);
-    return;
+  } else {
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_uint32(pk, (uint32_t)from_arg);
+    msgpack_pack_uint32(pk, (uint32_t)from_dim);
   }
-  msgpack_pack_array(pk, 2);
-  msgpack_pack_uint32(pk, (uint32_t)from_arg);
-  msgpack_pack_uint32(pk, (uint32_t)from_dim);
+  kiln_fields_end(&m);
 }
 
 kiln_status_t te_launch_encode(te_program_t *p, te_kernel_t *k) {
-  msgpack_sbuffer sb;
-  msgpack_packer pk;
+  kiln_buf_t buf;
+  kiln_packer_t packer;
+  msgpack_packer *pk = &packer.pk;
   bool ok = true;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, k->parallel ? 4 : 3);
-  pack_str(&pk, "grid");
-  msgpack_pack_array(&pk, 3);
-  for (int d = 0; d < 3; d++) ok &= pack_launch_expr(p, &pk, te_simplify(p, k->grid[d]));
-  pack_str(&pk, "block");
-  msgpack_pack_array(&pk, 3);
-  for (int d = 0; d < 3; d++) msgpack_pack_int64(&pk, k->block[d]);
-  pack_str(&pk, "vars");
-  msgpack_pack_array(&pk, (uint32_t)p->nshape);
-  for (int i = 0; i < p->nshape; i++) pack_var(p, k, &pk, p->shape_vars[i]);
+  kiln_buf_init(&buf);
+  kiln_packer_init(&packer, &buf);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_key(&m, "grid");
+  msgpack_pack_array(pk, 3);
+  for (int d = 0; d < 3; d++) ok &= pack_launch_expr(p, pk, te_simplify(p, k->grid[d]));
+  kiln_fields_key(&m, "block");
+  msgpack_pack_array(pk, 3);
+  for (int d = 0; d < 3; d++) msgpack_pack_int64(pk, k->block[d]);
+  kiln_fields_key(&m, "vars");
+  msgpack_pack_array(pk, (uint32_t)p->nshape);
+  for (int i = 0; i < p->nshape; i++) pack_var(p, k, pk, p->shape_vars[i]);
   if (k->parallel) { /* dimensions a client may launch with fewer groups (one per pool thread) */
-    pack_str(&pk, "parallel");
-    msgpack_pack_array(&pk, (uint32_t)__builtin_popcount(k->parallel));
+    kiln_fields_key(&m, "parallel");
+    msgpack_pack_array(pk, (uint32_t)__builtin_popcount(k->parallel));
     for (int d = 0; d < 3; d++)
-      if (k->parallel >> d & 1) msgpack_pack_uint32(&pk, (uint32_t)d);
+      if (k->parallel >> d & 1) msgpack_pack_uint32(pk, (uint32_t)d);
   }
-  if (!ok || sb.size > 65536) {
-    msgpack_sbuffer_destroy(&sb);
+  kiln_fields_end(&m);
+  kiln_status_t st = kiln_packer_status(&packer);
+  if (st || !ok || buf.len > 65536) {
+    kiln_buf_deinit(&buf);
+    if (st) return st;
     return KC_COMPILE_ERROR("te: kernel %s: its grid is not expressible over the shape vars (use splits by constants "
                             "on bound vars)",
                             k->name);
   }
-  k->launch = (uint8_t *)sb.data;
-  k->launch_size = sb.size;
+  size_t len;
+  k->launch = kiln_buf_release(&buf, &len);
+  k->launch_size = len;
   return KILN_OK;
 }
