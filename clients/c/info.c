@@ -31,10 +31,12 @@ typedef struct hello_args {
 
 static void pack_hello(msgpack_packer *pk, void *ctx) {
   const hello_args_t *a = ctx;
-  msgpack_pack_map(pk, 1 + (a->token != NULL) + (a->client != NULL));
-  kiln_pack_kv_u64(pk, "version", 1);
-  if (a->token) kiln_pack_kv_str(pk, "token", a->token);
-  if (a->client) kiln_pack_kv_str(pk, "client", a->client);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_u64(&m, "version", 1);
+  if (a->token) kiln_fields_str(&m, "token", a->token);
+  if (a->client) kiln_fields_str(&m, "client", a->client);
+  kiln_fields_end(&m);
 }
 
 kiln_status_t kiln_client_hello(kiln_client_t *c, const char *token, const char *client_name,
@@ -70,8 +72,10 @@ kiln_status_t kiln_client_hello(kiln_client_t *c, const char *token, const char 
 }
 
 static void pack_devices(msgpack_packer *pk, void *ctx) {
-  msgpack_pack_map(pk, 1);
-  kiln_pack_kv_bool(pk, "absent", true);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_bool(&m, "absent", true);
+  kiln_fields_end(&m);
 }
 
 kiln_status_t kiln_client_devices(kiln_client_t *c, bool absent, kiln_device_info_t *out,

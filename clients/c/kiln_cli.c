@@ -341,8 +341,10 @@ static int cmd_get(cli_t *cli, int argc, char **argv) {
 }
 
 static void pack_free_all(msgpack_packer *pk, void *ctx) {
-  msgpack_pack_map(pk, 1);
-  kiln_pack_kv_bool(pk, "all", true);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_bool(&m, "all", true);
+  kiln_fields_end(&m);
 }
 
 static int cmd_free(cli_t *cli, int argc, char **argv) {
@@ -373,8 +375,10 @@ static int cmd_free(cli_t *cli, int argc, char **argv) {
 /* --- info ---------------------------------------------------------------------------------- */
 
 static void pack_device(msgpack_packer *pk, void *ctx) {
-  msgpack_pack_map(pk, ctx ? 1 : 0);
-  if (ctx) kiln_pack_kv_str(pk, "device", ctx);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  if (ctx) kiln_fields_str(&m, "device", ctx);
+  kiln_fields_end(&m);
 }
 
 static int print_json_reply(kiln_reply_t *r);
@@ -419,8 +423,10 @@ static int cmd_ping(cli_t *cli, int argc, char **argv) {
 }
 
 static void pack_absent(msgpack_packer *pk, void *ctx) {
-  msgpack_pack_map(pk, 1);
-  kiln_pack_kv_bool(pk, "absent", true);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_bool(&m, "absent", true);
+  kiln_fields_end(&m);
 }
 
 static int print_json_reply(kiln_reply_t *r) {
@@ -480,10 +486,12 @@ typedef struct cache_page {
 
 static void pack_cache_page(msgpack_packer *pk, void *ctx) {
   const cache_page_t *p = ctx;
-  msgpack_pack_map(pk, 1 + (p->after != NULL) + p->stale);
-  kiln_pack_kv_u64(pk, "limit", p->limit);
-  if (p->after) kiln_pack_kv_str(pk, "after", p->after);
-  if (p->stale) kiln_pack_kv_bool(pk, "stale", true);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_u64(&m, "limit", p->limit);
+  if (p->after) kiln_fields_str(&m, "after", p->after);
+  if (p->stale) kiln_fields_bool(&m, "stale", true);
+  kiln_fields_end(&m);
 }
 
 static void print_time(double unix_s) {
@@ -563,17 +571,19 @@ typedef struct cache_prune {
 
 static void pack_cache_prune(msgpack_packer *pk, void *ctx) {
   const cache_prune_t *p = ctx;
-  msgpack_pack_map(pk, 1 + p->dry_run);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
   if (p->nkeys) {
-    kiln_pack_cstr(pk, "keys");
+    kiln_fields_key(&m, "keys");
     msgpack_pack_array(pk, (uint32_t)p->nkeys);
     for (int i = 0; i < p->nkeys; i++) kiln_pack_cstr(pk, p->keys[i]);
   } else if (p->unused_s) {
-    kiln_pack_kv_u64(pk, "unused_s", p->unused_s);
+    kiln_fields_u64(&m, "unused_s", p->unused_s);
   } else {
-    kiln_pack_kv_bool(pk, p->all ? "all" : "stale", true);
+    kiln_fields_bool(&m, p->all ? "all" : "stale", true);
   }
-  if (p->dry_run) kiln_pack_kv_bool(pk, "dry_run", true);
+  if (p->dry_run) kiln_fields_bool(&m, "dry_run", true);
+  kiln_fields_end(&m);
 }
 
 /* "90", "90s", "15m", "12h", "30d" -> seconds, 1 .. 2^31 - 1. */
@@ -767,20 +777,22 @@ typedef struct compile_ctx {
 static void pack_compile(msgpack_packer *pk, void *arg) {
   const compile_ctx_t *x = arg;
   const cli_t *cli = x->cli;
-  bool has_opts = cli->opt[O_OPT_LEVEL] || cli->opt[O_FAST_MATH] || cli->opt[O_MAX_BLOCK];
-  msgpack_pack_map(pk, 1 + (cli->opt[O_TARGET] != NULL) + (cli->opt[O_FORMAT] != NULL) + has_opts);
-  kiln_pack_cstr(pk, "ir");
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_key(&m, "ir");
   msgpack_pack_bin_with_body(pk, x->ir, x->n);
-  if (cli->opt[O_TARGET]) kiln_pack_kv_str(pk, "target", cli->opt[O_TARGET]);
-  if (cli->opt[O_FORMAT]) kiln_pack_kv_str(pk, "format", cli->opt[O_FORMAT]);
-  if (has_opts) {
-    kiln_pack_cstr(pk, "options");
-    msgpack_pack_map(pk, (cli->opt[O_OPT_LEVEL] != NULL) + (cli->opt[O_FAST_MATH] != NULL) +
-                             (cli->opt[O_MAX_BLOCK] != NULL));
-    if (cli->opt[O_OPT_LEVEL]) kiln_pack_kv_u64(pk, "opt_level", x->opt_level);
-    if (cli->opt[O_FAST_MATH]) kiln_pack_kv_bool(pk, "fast_math", true);
-    if (cli->opt[O_MAX_BLOCK]) kiln_pack_kv_u64(pk, "max_block", x->max_block);
+  if (cli->opt[O_TARGET]) kiln_fields_str(&m, "target", cli->opt[O_TARGET]);
+  if (cli->opt[O_FORMAT]) kiln_fields_str(&m, "format", cli->opt[O_FORMAT]);
+  if (cli->opt[O_OPT_LEVEL] || cli->opt[O_FAST_MATH] || cli->opt[O_MAX_BLOCK]) {
+    kiln_fields_key(&m, "options");
+    kiln_fields_t o;
+    kiln_fields_begin(&o, pk);
+    if (cli->opt[O_OPT_LEVEL]) kiln_fields_u64(&o, "opt_level", x->opt_level);
+    if (cli->opt[O_FAST_MATH]) kiln_fields_bool(&o, "fast_math", true);
+    if (cli->opt[O_MAX_BLOCK]) kiln_fields_u64(&o, "max_block", x->max_block);
+    kiln_fields_end(&o);
   }
+  kiln_fields_end(&m);
 }
 
 static void print_str(const msgpack_object *o) {
@@ -837,9 +849,11 @@ typedef struct source_ctx {
 
 static void pack_source(msgpack_packer *pk, void *arg) {
   const source_ctx_t *x = arg;
-  msgpack_pack_map(pk, 2);
-  kiln_pack_kv_str(pk, "module", x->module);
-  kiln_pack_kv_str(pk, "kind", x->kind);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_str(&m, "module", x->module);
+  kiln_fields_str(&m, "kind", x->kind);
+  kiln_fields_end(&m);
 }
 
 static int cmd_source(cli_t *cli, int argc, char **argv) {
@@ -885,46 +899,49 @@ typedef struct run_ctx {
   arg_t *args;
 } run_ctx_t;
 
-static void pack_dims(msgpack_packer *pk, const char *key, const uint64_t *d, int n) {
-  kiln_pack_cstr(pk, key);
-  msgpack_pack_array(pk, (size_t)n);
-  for (int i = 0; i < n; i++) msgpack_pack_uint64(pk, d[i]);
+static void pack_dims(kiln_fields_t *m, const char *key, const uint64_t *d, int n) {
+  kiln_fields_key(m, key);
+  msgpack_pack_array(m->pk, (size_t)n);
+  for (int i = 0; i < n; i++) msgpack_pack_uint64(m->pk, d[i]);
 }
 
 static void pack_run(msgpack_packer *pk, void *arg) {
   const run_ctx_t *x = arg;
   const cli_t *cli = x->cli;
-  bool dev = cli->opt[O_DEVICE], sh = cli->opt[O_SHARED], to = cli->opt[O_LAUNCH_TIMEOUT];
-  size_t n = 5 + dev + sh + to + (x->timing ? 5 : 0);
-  msgpack_pack_map(pk, n);
-  kiln_pack_kv_str(pk, "module", x->module);
-  kiln_pack_kv_str(pk, "kernel", x->kernel);
-  pack_dims(pk, "grid", x->grid, x->ngrid);
-  pack_dims(pk, "block", x->block, x->nblock);
-  if (dev) kiln_pack_kv_str(pk, "device", cli->opt[O_DEVICE]);
-  if (sh) kiln_pack_kv_u64(pk, "shared", x->shared);
-  if (to) kiln_pack_kv_u64(pk, "timeout_ms", x->timeout_ms);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_str(&m, "module", x->module);
+  kiln_fields_str(&m, "kernel", x->kernel);
+  pack_dims(&m, "grid", x->grid, x->ngrid);
+  pack_dims(&m, "block", x->block, x->nblock);
+  if (cli->opt[O_DEVICE]) kiln_fields_str(&m, "device", cli->opt[O_DEVICE]);
+  if (cli->opt[O_SHARED]) kiln_fields_u64(&m, "shared", x->shared);
+  if (cli->opt[O_LAUNCH_TIMEOUT]) kiln_fields_u64(&m, "timeout_ms", x->timeout_ms);
   if (x->timing) {
-    kiln_pack_kv_u64(pk, "number", x->number);
-    kiln_pack_kv_u64(pk, "repeat", x->repeat);
-    kiln_pack_kv_u64(pk, "min_repeat_ms", x->min_repeat_ms);
-    kiln_pack_kv_u64(pk, "warmup", x->warmup);
-    kiln_pack_kv_bool(pk, "flush", cli->opt[O_FLUSH] != NULL);
+    kiln_fields_u64(&m, "number", x->number);
+    kiln_fields_u64(&m, "repeat", x->repeat);
+    kiln_fields_u64(&m, "min_repeat_ms", x->min_repeat_ms);
+    kiln_fields_u64(&m, "warmup", x->warmup);
+    kiln_fields_bool(&m, "flush", cli->opt[O_FLUSH] != NULL);
   }
-  kiln_pack_cstr(pk, "args");
+  kiln_fields_key(&m, "args");
   msgpack_pack_array(pk, (size_t)x->nargs);
   for (int i = 0; i < x->nargs; i++) {
     const arg_t *a = &x->args[i];
     switch (a->kind) {
-      case ARG_TENSOR:
-        msgpack_pack_map(pk, 1);
-        kiln_pack_kv_u64(pk, "tensor", a->u);
+      case ARG_TENSOR: {
+        kiln_fields_t t;
+        kiln_fields_begin(&t, pk);
+        kiln_fields_u64(&t, "tensor", a->u);
+        kiln_fields_end(&t);
         break;
+      }
       case ARG_INT: msgpack_pack_int64(pk, a->i); break;
       case ARG_UINT: msgpack_pack_uint64(pk, a->u); break;
       case ARG_FLOAT: msgpack_pack_double(pk, a->f); break;
     }
   }
+  kiln_fields_end(&m);
 }
 
 /* One kernel argument: t:ID (a tensor), @FILE.npy (uploaded now, freed after), an integer, or
@@ -1019,15 +1036,19 @@ typedef struct lease_ctx {
 static void pack_lease(msgpack_packer *pk, void *arg) {
   const lease_ctx_t *x = arg;
   const cli_t *cli = x->cli;
-  msgpack_pack_map(pk, 2 + (cli->opt[O_DEVICE] != NULL));
-  if (cli->opt[O_DEVICE]) kiln_pack_kv_str(pk, "device", cli->opt[O_DEVICE]);
-  kiln_pack_kv_u64(pk, "seconds", x->seconds);
-  kiln_pack_kv_bool(pk, "wait", cli->opt[O_NO_WAIT] == NULL);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  if (cli->opt[O_DEVICE]) kiln_fields_str(&m, "device", cli->opt[O_DEVICE]);
+  kiln_fields_u64(&m, "seconds", x->seconds);
+  kiln_fields_bool(&m, "wait", cli->opt[O_NO_WAIT] == NULL);
+  kiln_fields_end(&m);
 }
 
 static void pack_release(msgpack_packer *pk, void *arg) {
-  msgpack_pack_map(pk, 1);
-  kiln_pack_kv_u64(pk, "lease", *(const uint64_t *)arg);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, pk);
+  kiln_fields_u64(&m, "lease", *(const uint64_t *)arg);
+  kiln_fields_end(&m);
 }
 
 /* `kiln lease [--device D] [--seconds S] [-- CMD ...]`: a lease ends when its connection

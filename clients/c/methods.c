@@ -7,12 +7,13 @@
 
 /* --- Submit ----------------------------------------------------------------------------- */
 
-/* [0, msgid, method, [ {n fields...} ]: the caller packs the n pairs, then calls end(). */
-static msgpack_packer *begin_fields(kiln_client_t *c, const char *method, uint32_t n,
-                                    uint32_t *out_msgid) {
+/* [0, msgid, method, [ : the caller packs the params map (a kiln_fields_t), then calls end().
+ * A request with an attached body (upload, write) keeps its map under 16 fields:
+ * kiln_fields_end then sets the fixmap byte in place, where a map16 would move the bytes that
+ * the body's segment boundary (client.c close_packed) already counts. */
+static msgpack_packer *begin_params(kiln_client_t *c, const char *method, uint32_t *out_msgid) {
   msgpack_packer *pk = kiln_client_request_begin(c, method, out_msgid);
   msgpack_pack_array(pk, 1);
-  msgpack_pack_map(pk, n);
   return pk;
 }
 
@@ -30,20 +31,22 @@ kiln_status_t kiln_client_submit_ping(kiln_client_t *c, uint32_t *out_msgid) {
   return end(c, id, out_msgid);
 }
 
-static void pack_shape(msgpack_packer *pk, const uint64_t *shape, uint32_t ndim) {
-  kiln_pack_cstr(pk, "shape");
-  msgpack_pack_array(pk, ndim);
-  for (uint32_t i = 0; i < ndim; i++) msgpack_pack_uint64(pk, shape[i]);
+static void pack_shape(kiln_fields_t *m, const uint64_t *shape, uint32_t ndim) {
+  kiln_fields_key(m, "shape");
+  msgpack_pack_array(m->pk, ndim);
+  for (uint32_t i = 0; i < ndim; i++) msgpack_pack_uint64(m->pk, shape[i]);
 }
 
 kiln_status_t kiln_client_submit_alloc(kiln_client_t *c, const char *device, kiln_dtype_t dtype,
                                        const uint64_t *shape, uint32_t ndim,
                                        uint32_t *out_msgid) {
   uint32_t id;
-  msgpack_packer *pk = begin_fields(c, "alloc", device ? 3 : 2, &id);
-  if (device) kiln_pack_kv_str(pk, "device", device);
-  kiln_pack_kv_str(pk, "dtype", kiln_dtype_name(dtype));
-  pack_shape(pk, shape, ndim);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, begin_params(c, "alloc", &id));
+  if (device) kiln_fields_str(&m, "device", device);
+  kiln_fields_str(&m, "dtype", kiln_dtype_name(dtype));
+  pack_shape(&m, shape, ndim);
+  kiln_fields_end(&m);
   return end(c, id, out_msgid);
 }
 
@@ -56,11 +59,14 @@ kiln_status_t kiln_client_submit_upload(kiln_client_t *c, const char *device,
                        "(which splits it) or alloc + write",
                        (unsigned long long)desc->nbytes);
   uint32_t id;
-  msgpack_packer *pk = begin_fields(c, "upload", device ? 2 : 1, &id);
-  if (device) kiln_pack_kv_str(pk, "device", device);
-  kiln_pack_cstr(pk, "tensor");
+  kiln_fields_t m;
+  msgpack_packer *pk = begin_params(c, "upload", &id);
+  kiln_fields_begin(&m, pk);
+  if (device) kiln_fields_str(&m, "device", device);
+  kiln_fields_key(&m, "tensor");
   kiln_tensor_pack_head(pk, desc);
   kiln_client_attach(c, data, (size_t)desc->nbytes);
+  kiln_fields_end(&m);
   return end(c, id, out_msgid);
 }
 
@@ -70,30 +76,37 @@ kiln_status_t kiln_client_submit_write(kiln_client_t *c, uint64_t tensor, uint64
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "write of %zu bytes exceeds one bin (4 GiB - 1)",
                        n);
   uint32_t id;
-  msgpack_packer *pk = begin_fields(c, "write", 3, &id);
-  kiln_pack_kv_u64(pk, "id", tensor);
-  kiln_pack_kv_u64(pk, "offset", offset);
-  kiln_pack_cstr(pk, "data");
+  kiln_fields_t m;
+  msgpack_packer *pk = begin_params(c, "write", &id);
+  kiln_fields_begin(&m, pk);
+  kiln_fields_u64(&m, "id", tensor);
+  kiln_fields_u64(&m, "offset", offset);
+  kiln_fields_key(&m, "data");
   msgpack_pack_bin(pk, n);
   kiln_client_attach(c, data, n);
+  kiln_fields_end(&m);
   return end(c, id, out_msgid);
 }
 
 kiln_status_t kiln_client_submit_read(kiln_client_t *c, uint64_t tensor, uint64_t offset,
                                       uint64_t size, uint32_t *out_msgid) {
   uint32_t id;
-  msgpack_packer *pk = begin_fields(c, "read", 3, &id);
-  kiln_pack_kv_u64(pk, "id", tensor);
-  kiln_pack_kv_u64(pk, "offset", offset);
-  kiln_pack_kv_u64(pk, "size", size);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, begin_params(c, "read", &id));
+  kiln_fields_u64(&m, "id", tensor);
+  kiln_fields_u64(&m, "offset", offset);
+  kiln_fields_u64(&m, "size", size);
+  kiln_fields_end(&m);
   return end(c, id, out_msgid);
 }
 
 static kiln_status_t submit_by_id(kiln_client_t *c, const char *method, uint64_t tensor,
                                   uint32_t *out_msgid) {
   uint32_t id;
-  msgpack_packer *pk = begin_fields(c, method, 1, &id);
-  kiln_pack_kv_u64(pk, "id", tensor);
+  kiln_fields_t m;
+  kiln_fields_begin(&m, begin_params(c, method, &id));
+  kiln_fields_u64(&m, "id", tensor);
+  kiln_fields_end(&m);
   return end(c, id, out_msgid);
 }
 
