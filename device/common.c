@@ -17,3 +17,15 @@ int64_t kiln_device_kernel_index(const kiln_artifact_t *art, const kiln_kernel_t
     if (strcmp(art->kernels[i].name, k->name) == 0) return i;
   return -1;
 }
+
+kiln_status_t kiln_device_check_artifact(const kiln_device_info_t *info, const kiln_artifact_t *art,
+                                         kiln_artifact_format_t format, kiln_device_target_fn compatible) {
+  if (art->format != format)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "module for target \"%s\" cannot run on %s: compile it for %s",
+                       art->target, info->id, info->arch);
+  char why[256];
+  if (!compatible(art->target, info->arch, why, sizeof why))
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "module cannot run on %s: %s; compile it for %s", info->id, why,
+                       info->arch);
+  return KILN_OK;
+}

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/common.h"
 #include "device/cuda/arch.h"
 #include "device/cuda/backend.h"
 
@@ -50,14 +51,7 @@ static kiln_status_t load_steps(kiln_dmodule_t *m) {
 
 kiln_status_t kiln_cuda_module_load(kiln_device_t *dev, const kiln_artifact_t *art,
                                     kiln_dmodule_t **out_mod) {
-  if (art->format != KILN_FORMAT_PTX)
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                       "module for target \"%s\" cannot run on %s: compile it for %s", art->target,
-                       dev->info.id, dev->info.arch);
-  char why[256];
-  if (!kiln_cuda_arch_compatible(art->target, dev->info.arch, why, sizeof why))
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "module cannot run on %s: %s; compile it for %s",
-                       dev->info.id, why, dev->info.arch);
+  KILN_RETURN_IF_ERROR(kiln_device_check_artifact(&dev->info, art, KILN_FORMAT_PTX, kiln_cuda_arch_compatible));
   kiln_dmodule_t *m = calloc(1, sizeof *m);
   if (!m) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   m->art = art;

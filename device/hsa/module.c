@@ -56,14 +56,7 @@ static kiln_status_t load_steps(kiln_device_t *dev, kiln_dmodule_t *m) {
 
 kiln_status_t kiln_hsa_module_load(kiln_device_t *dev, const kiln_artifact_t *art,
                                    kiln_dmodule_t **out_mod) {
-  if (art->format != KILN_FORMAT_HSACO)
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                       "module for target \"%s\" cannot run on %s: compile it for %s", art->target,
-                       dev->info.id, dev->info.arch);
-  char why[256];
-  if (!kiln_hsa_target_compatible(art->target, dev->info.arch, why, sizeof why))
-    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "module cannot run on %s: %s; compile it for %s",
-                       dev->info.id, why, dev->info.arch);
+  KILN_RETURN_IF_ERROR(kiln_device_check_artifact(&dev->info, art, KILN_FORMAT_HSACO, kiln_hsa_target_compatible));
   kiln_dmodule_t *m = calloc(1, sizeof *m);
   if (!m) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   m->art = art;
