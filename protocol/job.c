@@ -116,3 +116,34 @@ kiln_status_t kiln_job_array(const msgpack_object *o, const char *what, uint32_t
   *out = &o->via.array;
   return KILN_OK;
 }
+
+void kiln_job_pack_dims(msgpack_packer *pk, const uint32_t d[3]) {
+  msgpack_pack_array(pk, 3);
+  for (int i = 0; i < 3; i++) msgpack_pack_uint32(pk, d[i]);
+}
+
+kiln_status_t kiln_job_dims(const msgpack_object *o, const char *what, uint32_t out[3]) {
+  const msgpack_object_array *a;
+  KILN_RETURN_IF_ERROR(kiln_job_array(o, what, 3, &a));
+  for (int i = 0; i < 3; i++) {
+    KILN_RETURN_IF_ERROR(kiln_job_u32(&a->ptr[i], what, &out[i]));
+    if (out[i] == 0) return BAD("%s[%d] is 0", what, i);
+  }
+  return KILN_OK;
+}
+
+void kiln_job_pack_arg(msgpack_packer *pk, uint32_t tag, uint64_t value) {
+  msgpack_pack_array(pk, 2);
+  msgpack_pack_uint32(pk, tag);
+  msgpack_pack_uint64(pk, value);
+}
+
+kiln_status_t kiln_job_arg(const msgpack_object *o, uint32_t max_tag, uint32_t *out_tag, uint64_t *out_value) {
+  const msgpack_object_array *pair;
+  uint64_t tag;
+  KILN_RETURN_IF_ERROR(kiln_job_array(o, "argument", 2, &pair));
+  KILN_RETURN_IF_ERROR(kiln_job_u64(&pair->ptr[0], "argument tag", max_tag, &tag));
+  KILN_RETURN_IF_ERROR(kiln_job_u64(&pair->ptr[1], "argument", UINT64_MAX, out_value));
+  *out_tag = (uint32_t)tag;
+  return KILN_OK;
+}

@@ -94,4 +94,14 @@ KILN_MUST_USE kiln_status_t kiln_job_key(const msgpack_object *o, uint8_t out[KI
 KILN_MUST_USE kiln_status_t kiln_job_array(const msgpack_object *o, const char *what, uint32_t n,
                              const msgpack_object_array **out);
 
+/* A launch's geometry, as launch and graph_load jobs carry it: [d0, d1, d2], each 1 .. 2^32-1
+ * (a 0 is refused: kilnd checked the launch). `what` is "grid" or "block". */
+void kiln_job_pack_dims(msgpack_packer *pk, const uint32_t d[3]);
+KILN_MUST_USE kiln_status_t kiln_job_dims(const msgpack_object *o, const char *what, uint32_t out[3]);
+/* One launch argument, [tag, value]: what the tag means is the family's (launch: 1 for a
+ * tensor handle; graph_load: 1 + a block), at most max_tag when decoded. */
+void kiln_job_pack_arg(msgpack_packer *pk, uint32_t tag, uint64_t value);
+KILN_MUST_USE kiln_status_t kiln_job_arg(const msgpack_object *o, uint32_t max_tag, uint32_t *out_tag,
+                                         uint64_t *out_value);
+
 #endif

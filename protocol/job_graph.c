@@ -4,11 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void pack_dims(msgpack_packer *pk, const uint32_t d[3]) {
-  msgpack_pack_array(pk, 3);
-  for (int i = 0; i < 3; i++) msgpack_pack_uint32(pk, d[i]);
-}
-
 static void pack_copies(msgpack_packer *pk, const kiln_graph_copy_t *c, uint32_t n) {
   msgpack_pack_array(pk, n);
   for (uint32_t i = 0; i < n; i++) {
@@ -52,15 +47,11 @@ void kiln_graph_load_job_encode(msgpack_packer *pk, const kiln_graph_load_job_t 
     kiln_job_pack_key(pk, l->module);
     msgpack_pack_uint32(pk, l->kernel);
     msgpack_pack_uint32(pk, l->node);
-    pack_dims(pk, l->grid);
-    pack_dims(pk, l->block);
+    kiln_job_pack_dims(pk, l->grid);
+    kiln_job_pack_dims(pk, l->block);
     msgpack_pack_uint32(pk, l->shared);
     msgpack_pack_array(pk, l->nargs);
-    for (uint32_t a = 0; a < l->nargs; a++) {
-      msgpack_pack_array(pk, 2);
-      msgpack_pack_uint32(pk, l->args[a].tag);
-      msgpack_pack_uint64(pk, l->args[a].value);
-    }
+    for (uint32_t a = 0; a < l->nargs; a++) kiln_job_pack_arg(pk, l->args[a].tag, l->args[a].value);
   }
   pack_copies(pk, j->copies, j->num_copies);
 }
@@ -75,16 +66,6 @@ void kiln_graph_load_job_deinit(kiln_graph_load_job_t *j) {
   memset(j, 0, sizeof(*j));
 }
 
-static kiln_status_t decode_dims(const msgpack_object *o, const char *what, uint32_t out[3]) {
-  const msgpack_object_array *a;
-  KILN_RETURN_IF_ERROR(kiln_job_array(o, what, 3, &a));
-  for (int i = 0; i < 3; i++) {
-    KILN_RETURN_IF_ERROR(kiln_job_u32(&a->ptr[i], what, &out[i]));
-    if (out[i] == 0) return KILN_STATUS(KILN_E_INTERNAL, "worker job: %s[%d] is 0", what, i);
-  }
-  return KILN_OK;
-}
-
 static kiln_status_t decode_launch(const msgpack_object *o, uint32_t num_nodes, kiln_graph_job_launch_t *l) {
   const msgpack_object_array *f, *args;
   KILN_RETURN_IF_ERROR(kiln_job_array(o, "launch", 7, &f));
@@ -92,21 +73,15 @@ static kiln_status_t decode_launch(const msgpack_object *o, uint32_t num_nodes, 
   KILN_RETURN_IF_ERROR(kiln_job_u32(&f->ptr[1], "kernel", &l->kernel));
   KILN_RETURN_IF_ERROR(kiln_job_u32(&f->ptr[2], "node", &l->node));
   if (l->node >= num_nodes) return KILN_STATUS(KILN_E_INTERNAL, "worker job: launch of node %u of %u", l->node, num_nodes);
-  KILN_RETURN_IF_ERROR(decode_dims(&f->ptr[3], "grid", l->grid));
-  KILN_RETURN_IF_ERROR(decode_dims(&f->ptr[4], "block", l->block));
+  KILN_RETURN_IF_ERROR(kiln_job_dims(&f->ptr[3], "grid", l->grid));
+  KILN_RETURN_IF_ERROR(kiln_job_dims(&f->ptr[4], "block", l->block));
   KILN_RETURN_IF_ERROR(kiln_job_u32(&f->ptr[5], "shared", &l->shared));
   KILN_RETURN_IF_ERROR(kiln_job_array(&f->ptr[6], "args", UINT32_MAX, &args));
   l->args = calloc(args->size ? args->size : 1, sizeof(*l->args));
   if (!l->args) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for %u arguments", args->size);
   l->nargs = args->size;
-  for (uint32_t i = 0; i < args->size; i++) {
-    const msgpack_object_array *pair;
-    uint64_t tag;
-    KILN_RETURN_IF_ERROR(kiln_job_array(&args->ptr[i], "argument", 2, &pair));
-    KILN_RETURN_IF_ERROR(kiln_job_u64(&pair->ptr[0], "argument tag", KILN_GRAPH_BLOCKS, &tag));
-    l->args[i].tag = (uint32_t)tag;
-    KILN_RETURN_IF_ERROR(kiln_job_u64(&pair->ptr[1], "argument", UINT64_MAX, &l->args[i].value));
-  }
+  for (uint32_t i = 0; i < args->size; i++)
+    KILN_RETURN_IF_ERROR(kiln_job_arg(&args->ptr[i], KILN_GRAPH_BLOCKS, &l->args[i].tag, &l->args[i].value));
   return KILN_OK;
 }
 

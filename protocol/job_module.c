@@ -52,27 +52,18 @@ kiln_status_t kiln_module_job_decode(kiln_job_kind_t kind, const msgpack_object 
 
 enum { LAUNCH_FIELDS = 8, TIME_FIELDS = 13 };
 
-static void pack_dims(msgpack_packer *pk, const uint32_t d[3]) {
-  msgpack_pack_array(pk, 3);
-  for (int i = 0; i < 3; i++) msgpack_pack_uint32(pk, d[i]);
-}
-
 void kiln_launch_job_encode(msgpack_packer *pk, const kiln_launch_job_t *j) {
   bool timed = j->kind == KILN_JOB_TIME;
   kiln_job_pack_head(pk, timed ? TIME_FIELDS : LAUNCH_FIELDS, 0);
   kiln_job_pack_key(pk, j->module);
   msgpack_pack_uint32(pk, j->kernel);
-  pack_dims(pk, j->grid);
-  pack_dims(pk, j->block);
+  kiln_job_pack_dims(pk, j->grid);
+  kiln_job_pack_dims(pk, j->block);
   msgpack_pack_uint32(pk, j->shared);
   msgpack_pack_uint64(pk, j->deadline_ms);
   msgpack_pack_uint64(pk, j->cancel);
   msgpack_pack_array(pk, j->nargs);
-  for (uint32_t i = 0; i < j->nargs; i++) {
-    msgpack_pack_array(pk, 2);
-    msgpack_pack_uint8(pk, j->args[i].tensor ? 1 : 0);
-    msgpack_pack_uint64(pk, j->args[i].value);
-  }
+  for (uint32_t i = 0; i < j->nargs; i++) kiln_job_pack_arg(pk, j->args[i].tensor ? 1 : 0, j->args[i].value);
   if (!timed) return;
   msgpack_pack_uint32(pk, j->number);
   msgpack_pack_uint32(pk, j->repeat);
@@ -82,17 +73,6 @@ void kiln_launch_job_encode(msgpack_packer *pk, const kiln_launch_job_t *j) {
   else msgpack_pack_false(pk);
 }
 
-/* [d0, d1, d2], each 1 .. 2^32-1. */
-static kiln_status_t decode_dims(const msgpack_object *o, const char *what, uint32_t out[3]) {
-  const msgpack_object_array *a;
-  KILN_RETURN_IF_ERROR(kiln_job_array(o, what, 3, &a));
-  for (int i = 0; i < 3; i++) {
-    KILN_RETURN_IF_ERROR(kiln_job_u32(&a->ptr[i], what, &out[i]));
-    if (out[i] == 0) return KILN_STATUS(KILN_E_INTERNAL, "worker job: %s[%d] is 0", what, i);
-  }
-  return KILN_OK;
-}
-
 static kiln_status_t decode_args(const msgpack_object *o, kiln_launch_job_t *j) {
   const msgpack_object_array *a;
   KILN_RETURN_IF_ERROR(kiln_job_array(o, "args", UINT32_MAX, &a));
@@ -100,12 +80,9 @@ static kiln_status_t decode_args(const msgpack_object *o, kiln_launch_job_t *j) 
   if (!j->args) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory for %u arguments", a->size);
   j->nargs = a->size;
   for (uint32_t i = 0; i < a->size; i++) {
-    const msgpack_object_array *pair;
-    uint64_t tag;
-    KILN_RETURN_IF_ERROR(kiln_job_array(&a->ptr[i], "argument", 2, &pair));
-    KILN_RETURN_IF_ERROR(kiln_job_u64(&pair->ptr[0], "argument tag", 1, &tag));
+    uint32_t tag;
+    KILN_RETURN_IF_ERROR(kiln_job_arg(&a->ptr[i], 1, &tag, &j->args[i].value));
     j->args[i].tensor = tag == 1;
-    KILN_RETURN_IF_ERROR(kiln_job_u64(&pair->ptr[1], "argument", UINT64_MAX, &j->args[i].value));
   }
   return KILN_OK;
 }
@@ -119,8 +96,8 @@ static kiln_status_t decode_launch(kiln_job_kind_t kind, const msgpack_object *j
   KILN_RETURN_IF_ERROR(kiln_job_open(job, kind, timed ? TIME_FIELDS : LAUNCH_FIELDS, 0, &f));
   KILN_RETURN_IF_ERROR(kiln_job_key(&f[0], j->module));
   KILN_RETURN_IF_ERROR(kiln_job_u32(&f[1], "kernel", &j->kernel));
-  KILN_RETURN_IF_ERROR(decode_dims(&f[2], "grid", j->grid));
-  KILN_RETURN_IF_ERROR(decode_dims(&f[3], "block", j->block));
+  KILN_RETURN_IF_ERROR(kiln_job_dims(&f[2], "grid", j->grid));
+  KILN_RETURN_IF_ERROR(kiln_job_dims(&f[3], "block", j->block));
   KILN_RETURN_IF_ERROR(kiln_job_u32(&f[4], "shared", &j->shared));
   KILN_RETURN_IF_ERROR(kiln_job_u64(&f[5], "deadline_ms", UINT64_MAX, &j->deadline_ms));
   KILN_RETURN_IF_ERROR(kiln_job_u64(&f[6], "cancel", UINT64_MAX, &j->cancel));
