@@ -94,15 +94,19 @@ typedef struct kiln_config {
   double fleet_ttl_s; /* default 15 */
 } kiln_config_t;
 
+/* A listener's or a connection's libuv handle: TCP or a unix socket, seen as the stream and
+ * handle that libuv's calls take (handle.data points back at the owner). */
+typedef union kiln_uv_stream {
+  uv_tcp_t tcp;
+  uv_pipe_t pipe;
+  uv_stream_t stream;
+  uv_handle_t handle;
+} kiln_uv_stream_t;
+
 /* --- listeners (listener.c) --------------------------------------------------------------- */
 
 typedef struct kiln_listener {
-  union {
-    uv_tcp_t tcp;
-    uv_pipe_t pipe;
-    uv_stream_t stream;
-    uv_handle_t handle;
-  } h;
+  kiln_uv_stream_t h;
   kiln_server_t *server;
   bool is_tcp;
   bool tls; /* tls:HOST:PORT: TCP with TLS on every connection */
@@ -123,12 +127,7 @@ bool kiln_socket_option(kiln_config_t *cfg, bool mode, const char *value);
 /* --- connections (conn.c) ----------------------------------------------------------------- */
 
 struct kiln_conn {
-  union {
-    uv_tcp_t tcp;
-    uv_pipe_t pipe;
-    uv_stream_t stream;
-    uv_handle_t handle;
-  } h;
+  kiln_uv_stream_t h;
   kiln_server_t *server;
   kiln_conn_t *prev, *next; /* server's list */
   kiln_reader_t reader;
