@@ -56,6 +56,7 @@ Test(seq, one_item_is_marked_and_none_is_refused) {
   kiln_seq_marks_deinit(&m);
   kiln_status_t st = kiln_seq_marks_init(&m, items, 0);
   cr_assert_eq(kiln_status_code(st), KILN_E_INVALID_ARGUMENT);
+  kiln_status_free(st);
   cr_expect_null(m.ends);
   kiln_seq_marks_deinit(&m);
 }
