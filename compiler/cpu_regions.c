@@ -95,6 +95,10 @@ static kiln_status_t split_barriers(cpu_item_t *it) {
       LLVMInsertIntoBuilder(it->b, i);
     }
     LLVMInstructionEraseFromParent(call);
+    /* Calls come in use-list order, not program order: a barrier later in this block may
+     * have been split already, and its `br` to its continuation has just moved into cont. */
+    for (size_t j = 0; j < k; j++)
+      if (it->bar_block[j] == bb) it->bar_block[j] = cont;
     LLVMPositionBuilderAtEnd(it->b, bb);
     LLVMBuildBr(it->b, cont);
     LLVMValueRef term = LLVMGetBasicBlockTerminator(cont);
