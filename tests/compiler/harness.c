@@ -89,6 +89,15 @@ uint8_t *th_source_bc(const char *source, size_t *out_len) {
   return p;
 }
 
+char *th_source_ll(const char *source) {
+  char path[256];
+  size_t n;
+  th_write_temp(source, strlen(source), ".c", path, sizeof(path));
+  char *p = (char *)clang_compile(path, true, &n);
+  unlink(path);
+  return p;
+}
+
 void th_compile(const uint8_t *payload, size_t len, const char *target, const kiln_compile_options_t *opts,
                 kiln_artifact_t *out) {
   kiln_compiler_t *c;

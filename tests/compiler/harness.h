@@ -15,6 +15,9 @@
  * source text; returns malloc'ed bitcode. Asserts on failure. */
 uint8_t *th_example_bc(const char *name, size_t *out_len);
 uint8_t *th_source_bc(const char *source, size_t *out_len);
+/* The same as LLVM IR text: the text parser builds use lists in reverse program order,
+ * bitcode keeps them in program order. */
+char *th_source_ll(const char *source);
 /* The same as text IR (-S). */
 char *th_example_ll(const char *name);
 

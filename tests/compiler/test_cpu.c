@@ -123,6 +123,73 @@ Test(cpu, reduce_keeps_values_across_barriers) {
   kiln_artifact_deinit(&a);
 }
 
+/* Barriers with nothing between them but straight-line code share one basic block (a te
+ * cooperative load whose tiles divide exactly: no guard splits it). Each must still end its
+ * region: every work-item writes the tile before any reads a neighbour's element. */
+static const char straight_barriers_source[] =
+    "#include <kiln/kernel.h>\n"
+    "KILN_KERNEL void rotate(const float *in, float *out) {\n"
+    "  static KILN_SHARED float t[64];\n"
+    "  unsigned l = kiln_local_id(0), g = kiln_group_id(0) * 64 + l;\n"
+    "  t[l] = in[g];\n"
+    "  kiln_barrier();\n"
+    "  float v = t[(l + 1) % 64];\n"
+    "  kiln_barrier();\n"
+    "  t[l] = v * 2.0f;\n"
+    "  kiln_barrier();\n"
+    "  out[g] = t[(l + 3) % 64];\n"
+    "}\n";
+
+static void check_barriers_in_one_block(bool text) {
+  size_t n;
+  uint8_t *ir;
+  if (text) {
+    /* clang declares __kiln_barrier after the kernel: the parser then resolves a forward
+     * reference, which leaves the uses in program order. Declared first, the calls join
+     * its use list in reverse program order, as when the te lowering builds them. */
+    char *ll = th_source_ll(straight_barriers_source);
+    char *decl = strstr(ll, "declare void @__kiln_barrier()"), *define = strstr(ll, "define ");
+    cr_assert(decl && define && define < decl, "%s", ll);
+    size_t dlen = strcspn(decl, "\n") + 1;
+    n = strlen(ll);
+    ir = malloc(n + 1);
+    size_t head = (size_t)(define - ll);
+    memcpy(ir, ll, head);
+    memcpy(ir + head, decl, dlen);
+    memcpy(ir + head + dlen, define, (size_t)(decl - define));
+    strcpy((char *)ir + head + dlen + (size_t)(decl - define), decl + dlen);
+    free(ll);
+  } else {
+    ir = th_source_bc(straight_barriers_source, &n);
+  }
+  kiln_artifact_t a;
+  th_compile(ir, n, "cpu", NULL, &a);
+  free(ir);
+  th_cpu_module_t m;
+  th_cpu_load(&a, &m);
+  enum { G = 3, N = G * 64 };
+  static float in[N], out[N];
+  for (int i = 0; i < N; i++) {
+    in[i] = (float)i;
+    out[i] = -1.0f;
+  }
+  void *pi = in, *po = out;
+  void *args[] = {&pi, &po};
+  uint32_t grid[3] = {G, 1, 1}, blk[3] = {64, 1, 1};
+  th_cpu_run(&m, &a, "rotate", grid, blk, 0, args);
+  for (int i = 0; i < N; i++) {
+    int base = i / 64 * 64, l = i % 64;
+    float want = 2.0f * in[base + (l + 4) % 64];
+    cr_assert_eq(out[i], want, "%s: out[%d] = %g, want %g", text ? "text" : "bitcode", i, out[i], want);
+  }
+  th_cpu_unload(&m);
+  kiln_artifact_deinit(&a);
+}
+
+/* The barrier calls are found through the function's use list, in either order. */
+Test(cpu, barriers_in_one_block_bitcode) { check_barriers_in_one_block(false); }
+Test(cpu, barriers_in_one_block_text) { check_barriers_in_one_block(true); }
+
 /* Every builtin in every dimension, and a private array that lives across a barrier. */
 static const char ids_source[] =
     "#include <kiln/kernel.h>\n"

@@ -370,24 +370,46 @@ Test(te, inline_select_cast_reorder) {
   "                                    ['load', 'B', [['var', 'k'], ['var', 'j']]]], ['k']]}],"             \
   " 'schedule': [" SCHED "], 'kernels': [{'name': 'gemm', 'args': ['A', 'B', 'C']}]}"
 
-/* C tiled 8x8 per work-group, one element per work-item; A and B tiles in shared memory,
- * loaded cooperatively (one element per work-item) at each step of k. */
-#define GEMM_SHARED                                                                                          \
-  "{'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'},"               \
-  "{'op': 'cache_read', 'tensor': 'B', 'scope': 'shared', 'readers': ['C'], 'name': 'BS'},"               \
+/* C tiled 8x8 per work-group, one element per work-item, k in steps of 8. */
+#define GEMM_TILES_8X8                                                                                       \
   "{'op': 'tile', 'stage': 'C', 'x': 'i', 'y': 'j', 'x_factor': 8, 'y_factor': 8,"                        \
   "  'x_outer': 'bi', 'y_outer': 'bj', 'x_inner': 'ti', 'y_inner': 'tj'},"                                 \
   "{'op': 'split', 'stage': 'C', 'var': 'k', 'factor': 8, 'outer': 'ko', 'inner': 'ki'},"                 \
   "{'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.y'},"                                    \
   "{'op': 'bind', 'stage': 'C', 'var': 'bj', 'thread': 'blockIdx.x'},"                                    \
   "{'op': 'bind', 'stage': 'C', 'var': 'ti', 'thread': 'threadIdx.y'},"                                   \
-  "{'op': 'bind', 'stage': 'C', 'var': 'tj', 'thread': 'threadIdx.x'},"                                   \
+  "{'op': 'bind', 'stage': 'C', 'var': 'tj', 'thread': 'threadIdx.x'}"
+/* A and B tiles in shared memory, loaded cooperatively (one element per work-item) at each
+ * step of k. */
+#define GEMM_SHARED                                                                                          \
+  "{'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'},"               \
+  "{'op': 'cache_read', 'tensor': 'B', 'scope': 'shared', 'readers': ['C'], 'name': 'BS'},"               \
+  GEMM_TILES_8X8 ","                                                                                         \
   "{'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ko'},"                                      \
   "{'op': 'compute_at', 'stage': 'BS', 'parent': 'C', 'var': 'ko'},"                                      \
   "{'op': 'bind', 'stage': 'AS', 'var': 'ax0', 'thread': 'threadIdx.y'},"                                 \
   "{'op': 'bind', 'stage': 'AS', 'var': 'ax1', 'thread': 'threadIdx.x'},"                                 \
   "{'op': 'bind', 'stage': 'BS', 'var': 'ax0', 'thread': 'threadIdx.y'},"                                 \
   "{'op': 'bind', 'stage': 'BS', 'var': 'ax1', 'thread': 'threadIdx.x'}"
+
+/* The GEMM with constant shapes: where every tile divides, no guard splits the cooperative
+ * load's block, so its two barriers share one basic block (cpu_regions.c once lost the
+ * second of them: each work-item read shared tiles its neighbours had not written yet). */
+#define GEMM_FIXED(M, N, K, SCHED)                                                                          \
+  "{'te': 1, 'vars': [], 'tensors': ["                                                                    \
+  " {'name': 'A', 'op': 'placeholder', 'dtype': 'float32', 'shape': [" #M ", " #K "]},"                     \
+  " {'name': 'B', 'op': 'placeholder', 'dtype': 'float32', 'shape': [" #K ", " #N "]},"                     \
+  " {'name': 'C', 'op': 'compute', 'dtype': 'float32', 'shape': [" #M ", " #N "], 'axes': ['i', 'j'],"      \
+  "  'reduce_axes': [{'name': 'k', 'extent': " #K "}],"                                                     \
+  "  'body': ['reduce', 'sum', ['mul', ['load', 'A', [['var', 'i'], ['var', 'k']]],"                      \
+  "                                    ['load', 'B', [['var', 'k'], ['var', 'j']]]], ['k']]}],"             \
+  " 'schedule': [" SCHED "], 'kernels': [{'name': 'gemm', 'args': ['A', 'B', 'C']}]}"
+#define GEMM_SHARED_A_ONLY                                                                                   \
+  "{'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['C'], 'name': 'AS'},"               \
+  GEMM_TILES_8X8 ","                                                                                         \
+  "{'op': 'compute_at', 'stage': 'AS', 'parent': 'C', 'var': 'ko'},"                                      \
+  "{'op': 'bind', 'stage': 'AS', 'var': 'ax0', 'thread': 'threadIdx.y'},"                                 \
+  "{'op': 'bind', 'stage': 'AS', 'var': 'ax1', 'thread': 'threadIdx.x'}"
 
 /* Each work-item accumulates a 2x2 block in local memory (cache_write), reading A and B
  * tiles of 16 rows/columns that the 8x8 work-items load together. */
@@ -466,6 +488,14 @@ static void gemm_check(const char *json, int M, int N, int K) {
 Test(te, gemm_shared_tiles_run_on_cpu) {
   gemm_check(GEMM(GEMM_SHARED), 37, 29, 19); /* partial tiles everywhere */
   gemm_check(GEMM(GEMM_SHARED), 32, 16, 24);
+}
+
+Test(te, gemm_shared_tiles_constant_shapes) {
+  gemm_check(GEMM_FIXED(8, 8, 8, GEMM_SHARED_A_ONLY), 8, 8, 8);
+  gemm_check(GEMM_FIXED(16, 16, 16, GEMM_SHARED_A_ONLY), 16, 16, 16);
+  gemm_check(GEMM_FIXED(40, 40, 40, GEMM_SHARED_A_ONLY), 40, 40, 40);
+  gemm_check(GEMM_FIXED(24, 16, 32, GEMM_SHARED), 24, 16, 32);
+  gemm_check(GEMM_FIXED(37, 29, 19, GEMM_SHARED), 37, 29, 19); /* guards: always worked */
 }
 
 Test(te, gemm_local_accumulators_shared_tiles) {

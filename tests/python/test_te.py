@@ -232,6 +232,75 @@ def test_cache_read_shared_with_threads_on_cpu(ts):
     _check_mm(ts, s, A, B, C, M, N, K)
 
 
+def _mm_cached(variant, M, N, K):
+    """8x8 work-groups of 8x8 work-items, one C element each, k in steps of 8, with the
+    operand tiles staged as ``variant`` says. C reduces straight into its output."""
+    A, B, C = _mm(M, N, K)
+    s = te.create_schedule(C.op)
+    out = s.cache_write(C, "local") if variant == "local_acc" else C
+    readers = [out]
+    staged = [s.cache_read(A, "local" if variant == "a_local" else "shared", readers)]
+    if variant in ("ab_bound", "double_buffer", "aligned", "local_acc"):
+        staged.append(s.cache_read(B, "shared", readers))
+    i, j = C.op.axis
+    bi, ti = s[C].split(i, factor=8)
+    bj, tj = s[C].split(j, factor=8)
+    s[C].reorder(bi, bj, ti, tj)
+    for v, t in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"), (tj, "threadIdx.x")):
+        s[C].bind(v, te.thread_axis(t))
+    if out is not C:
+        s[out].compute_at(s[C], tj)
+    ko, ki = s[out].split(s[out].op.reduce_axis[0], factor=8)
+    if out is C:
+        s[C].reorder(bi, bj, ti, tj, ko, ki)
+    for T in staged:
+        s[T].compute_at(s[out], ko)
+        a0, a1 = s[T].op.axis
+        if variant == "a_unbound" or variant == "a_local":
+            continue
+        if variant == "fused":
+            fo, tx = s[T].split(s[T].fuse(a0, a1), factor=8)
+            fo, ty = s[T].split(fo, factor=8)
+            a0, a1 = ty, tx
+        s[T].bind(a0, te.thread_axis("threadIdx.y"))
+        s[T].bind(a1, te.thread_axis("threadIdx.x"))
+        if variant == "double_buffer":
+            s[T].double_buffer()
+        if variant == "aligned":
+            s[T].storage_align(s[T].op.axis[0], 8, 1)
+    return s, A, B, C
+
+
+MM_CACHED_VARIANTS = ["a_bound", "ab_bound", "a_unbound", "a_local", "fused", "double_buffer", "aligned",
+                      "local_acc"]
+
+
+def test_cache_read_bound_exact_tiles_on_cpu(ts):
+    """The cooperative load of A's tile with every tile dividing: the load's two barriers
+    share one basic block, and the CPU lowering once kept only one of them (NaN at 8 and 16,
+    wrong sums at 40)."""
+    for n in (8, 16, 40):
+        s, A, B, C = _mm_cached("a_bound", n, n, n)
+        _check_mm(ts, s, A, B, C, n, n, n)
+
+
+@pytest.mark.parametrize("variant", MM_CACHED_VARIANTS)
+def test_cached_schedules_match_numpy_on_cpu(ts, variant):
+    """A differential sweep: each staged schedule at shapes whose tiles divide, shapes with
+    partial tiles everywhere, and symbolic shapes run at both, against numpy."""
+    for M, N, K in [(16, 24, 32), (37, 29, 19)]:
+        s, A, B, C = _mm_cached(variant, M, N, K)
+        _check_mm(ts, s, A, B, C, M, N, K)
+    s, A, B, C = _mm_cached(variant, te.var("M"), te.var("N"), te.var("K"))
+    f = kiln.build(s, [A, B, C], "llvm", session=ts)
+    dev = ts.cpu(0)
+    for M, N, K in [(16, 24, 32), (37, 29, 19)]:
+        a, b = rand((M, K)), rand((K, N))
+        c = kiln.nd.empty((M, N), "float32", dev)
+        f(kiln.nd.array(a, dev), kiln.nd.array(b, dev), c)
+        np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4, err_msg="symbolic %s" % ((M, N, K),))
+
+
 def test_compute_inline_and_if_then_else(ts):
     n = te.var("n")
     A = te.placeholder((n,), name="A")
