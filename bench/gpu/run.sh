@@ -21,7 +21,7 @@
 #                                   (KILN_CUDA_GRAPHS=0) and launch by launch
 #                                   (KILN_GRAPH_SEQUENCE=0), and without per-node progress marks
 #                                   (KILN_GRAPH_MARKS=0); needs numpy, msgpack and pytest
-#   bench/gpu/run.sh graphprof      the staged ResNet-50's kernels each timed alone beside the
+#   bench/gpu/run.sh graphprof      the staged models' kernels each timed alone beside the
 #                                   whole graph (bench/graph_gpu.py profile), to $OUT/graph_profile.md
 #   bench/gpu/run.sh all            the six above but tune, in that order
 # After `stage.sh --lean` (.gpu/lean) the C binaries are not staged: conformance, server, bench
@@ -130,7 +130,7 @@ graphprof() {
     return
   fi
   KILND=$PWD/$build/server/kilnd python3 bench/graph_gpu.py profile .gpu/graphs --device cuda:0 \
-    --out "$OUT/graph_profile.md" 2>&1 | tee "$OUT/graph_profile.log"
+    --models resnet50,efficientnet_lite0 --out "$OUT/graph_profile.md" 2>&1 | tee "$OUT/graph_profile.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 }
 case "${1:-all}" in
