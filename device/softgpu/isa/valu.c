@@ -398,7 +398,10 @@ int valu_i32(sg_wave_t *w, const sg_inst_t *in) {
   unsigned op = in->desc->sub;
   uint32_t b0[SG_LANES], b1[SG_LANES], b2[SG_LANES], d[SG_LANES];
   const uint32_t *a = NULL, *b = NULL, *c = NULL;
-  if (op != I_CNDMASK && valu_no_mods(w, in)) return 1;
+  /* clamp on the carry-less u32 add and subtracts saturates to [0, 0xffffffff]: LLVM selects
+   * them for llvm.uadd.sat / llvm.usub.sat (VOPBinOpClampPat) */
+  bool sat = in->clamp && !in->omod && (op == I_ADD || op == I_SUB || op == I_SUBREV);
+  if (op != I_CNDMASK && !sat && valu_no_mods(w, in)) return 1;
   if (op != I_CNDMASK && (in->abs || in->neg) && !in->sdwa)
     return sg_wave_fail(w, in, SG_ERR_UNIMPLEMENTED, 0, 0, -1, "%s at 0x%llx: abs/neg on an integer operation",
                         in->mnem, (unsigned long long)in->pc);
@@ -487,9 +490,9 @@ int valu_i32(sg_wave_t *w, const sg_inst_t *in) {
   bool three = in->fmt == SG_FMT_VOP3;
   if (three) c = vi32(w, in, 2, b2);
   switch (op) {
-  case I_ADD: FOR_LANES d[l] = a[l] + b[l]; break;
-  case I_SUB: FOR_LANES d[l] = a[l] - b[l]; break;
-  case I_SUBREV: FOR_LANES d[l] = b[l] - a[l]; break;
+  case I_ADD: FOR_LANES d[l] = sat && a[l] + b[l] < a[l] ? 0xffffffffu : a[l] + b[l]; break;
+  case I_SUB: FOR_LANES d[l] = sat && b[l] > a[l] ? 0 : a[l] - b[l]; break;
+  case I_SUBREV: FOR_LANES d[l] = sat && a[l] > b[l] ? 0 : b[l] - a[l]; break;
   case I_AND: FOR_LANES d[l] = a[l] & b[l]; break;
   case I_OR: FOR_LANES d[l] = a[l] | b[l]; break;
   case I_XOR: FOR_LANES d[l] = a[l] ^ b[l]; break;

@@ -225,14 +225,17 @@ int valu_16(sg_wave_t *w, const sg_inst_t *in) {
     vwrite16(w, in, d);
     return 0;
   }
-  if (valu_no_mods(w, in)) return 1;
+  /* clamp on the u16 add and subtracts saturates to [0, 0xffff] (llvm.uadd.sat.i16 and
+   * llvm.usub.sat.i16 on gfx9) */
+  bool sat = in->clamp && !in->omod && (op == H_ADD_U16 || op == H_SUB_U16 || op == H_SUBREV_U16);
+  if (!sat && valu_no_mods(w, in)) return 1;
   a = h16(w, in, 0, b0);
   b = h16(w, in, 1, b1);
   c = (op == H_MAD_U16 || op == H_MAD_LEGACY_U16) ? h16(w, in, 2, b2) : b2;
   switch (op) {
-  case H_ADD_U16: FOR_LANES d[l] = (a[l] + b[l]) & 0xffff; break;
-  case H_SUB_U16: FOR_LANES d[l] = (a[l] - b[l]) & 0xffff; break;
-  case H_SUBREV_U16: FOR_LANES d[l] = (b[l] - a[l]) & 0xffff; break;
+  case H_ADD_U16: FOR_LANES d[l] = sat && a[l] + b[l] > 0xffff ? 0xffff : (a[l] + b[l]) & 0xffff; break;
+  case H_SUB_U16: FOR_LANES d[l] = sat && b[l] > a[l] ? 0 : (a[l] - b[l]) & 0xffff; break;
+  case H_SUBREV_U16: FOR_LANES d[l] = sat && a[l] > b[l] ? 0 : (b[l] - a[l]) & 0xffff; break;
   case H_MUL_LO_U16: FOR_LANES d[l] = (a[l] * b[l]) & 0xffff; break;
   case H_LSHLREV: FOR_LANES d[l] = (b[l] << (a[l] & 15)) & 0xffff; break;
   case H_LSHRREV: FOR_LANES d[l] = b[l] >> (a[l] & 15); break;
