@@ -99,7 +99,7 @@ graph() {
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 |
     tail -1 | tee "$OUT/graph_torch.txt"
   KILND=$PWD/$build/server/kilnd KILN_TEST_DEVICE=$gdev PYTHONPATH=$PWD/clients/python python3 -m pytest \
-    tests/python/test_graph_server.py tests/python/test_conv_gpu.py -q -rs -p no:cacheprovider 2>&1 |
+    tests/python/test_graph_server.py tests/python/test_conv_gpu.py tests/python/test_gemv_gpu.py -q -rs -p no:cacheprovider 2>&1 |
     tee "$OUT/graph_tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   if [ ! -d .gpu/graphs ]; then

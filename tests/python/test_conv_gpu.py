@@ -78,18 +78,8 @@ def test_gpu_schedule_runs_on_gpu(ts, kind):
     dev = getattr(ts, kind)(0)
     if not dev.exist:
         pytest.skip("the daemon has no %s device" % kind)
-    gaps = []
     for case in SMALL:
-        try:
-            _run(ts, case, dev, dev)
-        except kiln.DeviceFault as e:
-            # the software GPU's interpreter does not model every instruction LLVM emits (the
-            # strided case's v_add_u32 with clamp, device/softgpu/isa): hardware runs it
-            if "softgpu" not in dev.name or "ILLEGAL_INSTRUCTION" not in e.message:
-                raise
-            gaps.append(case)
-    if gaps:
-        pytest.xfail("softgpu's interpreter stopped on an instruction it does not model in %s" % gaps)
+        _run(ts, case, dev, dev)
 
 
 # ResNet-50's convolutions at batch 1 (C, H, O, k, stride, pad)
@@ -109,10 +99,15 @@ def test_resnet50_layers_compile_with_enough_groups(ts, target):
     for case in RESNET50:
         ins, out, _, _ = fused_conv(*case, residual=case[3] == 1 and case[4] == 1)
         f = kiln.build(topi.schedule_fused(out, "gpu"), ins + [out], target, name="conv", session=ts)
-        (k,) = f.module.kernels
-        grid, block = k.info["launch"]["grid"], k.info["launch"]["block"]
+        kernels = f.module.kernels
+        # the direct convs (3x3, strided 1x1) with a map of at most 14x14 are split in
+        # input-channel slices (two kernels: the partials, then their sum with the
+        # epilogue); the others are one kernel
+        split = (case[3], case[4]) != (1, 1) and (case[1] + 2 * case[5] - case[3]) // case[4] + 1 <= 14
+        assert len(kernels) == (2 if split else 1), (case, kernels)
+        grid, block = kernels[0].info["launch"]["grid"], kernels[0].info["launch"]["block"]
         groups = int(np.prod(grid))
-        assert groups >= 96, (case, grid, block)
+        assert groups >= (384 if split else 96), (case, grid, block)
         assert 32 <= int(np.prod(block)) <= 256, (case, grid, block)
 
 
@@ -128,7 +123,7 @@ def test_tile_chooser_and_knobs():
     bf, by, bx, tf = conv_gpu.direct_tiles(64, 112, 112, 1, 147, topi.knobs("fused_conv2d", "gpu"), (7, 7), 2)
     patch = ((by - 1) * 2 + 7) * ((bx - 1) * 2 + 7)
     assert 4 * 4 * (patch + bf * 49) <= 24 * 1024
-    assert set(topi.knobs("fused_conv2d", "gpu")) == {"block_f", "block_y", "block_x", "thread_f", "k_tile"}
+    assert set(topi.knobs("fused_conv2d", "gpu")) == {"block_f", "block_y", "block_x", "thread_f", "k_tile", "split"}
     assert topi.knobs("fused_pointwise", "cpu") == topi.knobs("fused_matmul", "cpu")
     X, W = te.placeholder((1, 8, 16), name="X"), te.placeholder((4, 8), name="W")
     with pytest.raises(kiln.InvalidArgument, match="no knob"):
@@ -153,3 +148,53 @@ def test_resnet50_layers_fit_sm90_registers(ts):
         assert r.returncode == 0, r.stderr
         spill = [int(x) for x in re.findall(r"(\d+) bytes spill stores", r.stderr)]
         assert max(spill or [0]) <= 64, (case, r.stderr)
+
+
+# (C, H, O, k, stride, pad, residual, split knob): small maps split in input-channel slices,
+# by the chooser (0) or a knob, slices that do not divide the channels, a strided conv
+SPLIT = [(64, 7, 64, 3, 1, 1, False, 0), (64, 7, 48, 3, 1, 1, True, 0), (32, 9, 24, 3, 2, 1, False, 0),
+         (20, 6, 8, 3, 1, 1, True, 3), (24, 14, 16, 3, 1, 1, False, 2)]
+
+
+@pytest.mark.parametrize("case", SPLIT, ids=lambda c: "C%d_H%d_O%d_k%d_s%d_p%d%s_split%d" % (
+    c[:6] + ("_res" if c[6] else "", c[7])))
+def test_split_k_runs_on_cpu(ts, case):
+    """conv_gpu.direct_split_k: the partials of each slice by the direct schedule, their sum
+    and the epilogue in a second kernel; on cpu:0 against numpy."""
+    _run_split(ts, case, "llvm", ts.cpu(0))
+
+
+def _run_split(s, case, target, dev):
+    ins, out, arrays, want = fused_conv(*case[:7])
+    knobs = {"split": case[7]} if case[7] else {}
+    f = kiln.build(topi.schedule_fused(out, "gpu", **knobs), ins + [out], target, name="conv", session=s)
+    assert len(f.module.kernels) == 2
+    o = kiln.nd.empty(want.shape, "float32", dev)
+    f(*([kiln.nd.array(a, dev) for a in arrays] + [o]))
+    np.testing.assert_allclose(o.numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["cuda", "rocm"])
+def test_split_k_runs_on_gpu(ts, kind):
+    dev = getattr(ts, kind)(0)
+    if not dev.exist:
+        pytest.skip("the daemon has no %s device" % kind)
+    for case in SPLIT:
+        _run_split(ts, case, dev, dev)
+    # ResNet-50's 3x3 conv on a 7x7 map, split in 4 by the chooser
+    _run_split(ts, (512, 7, 512, 3, 1, 1, True, 0), dev, dev)
+
+
+def test_split_chooser():
+    k = topi.knobs("fused_conv2d", "gpu")
+
+    def split(C, H, O, stride=1, **knobs):
+        X, W = te.placeholder((1, C, H, H), name="X"), te.placeholder((O, C, 3, 3), name="W")
+        T = topi.conv2d_nchw(X, W, stride, 1)
+        return conv_gpu.direct_split(T, T.op.input_tensors[0], dict(k, **knobs))
+    # ResNet-50's 3x3 convs on 14x14 and 7x7 maps: 128 work-groups each, split in 4
+    assert split(256, 14, 256) == 4 and split(512, 7, 512) == 4 and split(512, 14, 512, stride=2) == 4
+    assert split(128, 28, 128) == 1            # a 28x28 map: not split
+    assert split(8, 7, 8) == 1                 # too few channels to slice
+    assert split(512, 7, 512, split=2) == 2    # the knob wins
+    assert split(512, 28, 128, split=8) == 8

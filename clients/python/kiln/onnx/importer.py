@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from .. import te, topi
+from ..topi import gemv_gpu
 from ..errors import InvalidArgument
 from .ops import OPS, SUPPORTED, ONNX_DTYPES, NodeError, fail, ishape, carray
 from .payload import GraphPayload
@@ -600,6 +601,8 @@ class Importer:
             return "generic"
         if a.op.name == "conv2d_pointwise":    # a 1x1 convolution as a GEMM (its own GPU schedule)
             return "fused_pointwise"
+        if topi.is_gpu(self.target) and gemv_gpu.fits(a):    # an fc layer at batch 1: split-K
+            return "fused_gemv"
         return {"conv2d_nchw": "fused_conv2d", "depthwise_conv2d_nchw": "fused_depthwise"}.get(a.op.tag,
                                                                                               "fused_matmul")
 

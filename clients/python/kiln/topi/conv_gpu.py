@@ -21,11 +21,11 @@ from .. import te
 from ..errors import InvalidArgument
 from ..te.build import _eval_expr
 
-__all__ = ["CONV_GPU_KNOBS", "pointwise", "direct"]
+__all__ = ["CONV_GPU_KNOBS", "pointwise", "direct", "direct_split", "direct_split_k"]
 
 CONV_GPU_KNOBS = {
     "gpu_pointwise": {"block_m": 0, "block_n": 0, "thread_m": 0, "thread_n": 0, "k_tile": 8},
-    "gpu_direct": {"block_f": 0, "block_y": 0, "block_x": 0, "thread_f": 0, "k_tile": 4},
+    "gpu_direct": {"block_f": 0, "block_y": 0, "block_x": 0, "thread_f": 0, "k_tile": 4, "split": 0},
 }
 
 _MAX_THREADS = 256
@@ -59,14 +59,17 @@ def _shared_copies(s, sa, at, tensors, nthreads_x, nthreads_y):
     """Each tensor sa reads copied to shared memory inside sa's loop `at`, by every
     work-item of the group."""
     for T in tensors:
-        st = s[s.cache_read(T, "shared", [sa.op])]
-        st.compute_at(sa, at)
-        axes = list(st.op.axis)
-        f = st.fuse(*axes) if len(axes) > 1 else axes[0]
-        f, tx = st.split(f, factor=nthreads_x)
-        f, ty = st.split(f, factor=nthreads_y)
-        _bind(st, ty, "threadIdx.y")
-        _bind(st, tx, "threadIdx.x")
+        _place_copy(s[s.cache_read(T, "shared", [sa.op])], sa, at, nthreads_x, nthreads_y)
+
+
+def _place_copy(st, sa, at, nthreads_x, nthreads_y):
+    st.compute_at(sa, at)
+    axes = list(st.op.axis)
+    f = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    f, tx = st.split(f, factor=nthreads_x)
+    f, ty = st.split(f, factor=nthreads_y)
+    _bind(st, ty, "threadIdx.y")
+    _bind(st, tx, "threadIdx.x")
 
 
 # What a word copied from global to shared memory costs beside an FMA (an L2 hit, the store,
@@ -201,4 +204,86 @@ def direct(s, so, sa, data, kernel, k):
     sa.unroll(rx)
     sa.unroll(fc)
     _shared_copies(s, sa, rco, (data, kernel), by * bx, bf // tf)
+    return s
+
+
+# Split-K for small maps: a 3x3 conv on a 14x14 or 7x7 map at batch 1 has few output tiles
+# (ResNet-50's: 128 work-groups of 196 work-items, one per SM of an H200) and a deep reduction
+# (2,304 to 4,608 per output), so the device is underfilled. Split the input channels in
+# slices: a first kernel sums each slice into partials (the direct schedule, a slice per
+# blockIdx.z), a second sums the slices and runs the epilogue.
+_SPLIT_GROUPS = 512      # work-groups to aim at with the slices (about 4 per SM of an H200)
+_SPLIT_MAX_MAP = 14 * 14  # output maps up to this many pixels are split
+
+
+def _direct_shape(anchor, data):
+    """(N, O, OH, OW, C, kh, kw, stride) of a conv2d_nchw anchor reading data."""
+    N, O, OH, OW = (_const(d) for d in anchor.shape)
+    rc, ry, rx = anchor.op.reduce_axis
+    C, kh, kw = (_const(r.dom.extent) for r in (rc, ry, rx))
+    H = _const(data.shape[2])
+    stride = max(1, (H - kh) // (OH - 1)) if H and OH and kh and OH > 1 else 1
+    return N, O, OH, OW, C, kh, kw, stride
+
+
+def direct_split(anchor, data, k):
+    """The number of input-channel slices for the direct conv anchor: the split knob when
+    set, else a power of two that brings the work-groups near _SPLIT_GROUPS for a map of at
+    most _SPLIT_MAX_MAP pixels, each slice keeping at least 4 k_tiles of channels and
+    dividing the channels evenly; 1 for anything else."""
+    if k["split"]:
+        return k["split"]
+    N, O, OH, OW, C, kh, kw, stride = _direct_shape(anchor, data)
+    if None in (N, O, OH, OW, C, kh, kw) or OH * OW > _SPLIT_MAX_MAP:
+        return 1
+    bf, by, bx, _ = direct_tiles(O, OH, OW, N, C * kh * kw, k, (kh, kw), stride)
+    groups = N * _ceil(O, bf) * _ceil(OH, by) * _ceil(OW, bx)
+    kt = k["k_tile"]
+    split = 1
+    while groups * split * 2 <= _SPLIT_GROUPS and C % (split * 2 * kt) == 0 and C // (split * 2) >= 4 * kt:
+        split *= 2
+    return split
+
+
+def direct_split_k(s, out, anchor, data, kernel, k, split):
+    """Schedules the conv anchor and its epilogue out (the stages between inlined) as two
+    kernels: partial[slice, n, f, y, x] by the direct schedule over a slice of the input
+    channels (TVM's rfactor), then their sum and the epilogue, an element per work-item."""
+    N, O, OH, OW, C, kh, kw, stride = _direct_shape(anchor, data)
+    # the shared copies are made before rfactor (the rfactor stage takes over the anchor's
+    # body, and with it the reads of the copies) and placed in the new stage after it
+    copies = [s.cache_read(T, "shared", [anchor.op]) for T in (data, kernel)]
+    sa = s[anchor]
+    rso, _ = sa.split(sa.op.reduce_axis[0], nparts=split)
+    part = s.rfactor(anchor, rso)
+    bf, by, bx, tf = direct_tiles(O, OH, OW, N, _ceil(C or 16, split) * (kh or 3) * (kw or 3), k,
+                                  (kh or 3, kw or 3), stride)
+    # the partials: as direct(), the work-item's thread_f outputs accumulated in the output
+    # words themselves (an rfactor stage has no cache_write), a slice per blockIdx.z
+    sp = s[part]
+    ps, n, f, y, x = sp.op.axis
+    rc, ry, rx = sp.op.reduce_axis
+    fb, fi = sp.split(f, factor=bf)
+    yb, yi = sp.split(y, factor=by)
+    xb, xi = sp.split(x, factor=bx)
+    fii, ty = sp.split(fi, factor=bf // tf)
+    rco, rci = sp.split(rc, factor=k["k_tile"])
+    sp.reorder(ps, n, fb, yb, xb, ty, yi, xi, rco, rci, ry, rx, fii)
+    tx = sp.fuse(yi, xi)
+    g = sp.fuse(yb, xb)
+    z = sp.fuse(ps, n)
+    _grid(sp, z, fb, g, ty, tx)
+    sp.unroll(ry)
+    sp.unroll(rx)
+    sp.unroll(fii)
+    for c in copies:
+        _place_copy(s[c], sp, rco, by * bx, bf // tf)
+    # the sum of the slices and the epilogue
+    so = s[out]
+    g = so.fuse(*so.op.axis)
+    bx_, tx_ = so.split(g, factor=128)
+    _bind(so, bx_, "blockIdx.x")
+    _bind(so, tx_, "threadIdx.x")
+    if out.op is not anchor.op:
+        s[anchor].compute_at(so, tx_)
     return s

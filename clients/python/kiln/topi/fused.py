@@ -15,7 +15,7 @@ from .. import te
 from ..te.expr import IntImm
 from ..te.tensor import ComputeOp
 from .schedules import is_gpu, _knobs, _computes, _injective_stage, KNOBS
-from . import conv_gpu
+from . import conv_gpu, gemv_gpu
 
 __all__ = ["schedule_fused", "schedule_generic", "anchor_of", "FUSED_KNOBS"]
 
@@ -35,6 +35,9 @@ FUSED_KNOBS = {
         "gpu": conv_gpu.CONV_GPU_KNOBS["gpu_pointwise"],
     },
     "generic": {"cpu": {"chunk": 4096, "vec": 8}, "gpu": {"num_thread": 256}},
+    # a few-row product (an fc layer at batch 1) on a GPU: gemv_gpu's split-K (the cpu entry
+    # is unused: fused_matmul's cpu schedule runs it there)
+    "fused_gemv": {"cpu": {}, "gpu": gemv_gpu.GEMV_GPU_KNOBS},
 }
 KNOBS.update(FUSED_KNOBS)
 
@@ -85,6 +88,8 @@ def schedule_fused(out, target="cpu", **kw):
         return _fused_depthwise(out, anchor, target, kw)
     if tag == "matmul" and anchor.op.name == "conv2d_pointwise" and is_gpu(target):
         return _fused_pointwise_gpu(out, anchor, target, kw)
+    if is_gpu(target) and gemv_gpu.fits(anchor) and not (set(kw) - set(gemv_gpu.GEMV_GPU_KNOBS)):
+        return _fused_gemv_gpu(out, anchor, target, kw)
     if tag in ("matmul", "dense") and len(anchor.shape) in (2, 3):
         return _fused_matmul(out, anchor, target, kw)
     return schedule_generic(out, target, **kw)
@@ -116,8 +121,11 @@ def _fused_conv(out, anchor, target, kw):
     s = te.create_schedule(out.op)
     if gpu:
         _inline_between(s, out, anchor)
-        so, sa, _ = _epilogue_stage(s, out, anchor)
         data, kernel = anchor.op.input_tensors
+        split = conv_gpu.direct_split(anchor, data, k)
+        if split > 1:
+            return conv_gpu.direct_split_k(s, out, anchor, data, kernel, k, split)
+        so, sa, _ = _epilogue_stage(s, out, anchor)
         return conv_gpu.direct(s, so, sa, data, kernel, k)
     _inline_between(s, out, anchor, keep_pads=not k["inline_pad"])
     so, sa, _ = _epilogue_stage(s, out, anchor)
@@ -173,6 +181,14 @@ def _fused_pointwise_gpu(out, anchor, target, kw):
     so, sa, _ = _epilogue_stage(s, out, anchor)
     W, X = sorted(anchor.op.input_tensors, key=lambda t: len(t.shape))   # O x C, N x C x P
     return conv_gpu.pointwise(s, so, sa, W, X, k)
+
+
+def _fused_gemv_gpu(out, anchor, target, kw):
+    """A few-row product (gemv_gpu.fits) and its epilogue: gemv_gpu.split_k, two kernels."""
+    k = _knobs("fused_gemv", target, kw)
+    s = te.create_schedule(out.op)
+    _inline_between(s, out, anchor)
+    return gemv_gpu.split_k(s, out, anchor, k)
 
 
 def _fused_depthwise(out, anchor, target, kw):
