@@ -539,13 +539,16 @@ static void on_remote(void *arg, const uint8_t *bytes, size_t len) {
       kiln_status_free(st);
       kiln_cache_entry_release(e);
       m = NULL;
-    } else if ((st = kiln_cache_put_entry(cs->cache, e))) {
-      kiln_status_free(st); /* served all the same; the next look-up asks Redis again */
     }
   }
   if (m) {
+    /* Answer first, then the cache put: the put wakes a pool thread for the disk write (a
+     * hash of the whole artifact, a write, an fsync), which on a busy machine takes the core
+     * from the loop before the answer goes out. */
     j->cached = true;
     job_finish(cs, j, m, 0, KILN_OK);
+    kiln_status_t st = kiln_cache_put_entry(cs->cache, e);
+    kiln_status_free(st); /* served all the same; the next look-up asks Redis again */
     kiln_module_release(m);
     resume_deferred(cs);
     return;

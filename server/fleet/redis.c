@@ -26,6 +26,7 @@
 
 #define MAX_ARRAY 4096 /* elements of one reply array: no command of ours gets more */
 #define BACKOFF_MIN_MS 100
+#define READER_KEEP (4u << 20) /* reader buffer kept between replies */
 #define BACKOFF_MAX_MS 5000
 
 typedef enum { ST_DOWN, ST_RESOLVING, ST_CONNECTING, ST_UP } state_t;
@@ -65,6 +66,7 @@ struct kiln_redis {
   uint32_t npending; /* commands sent whose reply has not come */
   uint64_t reply_bytes; /* what the reply being parsed has cost so far (the create_* hooks) */
   redisReplyObjectFunctions fns;
+  char *rbuf; /* on_check's read buffer (READ_CHUNK), made on the first large reply */
   kiln_redis_stats_t st;
   int handles_open;
 };
@@ -374,6 +376,9 @@ static void connect_to(kiln_redis_t *r, const char *addr) {
   r->fns.createNil = create_nil;
   ac->c.reader->fn = &r->fns;
   ac->c.reader->privdata = r;
+  /* Keep the reader's buffer between large replies (hiredis frees one over 16 KiB after each
+   * reply, so every 1 MiB entry would grow it again through reallocs and page faults). */
+  ac->c.reader->maxbuf = READER_KEEP;
   redisAsyncSetConnectCallback(ac, on_connect);
   redisAsyncSetDisconnectCallback(ac, on_disconnect);
   r->ac = ac;
@@ -403,7 +408,11 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
   r->gai_busy = false;
   if (r->destroying) {
     uv_freeaddrinfo(res);
-    if (r->handles_open == 0) free(r);
+    if (r->handles_open == 0) {
+      explicit_bzero(r->pass, sizeof(r->pass));
+      free(r->rbuf);
+      free(r);
+    }
     return;
   }
   char addr[INET6_ADDRSTRLEN] = "";
@@ -472,16 +481,26 @@ static bool over_bound(kiln_redis_t *r) {
 }
 
 /* After each poll phase: the bound on buffered input, then the rest of what the socket holds.
- * hiredis 0.14 reads 16 KiB per readable event, so a 1 MiB entry would take 64 turns of the
- * loop; while a reply is incomplete and bytes wait in the socket, read them now (at most
- * 4 MiB per turn, so one connection cannot hold the loop). */
+ * hiredis 0.14 reads 16 KiB per read(2) (a 1 MiB entry would take 64 reads and 64 turns of
+ * the loop); while a reply is incomplete, what waits in the socket is read here in one read of
+ * up to READ_CHUNK and fed to the reader, and redisAsyncHandleRead then parses it and answers
+ * (its own read finds the socket empty or takes the tail). At most 4 MiB per turn, so one
+ * connection cannot hold the loop. */
+#define READ_CHUNK (1u << 20)
+#define READ_TURN (4u << 20)
 static void on_check(uv_check_t *h) {
   kiln_redis_t *r = h->data;
-  for (int i = 0; i < 256 && !over_bound(r) && r->ac && r->head; i++) {
+  size_t taken = 0;
+  while (taken < READ_TURN && !over_bound(r) && r->ac && r->head) {
     redisAsyncContext *ac = r->ac;
     int avail = 0;
     if (ac->c.reader->len == ac->c.reader->pos || ioctl(ac->c.fd, FIONREAD, &avail) != 0 || avail <= 0)
       break;
+    if (!r->rbuf && !(r->rbuf = malloc(READ_CHUNK))) break;
+    ssize_t n = read(ac->c.fd, r->rbuf, (size_t)avail < READ_CHUNK ? (size_t)avail : READ_CHUNK);
+    /* A read error or EOF is left to hiredis's own read below, which sees it and drops. */
+    if (n > 0 && redisReaderFeed(ac->c.reader, r->rbuf, (size_t)n) != REDIS_OK) n = 0;
+    taken += n > 0 ? (size_t)n : READ_TURN;
     redisAsyncHandleRead(ac); /* may answer commands, or free ac (then r->ac is NULL) */
   }
 }
@@ -523,6 +542,7 @@ static void on_handle_closed(uv_handle_t *h) {
   if (--r->handles_open == 0) {
     if (r->gai_busy) return; /* on_resolved frees */
     explicit_bzero(r->pass, sizeof(r->pass));
+    free(r->rbuf);
     free(r);
   }
 }
