@@ -22,6 +22,7 @@
 
 #include "base/util.h"
 #include "kiln/client.h"
+#include "fleet.h"
 #include "npy.h"
 #include "protocol/rpc.h"
 #include "stats.h"
@@ -41,7 +42,7 @@ enum {
   O_JSON, O_ABSENT, O_DEVICE, O_DTYPE, O_TARGET, O_FORMAT, O_OPT_LEVEL, O_FAST_MATH, O_MAX_BLOCK,
   O_GRID, O_BLOCK, O_SHARED, O_LAUNCH_TIMEOUT, O_NUMBER, O_REPEAT, O_MIN_REPEAT_MS, O_WARMUP,
   O_FLUSH, O_KIND, O_OUTPUT, O_SECONDS, O_NO_WAIT, O_TOKEN, O_ALL, O_STALE, O_LIMIT, O_UNUSED,
-  O_DRY_RUN, O_COUNT_
+  O_DRY_RUN, O_AUTH_FILE, O_COUNT_
 };
 #define BIT(o) (1ull << (o))
 #define GLOBAL_OPTS \
@@ -88,6 +89,7 @@ static const struct option LONG_OPTS[O_COUNT_ + 1] = { /* indexed by O_*; the la
     [O_LIMIT] = {"limit", required_argument, 0, OPT(O_LIMIT)},
     [O_UNUSED] = {"unused", required_argument, 0, OPT(O_UNUSED)},
     [O_DRY_RUN] = {"dry-run", no_argument, 0, OPT(O_DRY_RUN)},
+    [O_AUTH_FILE] = {"auth-file", required_argument, 0, OPT(O_AUTH_FILE)},
 };
 
 typedef struct cli {
@@ -1120,6 +1122,23 @@ static int cmd_token(cli_t *cli, int argc, char **argv) {
   return fflush(stdout) == 0 ? EXIT_OK : EXIT_FILE;
 }
 
+/* --- the fleet ------------------------------------------------------------------------------ */
+
+static int cmd_fleet(cli_t *cli, int argc, char **argv) {
+  const char *url = argc > 1 ? argv[1] : getenv("KILN_FLEET");
+  if (!url || !*url) return usage_error(cli, "wants the registry's URL (or $KILN_FLEET)");
+  uint64_t timeout_ms;
+  if (!opt_u64(cli, O_TIMEOUT, 1, INT_MAX, 5000, &timeout_ms)) return EXIT_USAGE;
+  kiln_cli_fleet_opts_t o = {.url = url, .device = cli->opt[O_DEVICE], .json = cli->opt[O_JSON] != NULL,
+                             .timeout_ms = (int)timeout_ms,
+                             .auth_file = cli->opt[O_AUTH_FILE] ? cli->opt[O_AUTH_FILE] : getenv("KILN_FLEET_AUTH_FILE")};
+  kiln_status_t s = kiln_cli_fleet_list(&o, stdout, stderr);
+  if (!s) return EXIT_OK;
+  kiln_code_t code = kiln_status_code(s);
+  return report("fleet", s, code == KILN_E_INVALID_ARGUMENT ? EXIT_USAGE
+                            : code == KILN_E_NOT_FOUND || code == KILN_E_PERMISSION ? EXIT_FILE : EXIT_CONNECT);
+}
+
 /* --- the table ------------------------------------------------------------------------------ */
 
 #define RUN_HELP                                                                                   \
@@ -1205,6 +1224,19 @@ static const command_t COMMANDS[] = {
      "  --json          print the reply (list: a JSON array of entries)\n",
      BIT(O_JSON) | BIT(O_STALE) | BIT(O_LIMIT) | BIT(O_UNUSED) | BIT(O_ALL) | BIT(O_DRY_RUN), 0, -1, false,
      cmd_cache, "size list prune"},
+    {"fleet", "[REGISTRY] [--device KIND] [--auth-file FILE] [--json]",
+     "The hosts of a fleet, read from its registry on Redis (no kilnd connection): address,\n"
+     "version, compiler identity (`*`: not the one most hosts have, so their builds are not\n"
+     "shared), the record's age, connections, tenants, compile workers busy/all+queued, and\n"
+     "each device with its load. Registry entries that are not kilnd's records are skipped\n"
+     "with a note on stderr.\n"
+     "  REGISTRY          redis://HOST[:PORT][/DB] or unix:PATH[?db=N] (default $KILN_FLEET)\n"
+     "  --device KIND     only hosts serving KIND (cuda, hsa, rocm, gpu, cpu) or a device id\n"
+     "  --auth-file FILE  Redis AUTH: PASSWORD or USER PASSWORD on one line, chmod 600\n"
+     "                    (default $KILN_FLEET_AUTH_FILE)\n"
+     "  --timeout MS      connecting and each reply (default 5000)\n"
+     "  --json            a JSON array of the hosts\n",
+     BIT(O_DEVICE) | BIT(O_AUTH_FILE) | BIT(O_JSON), 0, 1, true, cmd_fleet},
     {"token", "new [TENANT...]",
      "Makes a fresh token for each TENANT (no connection): prints `token for TENANT: TOKEN`\n"
      "(give it to the tenant; nothing keeps it) and the tokens-file line `blake2b:HASH TENANT`.\n",

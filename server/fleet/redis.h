@@ -21,6 +21,7 @@
 #include <hiredis/hiredis.h>
 
 #include "base/status.h"
+#include "server/fleet/redis_conf.h" /* kiln_redis_url_parse, kiln_redis_auth_read */
 
 typedef struct kiln_redis kiln_redis_t;
 
@@ -63,9 +64,5 @@ void kiln_redis_stats(const kiln_redis_t *r, kiln_redis_stats_t *out);
 
 /* The URL with no secret in it (for logs and metrics). */
 const char *kiln_redis_url(const kiln_redis_t *r);
-
-/* Parses a URL alone (tests, option checks): host (or path for unix:), port and db. */
-KILN_MUST_USE kiln_status_t kiln_redis_url_parse(const char *url, char *host, size_t host_cap,
-                                                 int *port, int *db, bool *is_unix);
 
 #endif

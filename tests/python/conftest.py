@@ -74,18 +74,37 @@ def dev(s):
     return s.cpu(0)
 
 
+class Daemons:
+    """Private kilnds: calling it starts one (kiln.start_daemon); stop_all() stops them and
+    returns what went wrong with those still running (an exit status other than 0, a
+    sanitizer report in the log), for fixtures that assert a clean exit."""
+
+    def __init__(self, exe):
+        self.exe = exe
+        self.started = []
+
+    def __call__(self, *args, listen=None):
+        d = kiln.start_daemon(self.exe, listen=listen, args=args)
+        self.started.append(d)
+        return d
+
+    def stop_all(self):
+        bad = []
+        for d in self.started:
+            was_alive = d.alive()
+            status = d.stop(grace=5)
+            log = d.log()
+            if was_alive and (status != 0 or "Sanitizer" in log or "runtime error" in log):
+                bad.append("kilnd %s: status %s; log ends:\n%s" % (d.url, status, log[-3000:]))
+        return bad
+
+
 @pytest.fixture
 def fresh_daemon(kilnd_bin):
     """A private daemon for tests that change options or stop it."""
-    started = []
-
-    def start(*args, listen=None):
-        d = kiln.start_daemon(kilnd_bin, listen=listen, args=args)
-        started.append(d)
-        return d
-    yield start
-    for d in started:
-        d.stop(grace=5)
+    ds = Daemons(kilnd_bin)
+    yield ds
+    ds.stop_all()
 
 
 def needs(method):

@@ -14,6 +14,7 @@ import time
 import pytest
 
 import kiln
+from conftest import Daemons
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -107,22 +108,12 @@ def fleet_secret(tmp_path):
 
 @pytest.fixture
 def kilnds(kilnd_bin):
-    """Starts kilnds like conftest's fresh_daemon; at the end each one still running must
-    stop with status 0 and a log free of sanitizer reports (the ASan build runs these too)."""
-    started = []
-
-    def start(*args, listen=None):
-        d = kiln.start_daemon(kilnd_bin, listen=listen, args=args)
-        started.append(d)
-        return d
-    yield start
-    bad = []
-    for d in started:
-        was_alive = d.alive()
-        status = d.stop(grace=5)
-        log = d.log()
-        if was_alive and (status != 0 or "Sanitizer" in log or "runtime error" in log):
-            bad.append("kilnd %s: status %s; log ends:\n%s" % (d.url, status, log[-3000:]))
+    """Starts kilnds like conftest's fresh_daemon (its Daemons); at the end each one still
+    running must stop with status 0 and a log free of sanitizer reports (the ASan build runs
+    these too)."""
+    ds = Daemons(kilnd_bin)
+    yield ds
+    bad = ds.stop_all()
     assert not bad, "\n".join(bad)
 
 

@@ -1,0 +1,441 @@
+/* `kiln fleet`: the registry on Redis as a table (fleet.h). Whoever can write to the fleet's
+ * Redis can write anything there, so every reply is bounded before it is buffered (the
+ * reader's object hooks), a record is read with GETRANGE (at most MAX_RECORD bytes), and a
+ * record that is not what kilnd writes is skipped with a note, its strings cleaned of
+ * control bytes before they reach a terminal. */
+#include "fleet.h"
+
+#include <inttypes.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "base/buf.h"
+#include "base/util.h"
+#include "kiln/client.h"
+#include "protocol/rpc.h"
+#include "server/fleet/redis_conf.h"
+
+#define HOSTS_SET "kiln:hosts"
+#define HOST_PREFIX "kiln:host:"
+#define MAX_RECORD (1u << 20) /* bytes of one record; kilnd's are a few KiB */
+#define MAX_HOSTS 4096
+#define MAX_DEVICES 64     /* per host; more are counted, not listed */
+#define MAX_REPLY (64u << 20) /* bytes of one reply in all (strings and objects) */
+#define OBJECT_COST 64
+
+typedef struct fdev {
+  char id[64], kind[32], arch[64];
+  uint64_t capacity, used, launches;
+  bool leased;
+} fdev_t;
+
+typedef struct fhost {
+  char url[256], host[256], version[64], identity[512];
+  uint64_t started, time, ttl_ms, connections, tenants, workers, busy, queued;
+  fdev_t devs[MAX_DEVICES];
+  uint32_t ndevs, more_devs;
+  bool differs;
+} fhost_t;
+
+/* --- bounded replies ---------------------------------------------------------------------- */
+
+static redisReplyObjectFunctions defaults, bounded;
+static uint64_t reply_cost;
+
+static bool afford(const redisReadTask *task, uint64_t bytes) {
+  if (task->parent == NULL) reply_cost = 0;
+  reply_cost += OBJECT_COST + bytes;
+  return reply_cost <= MAX_REPLY;
+}
+
+static void *create_string(const redisReadTask *t, char *s, size_t n) {
+  return afford(t, n) ? defaults.createString(t, s, n) : NULL;
+}
+
+static void *create_array(const redisReadTask *t, int n) {
+  if (t->parent != NULL || n < 0 || n > MAX_HOSTS) return NULL;
+  return afford(t, (uint64_t)n * sizeof(void *)) ? defaults.createArray(t, n) : NULL;
+}
+
+static void *create_integer(const redisReadTask *t, long long v) {
+  return afford(t, 0) ? defaults.createInteger(t, v) : NULL;
+}
+
+static void *create_nil(const redisReadTask *t) { return afford(t, 0) ? defaults.createNil(t) : NULL; }
+
+/* --- Redis -------------------------------------------------------------------------------- */
+
+static kiln_status_t connect_redis(const kiln_cli_fleet_opts_t *o, redisContext **out) {
+  const char *url = strncmp(o->url, "fleet:", 6) == 0 ? o->url + 6 : o->url;
+  char host[512], user[256] = "", pass[512] = "";
+  int port, db;
+  bool is_unix;
+  KILN_RETURN_IF_ERROR(kiln_redis_url_parse(url, host, sizeof(host), &port, &db, &is_unix));
+  if (o->auth_file && o->auth_file[0])
+    KILN_RETURN_IF_ERROR(kiln_redis_auth_read(o->auth_file, user, sizeof(user), pass, sizeof(pass)));
+  int ms = o->timeout_ms > 0 ? o->timeout_ms : 5000;
+  struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+  redisContext *c = is_unix ? redisConnectUnixWithTimeout(host, tv) : redisConnectWithTimeout(host, port, tv);
+  if (!c || c->err) {
+    kiln_status_t st = KILN_STATUS(KILN_E_UNAVAILABLE, "the fleet registry %s cannot be reached: %s", url,
+                                   c ? c->errstr : "out of memory");
+    redisFree(c);
+    return st;
+  }
+  redisSetTimeout(c, tv);
+  if (!defaults.createString) {
+    defaults = *c->reader->fn;
+    bounded = defaults;
+    bounded.createString = create_string;
+    bounded.createArray = create_array;
+    bounded.createInteger = create_integer;
+    bounded.createNil = create_nil;
+  }
+  c->reader->fn = &bounded;
+  kiln_status_t st = KILN_OK;
+  char dbs[16];
+  snprintf(dbs, sizeof(dbs), "%d", db);
+  const char *auth[] = {"AUTH", user, pass}, *auth1[] = {"AUTH", pass}, *sel[] = {"SELECT", dbs};
+  for (int step = 0; step < 2 && !st; step++) {
+    redisReply *r;
+    if (step == 0 && pass[0]) r = redisCommandArgv(c, user[0] ? 3 : 2, user[0] ? auth : auth1, NULL);
+    else if (step == 1 && db != 0) r = redisCommandArgv(c, 2, sel, NULL);
+    else continue;
+    if (!r || r->type == REDIS_REPLY_ERROR)
+      st = KILN_STATUS(KILN_E_UNAVAILABLE, "the fleet registry %s refused %s: %s", url, step ? "SELECT" : "AUTH",
+                       r ? r->str : c->errstr);
+    freeReplyObject(r);
+  }
+  explicit_bzero(pass, sizeof(pass));
+  if (st) {
+    redisFree(c);
+    return st;
+  }
+  *out = c;
+  return KILN_OK;
+}
+
+static kiln_status_t failed(redisContext *c, const char *what) {
+  return KILN_STATUS(KILN_E_UNAVAILABLE, "reading the fleet registry: %s: %s", what,
+                     c->err ? c->errstr : "no reply");
+}
+
+/* --- one record --------------------------------------------------------------------------- */
+
+/* Copies a string field, control bytes made '?'; false when it is absent, not a string or
+ * does not fit (a record with a field like that is not kilnd's). */
+static bool str_field(const msgpack_object *m, const char *key, char *out, size_t cap, bool required) {
+  const msgpack_object *o = kiln_params_find(m, key);
+  if (!o) {
+    out[0] = 0;
+    return !required;
+  }
+  if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= cap) return false;
+  for (uint32_t i = 0; i < o->via.str.size; i++) {
+    unsigned char ch = (unsigned char)o->via.str.ptr[i];
+    out[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+  }
+  out[o->via.str.size] = 0;
+  return true;
+}
+
+static bool u64_field(const msgpack_object *m, const char *key, uint64_t *out) {
+  const msgpack_object *o = kiln_params_find(m, key);
+  *out = 0;
+  if (!o) return true;
+  if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return false;
+  *out = o->via.u64;
+  return true;
+}
+
+/* Decodes a record into h; NULL, or why it is not a kiln host record. */
+static const char *decode(const char *data, size_t len, const char *member, fhost_t *h) {
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  size_t off = 0;
+  const char *why = NULL;
+  if (msgpack_unpack_next(&u, data, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len) {
+    why = "not one MessagePack value";
+    goto out;
+  }
+  const msgpack_object *m = &u.data, *v = m->type == MSGPACK_OBJECT_MAP ? kiln_params_find(m, "v") : NULL;
+  if (!v || v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 != 1) {
+    why = "not a version 1 record (a map with v: 1)";
+    goto out;
+  }
+  memset(h, 0, sizeof(*h));
+  if (!str_field(m, "url", h->url, sizeof(h->url), true) || strcmp(h->url, member) != 0) {
+    why = "its url is not the address it is listed under";
+    goto out;
+  }
+  if (!str_field(m, "host", h->host, sizeof(h->host), false) ||
+      !str_field(m, "version", h->version, sizeof(h->version), false) ||
+      !str_field(m, "identity", h->identity, sizeof(h->identity), false) ||
+      !u64_field(m, "started", &h->started) || !u64_field(m, "time", &h->time) ||
+      !u64_field(m, "ttl_ms", &h->ttl_ms) || !u64_field(m, "connections", &h->connections) ||
+      !u64_field(m, "tenants", &h->tenants)) {
+    why = "a field of the wrong type or too long";
+    goto out;
+  }
+  const msgpack_object *c = kiln_params_find(m, "compile");
+  if (c && (c->type != MSGPACK_OBJECT_MAP || !u64_field(c, "workers", &h->workers) ||
+            !u64_field(c, "busy", &h->busy) || !u64_field(c, "queued", &h->queued))) {
+    why = "its compile map is malformed";
+    goto out;
+  }
+  const msgpack_object *ds = kiln_params_find(m, "devices");
+  if (ds && ds->type != MSGPACK_OBJECT_ARRAY) {
+    why = "its devices are not an array";
+    goto out;
+  }
+  for (uint32_t i = 0; ds && i < ds->via.array.size; i++) {
+    const msgpack_object *d = &ds->via.array.ptr[i];
+    fdev_t tmp = {0};
+    const msgpack_object *leased = d->type == MSGPACK_OBJECT_MAP ? kiln_params_find(d, "leased") : NULL;
+    if (d->type != MSGPACK_OBJECT_MAP || !str_field(d, "id", tmp.id, sizeof(tmp.id), true) ||
+        !str_field(d, "kind", tmp.kind, sizeof(tmp.kind), true) ||
+        !str_field(d, "arch", tmp.arch, sizeof(tmp.arch), false) || !u64_field(d, "capacity", &tmp.capacity) ||
+        !u64_field(d, "used", &tmp.used) || !u64_field(d, "launches", &tmp.launches) ||
+        (leased && leased->type != MSGPACK_OBJECT_BOOLEAN)) {
+      why = "a device entry is malformed";
+      goto out;
+    }
+    tmp.leased = leased && leased->via.boolean;
+    if (h->ndevs < MAX_DEVICES) h->devs[h->ndevs++] = tmp;
+    else h->more_devs++;
+  }
+out:
+  msgpack_unpacked_destroy(&u);
+  return why;
+}
+
+/* --- listing ------------------------------------------------------------------------------ */
+
+static bool kind_matches(const char *want, const fdev_t *d) {
+  static const char *const groups[][3] = {{"gpu", "hsa", "cuda"}, {"rocm", "hsa", NULL}, {"llvm", "cpu", NULL}};
+  for (size_t g = 0; g < KILN_ARRAY_SIZE(groups); g++)
+    if (!strcmp(want, groups[g][0]))
+      return !strcmp(d->kind, groups[g][1]) || (groups[g][2] && !strcmp(d->kind, groups[g][2]));
+  return !strcmp(want, d->kind) || !strcmp(want, d->id);
+}
+
+static bool serves(const fhost_t *h, const char *device) {
+  for (uint32_t i = 0; i < h->ndevs; i++)
+    if (kind_matches(device, &h->devs[i])) return true;
+  return false;
+}
+
+static int by_url(const void *a, const void *b) { return strcmp(((const fhost_t *)a)->url, ((const fhost_t *)b)->url); }
+
+/* Marks the hosts whose compiler identity is not the most common one (ties: the first). */
+static void mark_identities(fhost_t *hs, size_t n) {
+  size_t best = 0, best_n = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = 0;
+    for (size_t j = 0; j < n; j++) k += !strcmp(hs[i].identity, hs[j].identity);
+    if (k > best_n) best = i, best_n = k;
+  }
+  for (size_t i = 0; i < n; i++) hs[i].differs = strcmp(hs[i].identity, hs[best].identity) != 0;
+}
+
+static void print_table(FILE *f, const fhost_t *hs, size_t n) {
+  uint64_t now = (uint64_t)time(NULL);
+  fprintf(f, "%-28s %-10s %-16s %5s %5s %7s %-9s %s\n", "HOST", "VERSION", "IDENTITY", "AGE", "CONNS",
+          "TENANTS", "COMPILES", "DEVICES (load: launches running, leased)");
+  size_t differ = 0;
+  for (size_t i = 0; i < n; i++) {
+    const fhost_t *h = &hs[i];
+    const char *id = strstr(h->identity, "build ");
+    char ident[20], age[16], comp[32];
+    snprintf(ident, sizeof(ident), "%.15s%s", id ? id + 6 : h->identity, h->differs ? "*" : "");
+    if (h->time && h->time <= now) snprintf(age, sizeof(age), "%" PRIu64 "s", now - h->time);
+    else snprintf(age, sizeof(age), "-");
+    snprintf(comp, sizeof(comp), "%" PRIu64 "/%" PRIu64 "+%" PRIu64, h->busy, h->workers, h->queued);
+    fprintf(f, "%-28s %-10s %-16s %5s %5" PRIu64 " %7" PRIu64 " %-9s", h->url, h->version, ident, age,
+            h->connections, h->tenants, comp);
+    for (uint32_t d = 0; d < h->ndevs; d++)
+      fprintf(f, "%s%s (%s, %" PRIu64 " running%s)", d ? ", " : " ", h->devs[d].id, h->devs[d].arch,
+              h->devs[d].launches, h->devs[d].leased ? ", leased" : "");
+    if (h->more_devs) fprintf(f, " and %u more", h->more_devs);
+    fputc('\n', f);
+    differ += h->differs;
+  }
+  if (!differ) return;
+  fprintf(f, "* compiler identity differs from most hosts' (their builds are not shared):\n");
+  for (size_t i = 0; i < n; i++)
+    if (hs[i].differs) fprintf(f, "  %s: %s\n", hs[i].url, hs[i].identity);
+}
+
+static void print_json(FILE *f, const fhost_t *hs, size_t n) {
+  kiln_buf_t b;
+  kiln_buf_init(&b);
+  kiln_packer_t p;
+  kiln_packer_init(&p, &b);
+  msgpack_packer *pk = &p.pk;
+  msgpack_pack_array(pk, n);
+  for (size_t i = 0; i < n; i++) {
+    const fhost_t *h = &hs[i];
+    kiln_fields_t m, c;
+    kiln_fields_begin(&m, pk);
+    kiln_fields_str(&m, "url", h->url);
+    kiln_fields_str(&m, "host", h->host);
+    kiln_fields_str(&m, "version", h->version);
+    kiln_fields_str(&m, "identity", h->identity);
+    kiln_fields_bool(&m, "identity_differs", h->differs);
+    kiln_fields_u64(&m, "started", h->started);
+    kiln_fields_u64(&m, "time", h->time);
+    kiln_fields_u64(&m, "ttl_ms", h->ttl_ms);
+    kiln_fields_u64(&m, "connections", h->connections);
+    kiln_fields_u64(&m, "tenants", h->tenants);
+    kiln_fields_key(&m, "compile");
+    kiln_fields_begin(&c, pk);
+    kiln_fields_u64(&c, "workers", h->workers);
+    kiln_fields_u64(&c, "busy", h->busy);
+    kiln_fields_u64(&c, "queued", h->queued);
+    kiln_fields_end(&c);
+    kiln_fields_key(&m, "devices");
+    msgpack_pack_array(pk, h->ndevs);
+    for (uint32_t d = 0; d < h->ndevs; d++) {
+      kiln_fields_t dm;
+      kiln_fields_begin(&dm, pk);
+      kiln_fields_str(&dm, "id", h->devs[d].id);
+      kiln_fields_str(&dm, "kind", h->devs[d].kind);
+      kiln_fields_str(&dm, "arch", h->devs[d].arch);
+      kiln_fields_u64(&dm, "capacity", h->devs[d].capacity);
+      kiln_fields_u64(&dm, "used", h->devs[d].used);
+      kiln_fields_u64(&dm, "launches", h->devs[d].launches);
+      kiln_fields_bool(&dm, "leased", h->devs[d].leased);
+      kiln_fields_end(&dm);
+    }
+    kiln_fields_end(&m);
+  }
+  kiln_status_t st = kiln_packer_status(&p);
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  size_t off = 0;
+  if (!st && msgpack_unpack_next(&u, (const char *)b.data, b.len, &off) == MSGPACK_UNPACK_SUCCESS) {
+    kiln_object_print_json(f, &u.data, true);
+    fputc('\n', f);
+  }
+  kiln_status_free(st);
+  msgpack_unpacked_destroy(&u);
+  kiln_buf_deinit(&b);
+}
+
+/* The members of the hosts set (at most MAX_HOSTS of them, sorted by the caller). */
+static kiln_status_t members(redisContext *c, redisReply **out) {
+  redisReply *r = redisCommand(c, "SCARD %s", HOSTS_SET);
+  if (!r) return failed(c, "SCARD " HOSTS_SET);
+  if (r->type != REDIS_REPLY_INTEGER) {
+    kiln_status_t st = KILN_STATUS(KILN_E_UNAVAILABLE, "%s is not a set of host addresses (%s): is this "
+                                   "a kiln fleet's Redis and database?", HOSTS_SET,
+                                   r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected reply");
+    freeReplyObject(r);
+    return st;
+  }
+  long long n = r->integer;
+  freeReplyObject(r);
+  /* More members than any fleet has: a sample, said so (SMEMBERS would send them all). */
+  r = n > MAX_HOSTS ? redisCommand(c, "SRANDMEMBER %s %d", HOSTS_SET, MAX_HOSTS) : redisCommand(c, "SMEMBERS %s", HOSTS_SET);
+  if (!r) return failed(c, "SMEMBERS " HOSTS_SET);
+  if (r->type != REDIS_REPLY_ARRAY) {
+    freeReplyObject(r);
+    return KILN_STATUS(KILN_E_UNAVAILABLE, "%s: an unexpected reply to SMEMBERS", HOSTS_SET);
+  }
+  *out = r;
+  return n > MAX_HOSTS ? KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "%lld", n) : KILN_OK;
+}
+
+/* A member as text for a note: at most 80 bytes, control bytes shown as '?'. */
+static const char *shown(const char *s, size_t n, char *buf) {
+  size_t k = n < 80 ? n : 80;
+  for (size_t i = 0; i < k; i++) buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+  snprintf(buf + k, 8, "%s", n > 80 ? "..." : "");
+  return buf;
+}
+
+kiln_status_t kiln_cli_fleet_list(const kiln_cli_fleet_opts_t *o, FILE *out, FILE *err) {
+  redisContext *c = NULL;
+  KILN_RETURN_IF_ERROR(connect_redis(o, &c));
+  redisReply *ms = NULL;
+  kiln_status_t st = members(c, &ms);
+  if (st && kiln_status_code(st) == KILN_E_RESOURCE_EXHAUSTED) {
+    fprintf(err, "kiln: fleet: %s lists %s members, more than a fleet has: showing %d of them\n", HOSTS_SET,
+            kiln_status_message(st), MAX_HOSTS);
+    kiln_status_free(st);
+    st = KILN_OK;
+  }
+  if (st) {
+    redisFree(c);
+    return st;
+  }
+  fhost_t *hs = calloc(ms->elements ? ms->elements : 1, sizeof(*hs));
+  if (!hs) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  /* One GETRANGE per member, pipelined: a record longer than MAX_RECORD reads as MAX_RECORD
+   * + 1 bytes and is skipped, whatever Redis holds. */
+  char last[24];
+  snprintf(last, sizeof(last), "%u", MAX_RECORD);
+  for (size_t i = 0; !st && i < ms->elements; i++) {
+    const redisReply *m = ms->element[i];
+    char key[sizeof(HOST_PREFIX) + 256];
+    if (m->type != REDIS_REPLY_STRING || m->len == 0 || m->len > 255) continue; /* noted below */
+    memcpy(key, HOST_PREFIX, sizeof(HOST_PREFIX) - 1);
+    memcpy(key + sizeof(HOST_PREFIX) - 1, m->str, m->len);
+    const char *argv[] = {"GETRANGE", key, "0", last};
+    size_t lens[] = {8, sizeof(HOST_PREFIX) - 1 + m->len, 1, strlen(last)};
+    if (redisAppendCommandArgv(c, 4, argv, lens) != REDIS_OK) st = failed(c, "GETRANGE");
+  }
+  size_t n = 0, skipped = 0;
+  for (size_t i = 0; !st && i < ms->elements; i++) {
+    const redisReply *m = ms->element[i];
+    char name[96];
+    if (m->type != REDIS_REPLY_STRING || m->len == 0 || m->len > 255) {
+      fprintf(err, "kiln: fleet: skipped the member '%s' of %s: not a host address (1 to 255 bytes)\n",
+              m->type == REDIS_REPLY_STRING ? shown(m->str, m->len, name) : "?", HOSTS_SET);
+      skipped++;
+      continue;
+    }
+    redisReply *r = NULL;
+    if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
+      st = failed(c, "GETRANGE");
+      break;
+    }
+    char member[256];
+    memcpy(member, m->str, m->len);
+    member[m->len] = 0;
+    const char *why = NULL;
+    if (r->type == REDIS_REPLY_ERROR) why = "Redis answered an error (a key of another type?)";
+    else if (r->type != REDIS_REPLY_STRING) why = "an unexpected reply";
+    else if (r->len > MAX_RECORD) why = "larger than 1 MiB";
+    else why = decode(r->str, r->len, member, &hs[n]);
+    if (r->type == REDIS_REPLY_STRING && r->len == 0) {
+      /* expired between SMEMBERS and GETRANGE: that host is gone */
+    } else if (why) {
+      fprintf(err, "kiln: fleet: skipped %s%s: %s\n", HOST_PREFIX, shown(m->str, m->len, name), why);
+      skipped++;
+    } else {
+      n++;
+    }
+    freeReplyObject(r);
+  }
+  freeReplyObject(ms);
+  redisFree(c);
+  if (!st) {
+    qsort(hs, n, sizeof(*hs), by_url);
+    mark_identities(hs, n); /* among all hosts, before --device leaves some out */
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+      if (!o->device || serves(&hs[i], o->device)) hs[kept++] = hs[i];
+    n = kept;
+    if (o->json) print_json(out, hs, n);
+    else print_table(out, hs, n);
+    if (skipped && !o->json) fprintf(out, "(%zu registry entries skipped: see the notes above)\n", skipped);
+  }
+  free(hs);
+  return st;
+}
