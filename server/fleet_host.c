@@ -73,9 +73,12 @@ kiln_status_t kiln_fleet_host_start(kiln_server_t *s) {
       .redis = {.url = c->fleet, .auth_file = c->fleet_auth[0] ? c->fleet_auth : c->cache_remote_auth,
                 .what = "fleet", .timeout_ms = (uint32_t)(c->cache_remote_timeout_s * 1000)},
       .advertise = c->advertise,
-      .ttl_ms = (uint32_t)(c->fleet_ttl_s * 1000)};
+      .ttl_ms = (uint32_t)(c->fleet_ttl_s * 1000),
+      .key_file = c->fleet_key};
   KILN_RETURN_IF_ERROR(kiln_registry_create(s->loop, &rc, pack_record, s, &registry));
-  KILN_LOG_INFO("fleet", "url=%s advertise=%s ttl_s=%.1f", c->fleet, c->advertise, c->fleet_ttl_s);
+  char key[80];
+  kiln_registry_signer(registry, key);
+  KILN_LOG_INFO("fleet", "url=%s advertise=%s ttl_s=%.1f signed_by=%s", c->fleet, c->advertise, c->fleet_ttl_s, key);
   return KILN_OK;
 }
 

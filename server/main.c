@@ -93,6 +93,7 @@ static void usage(FILE *f) {
           "  --advertise URL       how clients reach this kilnd: tcp:HOST:PORT or tls:HOST:PORT\n"
           "  --fleet-auth-file FILE  Redis AUTH of --fleet (default: --cache-remote-auth-file)\n"
           "  --fleet-ttl S         the record's TTL; a heartbeat every third of it (default 15)\n"
+          "  --fleet-key FILE      sign the record with this Ed25519 seed (`kiln fleet-key FILE`)\n"
           "  --version, --help\n");
 }
 
@@ -134,7 +135,7 @@ enum { O_LISTEN = 256, O_READY, O_CACHE, O_DEVICES, O_LOG, O_MAXCONN, O_MAXMSG, 
        O_HELLO_TIMEOUT, O_MAX_ANON, O_MAX_ANON_PEER, O_WUIDS, O_PREBUILT, O_TLS_CERT,
        O_TLS_KEY, O_TLS_CA, O_HANDSHAKE, O_INSECURE, O_CONFIG, O_SOCK_MODE,
        O_SOCK_GROUP, O_REMOTE, O_REMOTE_AUTH, O_FLEET_SECRET, O_REMOTE_MAX, O_REMOTE_TIMEOUT,
-       O_REMOTE_WAIT, O_FLEET, O_ADVERTISE, O_FLEET_AUTH, O_FLEET_TTL };
+       O_REMOTE_WAIT, O_FLEET, O_ADVERTISE, O_FLEET_AUTH, O_FLEET_TTL, O_FLEET_KEY };
 static const struct option opts[] = {
     {"listen", required_argument, 0, O_LISTEN},
     {"ready-fd", required_argument, 0, O_READY},
@@ -182,6 +183,7 @@ static const struct option opts[] = {
     {"advertise", required_argument, 0, O_ADVERTISE},
     {"fleet-auth-file", required_argument, 0, O_FLEET_AUTH},
     {"fleet-ttl", required_argument, 0, O_FLEET_TTL},
+    {"fleet-key", required_argument, 0, O_FLEET_KEY},
     {0, 0, 0, 0}};
 
 /* The option a config key names, as getopt_long takes it: the exact name or an unambiguous
@@ -277,6 +279,7 @@ static int parse_args(int argc, char **argv, kiln_config_t *cfg) {
         snprintf(cfg->advertise, sizeof(cfg->advertise), "%s", optarg);
         break;
       case O_FLEET_AUTH: snprintf(cfg->fleet_auth, sizeof(cfg->fleet_auth), "%s", optarg); break;
+      case O_FLEET_KEY: snprintf(cfg->fleet_key, sizeof(cfg->fleet_key), "%s", optarg); break;
       case O_FLEET_TTL:
         if (!parse_double(optarg, &cfg->fleet_ttl_s) || cfg->fleet_ttl_s < 0.3 || cfg->fleet_ttl_s > 3600) goto bad;
         break;

@@ -91,6 +91,7 @@ typedef struct kiln_config {
   double cache_remote_timeout_s, cache_remote_wait_s; /* 0: 2 s and 60 s */
   /* The fleet registry (server/fleet_host.c): --fleet URL, --advertise URL, --fleet-ttl S. */
   char fleet[512], fleet_auth[512], advertise[256];
+  char fleet_key[512]; /* --fleet-key FILE: records signed (server/fleet/record.h); "" = unsigned */
   double fleet_ttl_s; /* default 15 */
 } kiln_config_t;
 

@@ -5,12 +5,17 @@
  * control bytes before they reach a terminal. */
 #include "fleet.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
 
 #include <hiredis/hiredis.h>
 
@@ -18,6 +23,7 @@
 #include "base/util.h"
 #include "kiln/client.h"
 #include "protocol/rpc.h"
+#include "server/fleet/record.h"
 #include "server/fleet/redis_conf.h"
 
 #define HOSTS_SET "kiln:hosts"
@@ -27,6 +33,7 @@
 #define MAX_DEVICES 64     /* per host; more are counted, not listed */
 #define MAX_REPLY (64u << 20) /* bytes of one reply in all (strings and objects) */
 #define OBJECT_COST 64
+#define MAX_AGE_S 600 /* with trusted keys: a signed record older than this is a replay */
 
 typedef struct fdev {
   char id[64], kind[32], arch[64];
@@ -39,7 +46,7 @@ typedef struct fhost {
   uint64_t started, time, ttl_ms, connections, tenants, workers, busy, queued;
   fdev_t devs[MAX_DEVICES];
   uint32_t ndevs, more_devs;
-  bool differs;
+  bool differs, sig;
 } fhost_t;
 
 /* --- bounded replies ---------------------------------------------------------------------- */
@@ -287,6 +294,7 @@ static void print_json(FILE *f, const fhost_t *hs, size_t n) {
     kiln_fields_str(&m, "version", h->version);
     kiln_fields_str(&m, "identity", h->identity);
     kiln_fields_bool(&m, "identity_differs", h->differs);
+    kiln_fields_bool(&m, "signed", h->sig);
     kiln_fields_u64(&m, "started", h->started);
     kiln_fields_u64(&m, "time", h->time);
     kiln_fields_u64(&m, "ttl_ms", h->ttl_ms);
@@ -360,8 +368,22 @@ static const char *shown(const char *s, size_t n, char *buf) {
 }
 
 kiln_status_t kiln_cli_fleet_list(const kiln_cli_fleet_opts_t *o, FILE *out, FILE *err) {
+  kiln_record_key_t *keys = NULL;
+  size_t nkeys = 0;
+  if (o->trusted_keys && o->trusted_keys[0]) {
+    KILN_RETURN_IF_ERROR(kiln_record_keys_read(o->trusted_keys, &keys, &nkeys));
+    if (nkeys == 0) {
+      free(keys);
+      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s holds no keys: every record would be refused",
+                         o->trusted_keys);
+    }
+  }
   redisContext *c = NULL;
-  KILN_RETURN_IF_ERROR(connect_redis(o, &c));
+  kiln_status_t cst = connect_redis(o, &c);
+  if (cst) {
+    free(keys);
+    return cst;
+  }
   redisReply *ms = NULL;
   kiln_status_t st = members(c, &ms);
   if (st && kiln_status_code(st) == KILN_E_RESOURCE_EXHAUSTED) {
@@ -412,7 +434,17 @@ kiln_status_t kiln_cli_fleet_list(const kiln_cli_fleet_opts_t *o, FILE *out, FIL
     if (r->type == REDIS_REPLY_ERROR) why = "Redis answered an error (a key of another type?)";
     else if (r->type != REDIS_REPLY_STRING) why = "an unexpected reply";
     else if (r->len > MAX_RECORD) why = "larger than 1 MiB";
-    else why = decode(r->str, r->len, member, &hs[n]);
+    else {
+      const uint8_t *rec;
+      size_t rlen;
+      bool sig = false;
+      why = kiln_record_open((const uint8_t *)r->str, r->len, member, keys, nkeys, &rec, &rlen, &sig);
+      if (!why) why = decode((const char *)rec, rlen, member, &hs[n]);
+      uint64_t now = (uint64_t)time(NULL);
+      if (!why && nkeys && hs[n].time + MAX_AGE_S < now)
+        why = "signed, but its time is over 10 minutes old (a replayed record?)";
+      hs[n].sig = sig;
+    }
     if (r->type == REDIS_REPLY_STRING && r->len == 0) {
       /* expired between SMEMBERS and GETRANGE: that host is gone */
     } else if (why) {
@@ -437,5 +469,31 @@ kiln_status_t kiln_cli_fleet_list(const kiln_cli_fleet_opts_t *o, FILE *out, FIL
     if (skipped && !o->json) fprintf(out, "(%zu registry entries skipped: see the notes above)\n", skipped);
   }
   free(hs);
+  free(keys);
   return st;
+}
+
+kiln_status_t kiln_cli_fleet_key(const char *path, const char *addr, FILE *out, FILE *err) {
+  uint8_t seed[32], pub[32];
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd >= 0) {
+    randombytes_buf(seed, sizeof(seed));
+    bool ok = write(fd, seed, sizeof(seed)) == (ssize_t)sizeof(seed) && fsync(fd) == 0;
+    close(fd);
+    if (!ok) {
+      unlink(path);
+      sodium_memzero(seed, sizeof(seed));
+      return KILN_STATUS(KILN_E_PERMISSION, "%s: cannot write the key", path);
+    }
+    fprintf(err, "kiln: fleet-key: made %s (a new Ed25519 key, mode 0600): give it to kilnd --fleet-key\n", path);
+  } else if (errno != EEXIST) {
+    return KILN_STATUS(KILN_E_PERMISSION, "%s: %s", path, strerror(errno));
+  } else {
+    KILN_RETURN_IF_ERROR(kiln_record_key_read(path, seed));
+  }
+  char text[80];
+  kiln_record_key_public(seed, pub, text);
+  sodium_memzero(seed, sizeof(seed));
+  fprintf(out, "%s %s\n", text, addr && addr[0] ? addr : "*");
+  return KILN_OK;
 }

@@ -42,7 +42,7 @@ enum {
   O_JSON, O_ABSENT, O_DEVICE, O_DTYPE, O_TARGET, O_FORMAT, O_OPT_LEVEL, O_FAST_MATH, O_MAX_BLOCK,
   O_GRID, O_BLOCK, O_SHARED, O_LAUNCH_TIMEOUT, O_NUMBER, O_REPEAT, O_MIN_REPEAT_MS, O_WARMUP,
   O_FLUSH, O_KIND, O_OUTPUT, O_SECONDS, O_NO_WAIT, O_TOKEN, O_ALL, O_STALE, O_LIMIT, O_UNUSED,
-  O_DRY_RUN, O_AUTH_FILE, O_COUNT_
+  O_DRY_RUN, O_AUTH_FILE, O_TRUSTED_KEYS, O_COUNT_
 };
 #define BIT(o) (1ull << (o))
 #define GLOBAL_OPTS \
@@ -90,6 +90,7 @@ static const struct option LONG_OPTS[O_COUNT_ + 1] = { /* indexed by O_*; the la
     [O_UNUSED] = {"unused", required_argument, 0, OPT(O_UNUSED)},
     [O_DRY_RUN] = {"dry-run", no_argument, 0, OPT(O_DRY_RUN)},
     [O_AUTH_FILE] = {"auth-file", required_argument, 0, OPT(O_AUTH_FILE)},
+    [O_TRUSTED_KEYS] = {"trusted-keys", required_argument, 0, OPT(O_TRUSTED_KEYS)},
 };
 
 typedef struct cli {
@@ -1131,12 +1132,19 @@ static int cmd_fleet(cli_t *cli, int argc, char **argv) {
   if (!opt_u64(cli, O_TIMEOUT, 1, INT_MAX, 5000, &timeout_ms)) return EXIT_USAGE;
   kiln_cli_fleet_opts_t o = {.url = url, .device = cli->opt[O_DEVICE], .json = cli->opt[O_JSON] != NULL,
                              .timeout_ms = (int)timeout_ms,
-                             .auth_file = cli->opt[O_AUTH_FILE] ? cli->opt[O_AUTH_FILE] : getenv("KILN_FLEET_AUTH_FILE")};
+                             .auth_file = cli->opt[O_AUTH_FILE] ? cli->opt[O_AUTH_FILE] : getenv("KILN_FLEET_AUTH_FILE"),
+                             .trusted_keys = cli->opt[O_TRUSTED_KEYS] ? cli->opt[O_TRUSTED_KEYS]
+                                                                      : getenv("KILN_FLEET_TRUSTED_KEYS")};
   kiln_status_t s = kiln_cli_fleet_list(&o, stdout, stderr);
   if (!s) return EXIT_OK;
   kiln_code_t code = kiln_status_code(s);
   return report("fleet", s, code == KILN_E_INVALID_ARGUMENT ? EXIT_USAGE
                             : code == KILN_E_NOT_FOUND || code == KILN_E_PERMISSION ? EXIT_FILE : EXIT_CONNECT);
+}
+
+static int cmd_fleet_key(cli_t *cli, int argc, char **argv) {
+  kiln_status_t s = kiln_cli_fleet_key(argv[1], argc > 2 ? argv[2] : NULL, stdout, stderr);
+  return s ? report("fleet-key", s, EXIT_FILE) : EXIT_OK;
 }
 
 /* --- the table ------------------------------------------------------------------------------ */
@@ -1224,7 +1232,7 @@ static const command_t COMMANDS[] = {
      "  --json          print the reply (list: a JSON array of entries)\n",
      BIT(O_JSON) | BIT(O_STALE) | BIT(O_LIMIT) | BIT(O_UNUSED) | BIT(O_ALL) | BIT(O_DRY_RUN), 0, -1, false,
      cmd_cache, "size list prune"},
-    {"fleet", "[REGISTRY] [--device KIND] [--auth-file FILE] [--json]",
+    {"fleet", "[REGISTRY] [--device KIND] [--auth-file FILE] [--trusted-keys FILE] [--json]",
      "The hosts of a fleet, read from its registry on Redis (no kilnd connection): address,\n"
      "version, compiler identity (`*`: not the one most hosts have, so their builds are not\n"
      "shared), the record's age, connections, tenants, compile workers busy/all+queued, and\n"
@@ -1234,9 +1242,16 @@ static const command_t COMMANDS[] = {
      "  --device KIND     only hosts serving KIND (cuda, hsa, rocm, gpu, cpu) or a device id\n"
      "  --auth-file FILE  Redis AUTH: PASSWORD or USER PASSWORD on one line, chmod 600\n"
      "                    (default $KILN_FLEET_AUTH_FILE)\n"
+     "  --trusted-keys FILE  only records signed by these keys, each for its address\n"
+     "                    (lines `ed25519:HEX ADDR`; default $KILN_FLEET_TRUSTED_KEYS)\n"
      "  --timeout MS      connecting and each reply (default 5000)\n"
      "  --json            a JSON array of the hosts\n",
-     BIT(O_DEVICE) | BIT(O_AUTH_FILE) | BIT(O_JSON), 0, 1, true, cmd_fleet},
+     BIT(O_DEVICE) | BIT(O_AUTH_FILE) | BIT(O_TRUSTED_KEYS) | BIT(O_JSON), 0, 1, true, cmd_fleet},
+    {"fleet-key", "FILE [ADDR]",
+     "Makes FILE, a new Ed25519 key for kilnd --fleet-key (mode 0600), unless it exists, and\n"
+     "prints its line for a trusted-keys file: `ed25519:HEX ADDR` (ADDR: the address the host\n"
+     "advertises; default *, any). Connects to nothing.\n",
+     0, 1, 2, true, cmd_fleet_key},
     {"token", "new [TENANT...]",
      "Makes a fresh token for each TENANT (no connection): prints `token for TENANT: TOKEN`\n"
      "(give it to the tenant; nothing keeps it) and the tokens-file line `blake2b:HASH TENANT`.\n",

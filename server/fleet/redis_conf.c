@@ -77,29 +77,41 @@ bad:
                      "'%s' is not redis://HOST[:PORT][/DB] or unix:PATH[?db=N]", url);
 }
 
-kiln_status_t kiln_redis_auth_read(const char *path, char *out_user, size_t user_cap, char *out_pass,
-                                   size_t pass_cap) {
+kiln_status_t kiln_fleet_private_read(const char *path, const char *what, void *buf, size_t cap,
+                                     size_t *out_n) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0)
     return KILN_STATUS(errno == ENOENT ? KILN_E_NOT_FOUND : KILN_E_PERMISSION, "%s: %s", path,
                        strerror(errno));
   struct stat sb;
-  char buf[800];
   ssize_t n = -1;
   kiln_status_t st = KILN_OK;
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
     st = KILN_STATUS(KILN_E_PERMISSION, "%s is not a regular file", path);
   else if (sb.st_mode & 077)
-    st = KILN_STATUS(KILN_E_PERMISSION, "%s holds a Redis password and must not be readable by "
-                     "group or others (chmod 600)", path);
-  else if ((n = read(fd, buf, sizeof(buf) - 1)) < 0 || (size_t)n >= sizeof(buf) - 1)
-    st = KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: one line of at most %zu bytes", path, sizeof(buf) - 2);
+    st = KILN_STATUS(KILN_E_PERMISSION, "%s holds %s and must not be readable by group or others (chmod 600)",
+                     path, what);
+  else if ((n = read(fd, buf, cap)) < 0)
+    st = KILN_STATUS(KILN_E_PERMISSION, "%s: %s", path, strerror(errno));
   close(fd);
-  if (st) return st;
+  if (!st) *out_n = (size_t)n;
+  return st;
+}
+
+kiln_status_t kiln_redis_auth_read(const char *path, char *out_user, size_t user_cap, char *out_pass,
+                                   size_t pass_cap) {
+  char buf[800];
+  size_t n = 0;
+  KILN_RETURN_IF_ERROR(kiln_fleet_private_read(path, "a Redis password", buf, sizeof(buf) - 1, &n));
+  if (n >= sizeof(buf) - 1) {
+    explicit_bzero(buf, sizeof(buf));
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "%s: one line of at most %zu bytes", path, sizeof(buf) - 2);
+  }
   buf[n] = 0;
   buf[strcspn(buf, "\r\n")] = 0;
   char *sp = strchr(buf, ' ');
   const char *user = "", *pass = buf;
+  kiln_status_t st = KILN_OK;
   if (sp) {
     *sp = 0;
     user = buf;

@@ -24,4 +24,10 @@ KILN_MUST_USE kiln_status_t kiln_redis_url_parse(const char *url, char *host, si
 KILN_MUST_USE kiln_status_t kiln_redis_auth_read(const char *path, char *out_user, size_t user_cap,
                                                  char *out_pass, size_t pass_cap);
 
+/* Reads up to cap bytes of a file that must be a regular file nobody but its owner may read
+ * (a password, a key): E_NOT_FOUND, E_PERMISSION naming `what` it holds. *out_n: the bytes
+ * read (cap when the file is at least that long). */
+KILN_MUST_USE kiln_status_t kiln_fleet_private_read(const char *path, const char *what, void *buf, size_t cap,
+                                                    size_t *out_n);
+
 #endif

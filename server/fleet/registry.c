@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "base/log.h"
 #include "base/util.h"
 #include "protocol/rpc.h"
@@ -29,6 +31,8 @@ struct kiln_registry {
   bool in_flight;
   kiln_registry_pack_cb pack;
   void *arg;
+  bool sign;
+  uint8_t seed[32]; /* --fleet-key */
   uv_timer_t tick;
   kiln_registry_stats_t st;
 };
@@ -59,10 +63,18 @@ static void beat(kiln_registry_t *reg) {
     reg->st.heartbeat_errors++;
     return;
   }
+  uint8_t *sealed = NULL;
+  if (reg->sign && (!(sealed = malloc(KILN_RECORD_HEAD + b.len)) ||
+                    !kiln_record_seal(reg->seed, b.data, b.len, sealed))) {
+    free(sealed); /* out of memory: never an unsigned record in place of a signed one */
+    kiln_buf_deinit(&b);
+    reg->st.heartbeat_errors++;
+    return;
+  }
   char ttl[16];
   snprintf(ttl, sizeof(ttl), "%u", reg->ttl_ms);
-  const char *set[] = {"SET", reg->key, (const char *)b.data, "PX", ttl};
-  size_t lens[] = {3, strlen(reg->key), b.len, 2, strlen(ttl)};
+  const char *set[] = {"SET", reg->key, sealed ? (const char *)sealed : (const char *)b.data, "PX", ttl};
+  size_t lens[] = {3, strlen(reg->key), sealed ? KILN_RECORD_HEAD + b.len : b.len, 2, strlen(ttl)};
   if (kiln_redis_command(reg->redis, on_set, reg, 5, set, lens)) {
     reg->in_flight = true;
     const char *sadd[] = {"SADD", HOSTS_SET, reg->advertise};
@@ -70,6 +82,7 @@ static void beat(kiln_registry_t *reg) {
     const char *prune[] = {"EVAL", prune_script, "1", HOSTS_SET, HOST_PREFIX};
     (void)kiln_redis_command(reg->redis, ignore, NULL, 5, prune, NULL);
   }
+  free(sealed);
   kiln_buf_deinit(&b);
 }
 
@@ -92,8 +105,14 @@ kiln_status_t kiln_registry_create(uv_loop_t *loop, const kiln_registry_config_t
                        "tls:HOST:PORT or unix:PATH, at most 255 bytes); got '%.300s'", a);
   kiln_registry_t *reg = calloc(1, sizeof(*reg));
   if (!reg) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  kiln_status_t st = kiln_redis_create(loop, &cfg->redis, &reg->redis);
+  kiln_status_t st = KILN_OK;
+  if (cfg->key_file && cfg->key_file[0]) {
+    st = kiln_record_key_read(cfg->key_file, reg->seed);
+    reg->sign = !st;
+  }
+  if (!st) st = kiln_redis_create(loop, &cfg->redis, &reg->redis);
   if (st) {
+    sodium_memzero(reg, sizeof(*reg));
     free(reg);
     return st;
   }
@@ -110,12 +129,22 @@ kiln_status_t kiln_registry_create(uv_loop_t *loop, const kiln_registry_config_t
   return KILN_OK;
 }
 
-static void tick_closed(uv_handle_t *h) { free(h->data); }
+static void tick_closed(uv_handle_t *h) {
+  kiln_registry_t *reg = h->data;
+  sodium_memzero(reg->seed, sizeof(reg->seed));
+  free(reg);
+}
 
 void kiln_registry_destroy(kiln_registry_t *reg) {
   if (!reg) return;
   kiln_redis_destroy(reg->redis);
   uv_close((uv_handle_t *)&reg->tick, tick_closed);
+}
+
+void kiln_registry_signer(const kiln_registry_t *reg, char *out) {
+  uint8_t pub[32];
+  if (reg->sign) kiln_record_key_public(reg->seed, pub, out);
+  else snprintf(out, 73, "none");
 }
 
 void kiln_registry_stats(const kiln_registry_t *reg, kiln_registry_stats_t *out) {

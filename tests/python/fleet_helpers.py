@@ -117,6 +117,15 @@ def kilnds(kilnd_bin):
     assert not bad, "\n".join(bad)
 
 
+@pytest.fixture
+def kiln_cli(kilnd_bin):
+    """The kiln CLI of the build kilnd comes from (its `fleet` and `fleet-key` commands)."""
+    p = os.path.join(os.path.dirname(os.path.dirname(kilnd_bin)), "clients", "c", "kiln")
+    if not os.access(p, os.X_OK):
+        pytest.skip("no kiln CLI beside %s" % kilnd_bin)
+    return p
+
+
 def remote_stats(sess):
     return sess.stats()["cache_remote"]
 

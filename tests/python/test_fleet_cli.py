@@ -10,15 +10,7 @@ import subprocess
 import msgpack
 import pytest
 
-from fleet_helpers import kilnds, free_port, redis_server, wait_until  # noqa: F401
-
-
-@pytest.fixture
-def kiln_cli(kilnd_bin):
-    p = os.path.join(os.path.dirname(os.path.dirname(kilnd_bin)), "clients", "c", "kiln")
-    if not os.access(p, os.X_OK):
-        pytest.skip("no kiln CLI beside %s" % kilnd_bin)
-    return p
+from fleet_helpers import kiln_cli, kilnds, free_port, redis_server, wait_until  # noqa: F401
 
 
 def fleet(kiln_cli, *args, env=None):

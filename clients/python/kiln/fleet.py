@@ -17,17 +17,26 @@ reads. It needs the ``redis`` package (Debian: python3-redis), imported on first
 Redis AUTH: ``password=``/``username=``, else the file named by ``$KILN_FLEET_AUTH_FILE``
 (one line: PASSWORD or USER PASSWORD, as kilnd's ``--fleet-auth-file``).
 
-The registry is trusted for *where* sessions go: records are not signed, so whoever can write
-to the fleet's Redis can add a host. With a credential (``token=``, ``$KILN_TOKEN`` or a
+The registry is trusted for *where* sessions go. Unless records are verified, whoever can
+write to the fleet's Redis can add a host. With a credential (``token=``, ``$KILN_TOKEN`` or a
 client certificate), placement therefore takes only ``tls:`` hosts (verified with the
 caller's TLS options) and ``unix:`` ones, and skips ``tcp:`` hosts with a warning, unless
 ``insecure_tcp=True``; and Redis write access must be limited to the kilnd hosts.
+
+Signed records: a kilnd with ``--fleet-key FILE`` signs its record (Ed25519). With
+``trusted_keys=FILE`` (or ``$KILN_FLEET_TRUSTED_KEYS``), a file of lines ``ed25519:HEX ADDR``
+(``kiln fleet-key`` prints them; ADDR ``*`` for any address), only records signed by a key
+trusted for the address they are listed under count: unsigned, forged, truncated ones, a
+record copied under another address, and one whose signed time is over 10 minutes old are
+skipped with a warning (docs/operations.md "A fleet"). Verifying needs the ``cryptography``
+package (Debian: python3-cryptography).
 """
 
 import collections
 import os
 import random
 import sys
+import time
 import warnings
 
 from .errors import InvalidArgument, KilnError, Unavailable
@@ -36,6 +45,10 @@ HOSTS_SET = "kiln:hosts"
 HOST_PREFIX = "kiln:host:"
 MAX_RECORD = 1 << 20  # bytes of one host's record; larger ones are skipped
 MAX_HOSTS = 4096
+SIG_MAGIC = b"KILNSIG1"  # server/fleet/record.h: magic, public key, signature, record
+SIG_CONTEXT = b"kiln fleet record v1\n"
+SIG_HEAD = 104
+MAX_AGE_S = 600  # a signed record older than this is refused as a replay
 
 # Device kinds a client may ask for, as the kinds kilnd reports.
 _KINDS = {"gpu": ("hsa", "cuda"), "rocm": ("hsa",), "hsa": ("hsa",), "cuda": ("cuda",), "cpu": ("cpu",),
@@ -62,6 +75,7 @@ class Host:
                         for k in ("workers", "busy", "queued")}
         self.devices = [d for d in rec.get("devices", []) if _good_device(d)]
         self.identity_differs = False
+        self.signed = False  # the record came signed (checked when a trusted-keys file is in use)
 
     def devices_of(self, device):
         kinds = _kinds(device)
@@ -125,9 +139,68 @@ def redis_client(url, password=None, username=None, timeout=5.0):
     raise InvalidArgument("'%s' is not redis://HOST[:PORT][/DB] or unix:PATH[?db=N]" % url)
 
 
-def _decode(raw):
+def trusted_keys_read(path):
+    """The keys of a trusted-keys file: {public key bytes: set of addresses ("*": any)}.
+    InvalidArgument names the first line that is not ``ed25519:<64 hex> ADDR``, a comment or
+    blank: a trust file that does not parse is not used."""
+    keys = {}
+    try:
+        text = open(path, "rb").read(1 << 20).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidArgument("trusted keys %s: %s" % (path, e)) from None
+    for i, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        ok = len(parts) == 2 and parts[0].startswith("ed25519:") and len(parts[0]) == 72 and 0 < len(parts[1]) < 256
+        try:
+            pub = bytes.fromhex(parts[0][8:]) if ok else None
+        except ValueError:
+            pub = None
+        if pub is None:
+            raise InvalidArgument("trusted keys %s:%d: not `ed25519:<64 hex digits> ADDR`" % (path, i))
+        keys.setdefault(pub, set()).add(parts[1])
+    if not keys:
+        raise InvalidArgument("trusted keys %s holds no keys: every record would be refused" % path)
+    return keys
+
+
+def _trust(trusted_keys):
+    path = trusted_keys if trusted_keys is not None else os.environ.get("KILN_FLEET_TRUSTED_KEYS")
+    return trusted_keys_read(path) if path else None
+
+
+def _open_record(raw, member, keys):
+    """(record bytes, signed) or (None, why)."""
+    if not raw.startswith(SIG_MAGIC):
+        return (None, "unsigned, and a trusted-keys file is in use") if keys else (raw, False)
+    if len(raw) <= SIG_HEAD:
+        return None, "signed, but shorter than its signature and a record"
+    pub, sig, rec = raw[8:40], raw[40:104], raw[SIG_HEAD:]
+    if keys:
+        addrs = keys.get(pub, ())
+        if "*" not in addrs and member not in addrs:
+            return None, "signed by a key not trusted for this address"
+        try:
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+        except ImportError:
+            raise Unavailable("verifying fleet records needs the cryptography package "
+                              "(Debian: python3-cryptography)") from None
+        from cryptography.exceptions import InvalidSignature
+        try:
+            Ed25519PublicKey.from_public_bytes(pub).verify(sig, SIG_CONTEXT + rec)
+        except InvalidSignature:
+            return None, "its signature does not verify (forged or damaged)"
+    return rec, True
+
+
+def _decode(raw, member=None, keys=None):
     import msgpack
     if not isinstance(raw, bytes) or len(raw) > MAX_RECORD:
+        return None
+    raw, signed = _open_record(raw, member, keys)
+    if raw is None:
+        warnings.warn("kiln.fleet: skipped the record of %s: %s" % (member, signed), stacklevel=3)
         return None
     try:
         rec = msgpack.unpackb(raw, raw=False, strict_map_key=True, max_bin_len=MAX_RECORD,
@@ -138,15 +211,24 @@ def _decode(raw):
         return None
     if not isinstance(rec.get("devices", []), list):
         return None
+    if keys and (not isinstance(rec.get("time"), int) or rec["time"] + MAX_AGE_S < time.time()):
+        warnings.warn("kiln.fleet: skipped the record of %s: signed, but its time is over 10 minutes "
+                      "old (a replayed record?)" % member, stacklevel=3)
+        return None
     try:
-        return Host(rec)
+        h = Host(rec)
     except Exception:
         return None
+    h.signed = signed
+    return h
 
 
-def hosts(url, password=None, username=None, timeout=5.0):
+def hosts(url, password=None, username=None, timeout=5.0, trusted_keys=None):
     """The live hosts of the fleet, sorted by address. A record that does not decode (a
-    foreign or damaged key) is skipped; a host whose record expired is gone."""
+    foreign or damaged key) is skipped; a host whose record expired is gone. With
+    ``trusted_keys`` (a file; default ``$KILN_FLEET_TRUSTED_KEYS``) only records signed by a
+    key trusted for their address count (the module's docstring)."""
+    keys = _trust(trusted_keys)
     try:
         r = redis_client(url, password, username, timeout)
         members = sorted(m.decode("utf-8", "replace") if isinstance(m, bytes) else str(m)
@@ -158,7 +240,7 @@ def hosts(url, password=None, username=None, timeout=5.0):
         raise Unavailable("the fleet registry at %s cannot be read: %s" % (url, e)) from None
     out = []
     for m, raw in zip(members, raws):
-        h = _decode(raw)
+        h = _decode(raw, m, keys)
         if h is not None and h.url == m:
             out.append(h)
     ids = collections.Counter(h.identity for h in out)
@@ -171,7 +253,7 @@ def hosts(url, password=None, username=None, timeout=5.0):
 
 def placements(url, device=None, **kw):
     """(host, device dict) for every device of the kind asked for, least loaded first
-    (equal loads in random order, so clients placed at once spread)."""
+    (equal loads in random order, so clients placed at once spread); ``kw`` go to hosts."""
     found = [(h, d) for h in hosts(url, **kw) for d in h.devices_of(device)]
     random.shuffle(found)
     found.sort(key=lambda hd: hd[0].load(hd[1]))
@@ -208,15 +290,16 @@ def _open(host, dev, connect_kw):
     return s
 
 
-def connect(url, device=None, password=None, username=None, insecure_tcp=False, **connect_kw):
+def connect(url, device=None, password=None, username=None, insecure_tcp=False, trusted_keys=None,
+            **connect_kw):
     """A session on the least loaded host serving ``device`` (a kind: 'cuda', 'hsa'/'rocm',
     'gpu', 'cpu'; or an id like 'cuda:1'); ``s.fleet_device`` is the device chosen and
     ``s.fleet_host`` the host's record. Hosts that do not answer are skipped, and so, when a
     credential goes along, are ``tcp:`` hosts unless ``insecure_tcp`` (the module's docstring).
-    ``connect_kw`` go to kiln.connect (token, tls_ca, ...)."""
+    ``trusted_keys``: as ``hosts``. ``connect_kw`` go to kiln.connect (token, tls_ca, ...)."""
     tried = []
-    for host, dev in _trusted(placements(url, device, password=password, username=username), connect_kw,
-                              insecure_tcp):
+    found = placements(url, device, password=password, username=username, trusted_keys=trusted_keys)
+    for host, dev in _trusted(found, connect_kw, insecure_tcp):
         try:
             return _open(host, dev, connect_kw)
         except Unavailable as e:
@@ -225,13 +308,14 @@ def connect(url, device=None, password=None, username=None, insecure_tcp=False, 
         url, device or "any device", (" (" + "; ".join(tried) + ")") if tried else ""))
 
 
-def sessions(url, device_kind=None, password=None, username=None, insecure_tcp=False, **connect_kw):
+def sessions(url, device_kind=None, password=None, username=None, insecure_tcp=False, trusted_keys=None,
+             **connect_kw):
     """One session per matching device of every live host (fan-out), least loaded first;
     each has ``fleet_device``. Hosts that do not answer are left out, and so are ``tcp:``
     hosts when a credential goes along, unless ``insecure_tcp`` (as ``connect``)."""
     out = []
-    for host, dev in _trusted(placements(url, device_kind, password=password, username=username),
-                              connect_kw, insecure_tcp):
+    found = placements(url, device_kind, password=password, username=username, trusted_keys=trusted_keys)
+    for host, dev in _trusted(found, connect_kw, insecure_tcp):
         try:
             out.append(_open(host, dev, connect_kw))
         except Unavailable:
@@ -268,9 +352,10 @@ def main(argv=None):
                                  description="Lists the hosts of a kiln fleet: devices, load, versions.")
     ap.add_argument("url", help="the registry: redis://HOST[:PORT][/DB] or unix:PATH[?db=N]")
     ap.add_argument("--device", default=None, help="only hosts serving this device kind")
+    ap.add_argument("--trusted-keys", default=None, help="only records signed by these keys")
     args = ap.parse_args(argv)
     try:
-        hs = hosts(args.url)
+        hs = hosts(args.url, trusted_keys=args.trusted_keys)
     except KilnError as e:
         print("kiln fleet: %s" % e, file=sys.stderr)
         return 3

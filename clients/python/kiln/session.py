@@ -386,7 +386,8 @@ def search_list():
 
 
 def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
-            tls_ca=None, tls_cert=None, tls_key=None, ssl_context=None, device=None, insecure_tcp=False):
+            tls_ca=None, tls_cert=None, tls_key=None, ssl_context=None, device=None, insecure_tcp=False,
+            trusted_keys=None):
     """Connects to kilnd and says hello.
 
     ``url``: ``tcp:HOST:PORT``, ``tls:HOST:PORT`` or ``unix:PATH``. Without one: ``$KILN_URL``;
@@ -404,13 +405,15 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
     of a kiln fleet that serves ``device`` (a kind: "cuda", "hsa", "gpu", "cpu"), chosen from
     its registry on Redis (``kiln.fleet``); ``s.fleet_device`` is the device it picked. With a
     credential, only ``tls:`` and ``unix:`` hosts of the registry are used unless
-    ``insecure_tcp=True`` (the registry decides where the token goes: docs/python.md).
+    ``insecure_tcp=True`` (the registry decides where the token goes: docs/python.md);
+    ``trusted_keys`` (a file, default ``$KILN_FLEET_TRUSTED_KEYS``): only hosts whose records
+    are signed by a key trusted for their address (kiln.fleet).
     """
     if isinstance(url, str) and url.startswith("fleet:"):  # placed by kiln.fleet
         from . import fleet
         return fleet.connect(url, device=device, token=token, client=client, timeout=timeout, tls_ca=tls_ca,
                              tls_cert=tls_cert, tls_key=tls_key, ssl_context=ssl_context,
-                             insecure_tcp=insecure_tcp)
+                             insecure_tcp=insecure_tcp, trusted_keys=trusted_keys)
     if device is not None:
         raise InvalidArgument("device= places a session on a fleet: it goes with a fleet: URL")
     tls = ssl_context or {"ca": tls_ca, "cert": tls_cert, "key": tls_key}
