@@ -126,7 +126,7 @@ def main():
             f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
             big_hit = int(f["bytes"]) > 256 * 1024
             split.setdefault(big_hit, []).append((float(f["redis_ms"]), float(f["mac_ms"]), float(f["handoff_ms"]),
-                                                      float(f["mac_handoff_cpu_ms"])))
+                                                      float(f["cpu_ms"])))
     lines = ["# The fleet's remote artifact tier (bench/fleet_bench.py)", "",
              "Run %s on %s (%s, %d cores; load average %.1f at the start, %.1f at the end), Redis on TCP loopback, "
              "three kilnds with one compile worker each; client round trips of `compile` (target "
@@ -145,8 +145,8 @@ def main():
             pct(s["b_memory"], 50), pct(diff, 50), pct(s["c_compile"], 50)))
     lines += ["", "Inside kilnd B (its debug log, `event=cache_remote_hit`), p50 / p99 in ms:", "",
               "| artifact | Redis: GETRANGE sent to reply parsed | HMAC-SHA256 check | hand-off: decode, "
-              "local cache put, answer | sum of the three, per hit | the loop thread's CPU time in the MAC and "
-              "hand-off |", "|---|---:|---:|---:|---:|---:|"]
+              "local cache put, answer | sum of the three, per hit | the loop thread's CPU time, GETRANGE sent "
+              "to answer |", "|---|---:|---:|---:|---:|---:|"]
     for big_hit, name in ((False, "vadd"), (True, "vadd + table")):
         xs = split.get(big_hit, [])
         if xs:
