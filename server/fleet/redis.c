@@ -51,6 +51,8 @@ struct kiln_redis {
   bool have_auth, have_user;
   uint32_t timeout_ms;
   uint64_t max_reply;
+  void (*on_up)(void *arg);
+  void *up_arg;
   state_t state;
   redisAsyncContext *ac;
   uint64_t connect_deadline_ns;
@@ -171,6 +173,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
     r->backoff_ms = BACKOFF_MIN_MS;
     KILN_LOG_INFO("redis_up", "what=%s url=%s", r->what, r->url);
     r->logged_down = false;
+    if (r->on_up) r->on_up(r->up_arg);
   }
 }
 
@@ -422,6 +425,8 @@ kiln_status_t kiln_redis_create(uv_loop_t *loop, const kiln_redis_config_t *cfg,
   snprintf(r->url, sizeof(r->url), "%s", cfg->url);
   r->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : 2000;
   r->max_reply = cfg->max_reply ? cfg->max_reply : (65ull << 20);
+  r->on_up = cfg->on_up;
+  r->up_arg = cfg->up_arg;
   r->backoff_ms = BACKOFF_MIN_MS;
   uv_timer_init(loop, &r->tick);
   uv_timer_init(loop, &r->retry);

@@ -31,6 +31,9 @@ typedef struct kiln_redis_config {
   const char *what;       /* the name in log lines: "cache_remote", "fleet" */
   uint32_t timeout_ms;    /* a command's deadline and the connect deadline (0: 2000) */
   uint64_t max_reply;     /* the largest reply buffered (0: 64 MiB + 1 MiB) */
+  void (*on_up)(void *arg); /* NULL, or called from the loop each time the connection is up
+                             * (AUTH, SELECT and PING done): commands may be sent from it */
+  void *up_arg;
 } kiln_redis_config_t;
 
 typedef struct kiln_redis_stats {

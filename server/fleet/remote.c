@@ -52,6 +52,14 @@ typedef struct lookup {
   uv_timer_t poll;
 } lookup_t;
 
+/* A build put while Redis was down, sent when it is back (remote.h). */
+typedef struct pending {
+  struct pending *next;
+  uint8_t key[KILN_REMOTE_KEY_BYTES];
+  size_t len;
+  uint8_t bytes[];
+} pending_t;
+
 typedef struct held {
   struct held *prev, *next;
   uint8_t key[KILN_REMOTE_KEY_BYTES];
@@ -68,6 +76,9 @@ struct kiln_remote {
   lookup_t *lookups;
   held_t *held;
   struct put_ctx *puts; /* SETs sent, reply not come */
+  pending_t *queue, *queue_tail; /* oldest first */
+  uint32_t queue_n;
+  uint64_t queue_bytes;
   uv_timer_t renew;
   kiln_remote_stats_t st;
 };
@@ -392,39 +403,94 @@ static void on_put(void *arg, const redisReply *r) {
   free(p);
 }
 
+/* Seals and SETs one build (a failure is counted in put_errors). */
+static void send_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *bytes, size_t len) {
+  uint8_t *e = malloc(KILN_REMOTE_HEADER_BYTES + len);
+  put_ctx_t *p = malloc(sizeof(*p));
+  if (e && p && !kiln_remote_seal(rc->secret, rc->secret_len, key, bytes, len, e)) {
+    KILN_LOG_WARN("cache_remote_put", "cannot compute the MAC (libcrypto failed): not stored");
+    rc->st.put_errors++;
+  } else if (e && p) {
+    char name[sizeof(ART_PREFIX) + 64];
+    key_name(ART_PREFIX, key, name);
+    const char *argv[] = {"SET", name, (const char *)e};
+    size_t lens[] = {3, strlen(name), KILN_REMOTE_HEADER_BYTES + len};
+    p->rc = rc;
+    p->len = len;
+    if (kiln_redis_command(rc->redis, on_put, p, 3, argv, lens)) { /* hiredis copied e */
+      p->next = rc->puts;
+      p->prev = &rc->puts;
+      if (rc->puts) rc->puts->prev = &p->next;
+      rc->puts = p;
+      p = NULL;
+    } else {
+      rc->st.put_errors++;
+    }
+  } else {
+    rc->st.put_errors++;
+  }
+  free(e);
+  free(p);
+}
+
+/* Keeps a build put while Redis is down, within the queue's bounds (the oldest go first). */
+static void requeue(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *bytes, size_t len) {
+  if (len > KILN_REMOTE_REQUEUE_BYTES) {
+    rc->st.requeue_dropped++;
+    return;
+  }
+  while (rc->queue && (rc->queue_n >= KILN_REMOTE_REQUEUE_ENTRIES || rc->queue_bytes + len > KILN_REMOTE_REQUEUE_BYTES)) {
+    pending_t *old = rc->queue;
+    rc->queue = old->next;
+    if (!rc->queue) rc->queue_tail = NULL;
+    rc->queue_n--;
+    rc->queue_bytes -= old->len;
+    free(old);
+    rc->st.requeue_dropped++;
+  }
+  pending_t *q = malloc(sizeof(*q) + len);
+  if (!q) {
+    rc->st.requeue_dropped++;
+    return;
+  }
+  q->next = NULL;
+  memcpy(q->key, key, KILN_REMOTE_KEY_BYTES);
+  q->len = len;
+  memcpy(q->bytes, bytes, len);
+  if (rc->queue_tail) rc->queue_tail->next = q;
+  else rc->queue = q;
+  rc->queue_tail = q;
+  rc->queue_n++;
+  rc->queue_bytes += len;
+  rc->st.requeued++;
+}
+
+/* The connection is up again: the builds made during the outage go to Redis now. */
+static void on_up(void *arg) {
+  kiln_remote_t *rc = arg;
+  uint32_t n = rc->queue_n;
+  while (rc->queue && kiln_redis_up(rc->redis)) {
+    pending_t *q = rc->queue;
+    rc->queue = q->next;
+    if (!rc->queue) rc->queue_tail = NULL;
+    rc->queue_n--;
+    rc->queue_bytes -= q->len;
+    send_put(rc, q->key, q->bytes, q->len);
+    rc->st.requeue_sent++;
+    free(q);
+  }
+  if (n) KILN_LOG_INFO("cache_remote_requeue", "sent=%u left=%u", n - rc->queue_n, rc->queue_n);
+}
+
 void kiln_remote_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *bytes,
                      size_t len) {
   if (len == 0 || len > rc->max_bytes) {
     rc->st.too_large += len > 0;
   } else if (!kiln_redis_up(rc->redis)) {
     rc->st.skipped++;
+    requeue(rc, key, bytes, len);
   } else {
-    uint8_t *e = malloc(KILN_REMOTE_HEADER_BYTES + len);
-    put_ctx_t *p = malloc(sizeof(*p));
-    if (e && p && !kiln_remote_seal(rc->secret, rc->secret_len, key, bytes, len, e)) {
-      KILN_LOG_WARN("cache_remote_put", "cannot compute the MAC (libcrypto failed): not stored");
-      rc->st.put_errors++;
-    } else if (e && p) {
-      char name[sizeof(ART_PREFIX) + 64];
-      key_name(ART_PREFIX, key, name);
-      const char *argv[] = {"SET", name, (const char *)e};
-      size_t lens[] = {3, strlen(name), KILN_REMOTE_HEADER_BYTES + len};
-      p->rc = rc;
-      p->len = len;
-      if (kiln_redis_command(rc->redis, on_put, p, 3, argv, lens)) { /* hiredis copied e */
-        p->next = rc->puts;
-        p->prev = &rc->puts;
-        if (rc->puts) rc->puts->prev = &p->next;
-        rc->puts = p;
-        p = NULL;
-      } else {
-        rc->st.put_errors++;
-      }
-    } else {
-      rc->st.put_errors++;
-    }
-    free(e);
-    free(p);
+    send_put(rc, key, bytes, len);
   }
   release(rc, key); /* after the SET: Redis runs one connection's commands in order */
 }
@@ -452,6 +518,8 @@ kiln_status_t kiln_remote_create(uv_loop_t *loop, const kiln_remote_config_t *cf
   kiln_redis_config_t redis = cfg->redis;
   uint64_t max_bytes = cfg->max_bytes ? cfg->max_bytes : KILN_REMOTE_DEFAULT_MAX_BYTES;
   redis.max_reply = max_bytes + KILN_REMOTE_HEADER_BYTES + (1u << 20); /* one entry and slack */
+  redis.on_up = on_up;
+  redis.up_arg = rc;
   if (!st) { /* HMAC-SHA256 must work now: a failure later would only show as misses */
     uint8_t probe[KILN_REMOTE_HEADER_BYTES + 1] = {0}, k[KILN_REMOTE_KEY_BYTES] = {0};
     if (!kiln_remote_seal(rc->secret, rc->secret_len, k, probe, 1, probe))
@@ -506,6 +574,11 @@ void kiln_remote_destroy(kiln_remote_t *rc) {
     free(p);
   }
   rc->puts = NULL;
+  for (pending_t *q = rc->queue, *n; q; q = n) {
+    n = q->next;
+    free(q);
+  }
+  rc->queue = rc->queue_tail = NULL;
   uv_close((uv_handle_t *)&rc->renew, renew_closed);
 }
 
@@ -526,6 +599,9 @@ void kiln_remote_pack_stats(const kiln_remote_t *rc, msgpack_packer *pk) {
   kiln_fields_u64(&m, "hits", s.hits);
   kiln_fields_u64(&m, "misses", s.misses);
   kiln_fields_u64(&m, "skipped", s.skipped);
+  kiln_fields_u64(&m, "requeued", s.requeued);
+  kiln_fields_u64(&m, "requeue_dropped", s.requeue_dropped);
+  kiln_fields_u64(&m, "requeue_sent", s.requeue_sent);
   kiln_fields_u64(&m, "corrupt", s.corrupt);
   kiln_fields_u64(&m, "bytes_read", s.bytes_read);
   kiln_fields_u64(&m, "bytes_written", s.bytes_written);
@@ -563,6 +639,11 @@ void kiln_remote_stats_render(const kiln_remote_stats_t *s, FILE *f) {
   fprintf(f, "kiln_cache_remote_puts_total{result=\"ok\"} %llu\n", (unsigned long long)s->puts);
   fprintf(f, "kiln_cache_remote_puts_total{result=\"error\"} %llu\n", (unsigned long long)s->put_errors);
   fprintf(f, "kiln_cache_remote_puts_total{result=\"too_large\"} %llu\n", (unsigned long long)s->too_large);
+  metric(f, "kiln_cache_remote_requeue_total", "counter",
+         "Builds put while Redis was down, by fate: queued, sent (when Redis was back), dropped (the queue's bound).");
+  fprintf(f, "kiln_cache_remote_requeue_total{result=\"queued\"} %llu\n", (unsigned long long)s->requeued);
+  fprintf(f, "kiln_cache_remote_requeue_total{result=\"sent\"} %llu\n", (unsigned long long)s->requeue_sent);
+  fprintf(f, "kiln_cache_remote_requeue_total{result=\"dropped\"} %llu\n", (unsigned long long)s->requeue_dropped);
   metric(f, "kiln_cache_remote_corrupt_total", "counter",
          "Remote entries refused (MAC, size, key or type) and deleted; the build ran here.");
   fprintf(f, "kiln_cache_remote_corrupt_total %llu\n", (unsigned long long)s->corrupt);

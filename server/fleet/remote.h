@@ -9,7 +9,10 @@
  * renewed while it compiles); the others poll for the entry until the lock goes away
  * (then they take it, or find the entry), or until their wait is over (then they compile).
  * When Redis is down, slow or restarted, a look-up answers "compile it" at once and a put
- * is skipped: nothing waits on Redis beyond the command deadline.
+ * is queued (a bounded queue: KILN_REMOTE_REQUEUE_ENTRIES builds, KILN_REMOTE_REQUEUE_BYTES
+ * of them, the oldest dropped first) and sent when the connection is up again: nothing
+ * waits on Redis beyond the command deadline, and builds made during an outage still reach
+ * the other hosts.
  *
  * Threads: the loop thread that created it. The server calls it through four verbs: get
  * (on a local miss), put (after a compile), abandon (after a failed one) and stats. */
@@ -24,6 +27,8 @@
 #define KILN_REMOTE_KEY_BYTES 32
 #define KILN_REMOTE_HEADER_BYTES 80
 #define KILN_REMOTE_DEFAULT_MAX_BYTES (64ull << 20)
+#define KILN_REMOTE_REQUEUE_ENTRIES 256
+#define KILN_REMOTE_REQUEUE_BYTES (64ull << 20)
 
 typedef struct kiln_remote kiln_remote_t;
 
@@ -40,6 +45,9 @@ typedef struct kiln_remote_stats {
   kiln_redis_stats_t redis;
   uint64_t hits, misses; /* look-ups answered from Redis / not (the build runs here) */
   uint64_t skipped;      /* look-ups and puts not tried: Redis was down */
+  uint64_t requeued;     /* ... of those puts, queued for when Redis is back */
+  uint64_t requeue_dropped; /* queued puts dropped for the queue's bound */
+  uint64_t requeue_sent; /* queued puts sent when Redis came back */
   uint64_t corrupt;      /* entries refused (MAC, size, key, type) and deleted */
   uint64_t bytes_read, bytes_written; /* artifact bytes of hits and of puts */
   uint64_t puts, put_errors, too_large;

@@ -170,6 +170,56 @@ def test_redis_killed_mid_run_then_restarted(kilnds, redis_server, fleet_secret)
         assert "redis_up" in a.log()
 
 
+@contextlib.contextmanager
+def during_an_outage(kilnds, r, secret):
+    """A kilnd whose Redis (r) was just killed: (daemon, session)."""
+    a = start(kilnds, r, secret)
+    with kiln.connect(a.url) as sa:
+        wait_up(sa)
+        r.kill()
+        wait_up(sa, False)
+        yield a, sa
+
+
+def test_builds_made_during_an_outage_are_put_when_redis_is_back(kilnds, redis_server, fleet_secret):
+    r = redis_server()
+    with during_an_outage(kilnds, r, fleet_secret) as (a, sa):
+        during = [ir("outage %d" % i) for i in range(3)]
+        ids = [sa.compile(src, target="cpu").id for src in during]
+        st = remote_stats(sa)
+        assert st["requeued"] == 3 and st["requeue_sent"] == 0 and st["puts"] == 0
+        r.start()  # empty: no persistence
+        wait_up(sa, True, timeout=15)
+        assert wait_until(lambda: remote_stats(sa)["requeue_sent"] == 3, 10), remote_stats(sa)
+        wait_puts(sa, 3)
+        assert "event=cache_remote_requeue sent=3 left=0" in a.log()
+        assert len(r.client().keys("kiln:art:*")) == 3
+    # a host that never saw them gets them from Redis: no compiler runs there
+    b = start(kilnds, r, fleet_secret)
+    with kiln.connect(b.url) as sb:
+        wait_up(sb)
+        for src, mid in zip(during, ids):
+            m = sb.compile(src, target="cpu")
+            assert m.cached and m.id == mid
+        assert compiles(sb) == 0 and remote_stats(sb)["hits"] == 3
+
+
+def test_the_outage_queue_is_bounded(kilnds, redis_server, fleet_secret):
+    r = redis_server()
+    with during_an_outage(kilnds, r, fleet_secret) as (a, sa):
+        n = 260  # past KILN_REMOTE_REQUEUE_ENTRIES (256): the oldest are dropped
+        srcs = [ir("bound %d" % i) for i in range(n)]
+        for f in [sa.compile_async(src, target="cpu") for src in srcs]:
+            f.result()
+        st = remote_stats(sa)
+        assert st["requeued"] == n and st["requeue_dropped"] == n - 256
+        r.start()
+        wait_up(sa, True, timeout=15)
+        assert wait_until(lambda: remote_stats(sa)["requeue_sent"] == 256, 20), remote_stats(sa)
+        metrics = sa.stats()["cache_remote"]
+        assert metrics["requeue_dropped"] == 4
+
+
 def test_a_redis_that_stops_answering_costs_one_deadline(kilnds, redis_server, fleet_secret):
     r = redis_server()
     a = start(kilnds, r, fleet_secret, "--cache-remote-timeout", "0.3")
