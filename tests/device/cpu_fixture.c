@@ -44,3 +44,10 @@ __attribute__((visibility("default"))) void __kiln_wg_spin(const kiln_cpu_wg_ctx
   for (volatile uint64_t i = 0; i < 2000000; i++) {
   }
 }
+
+/* empty(): does nothing: a grid of billions of these is all launch overhead. */
+__attribute__((visibility("default"))) void __kiln_wg_empty(const kiln_cpu_wg_ctx_t *ctx,
+                                                            void *const *args) {
+  (void)ctx;
+  (void)args;
+}

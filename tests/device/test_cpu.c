@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "device/cpu/pool.h"
 #include "device/launch.h"
 #include "device/registry.h"
@@ -76,6 +77,7 @@ static kiln_kernel_t fixture_kernels[] = {
     {.name = "vadd", .num_args = 4, .args = vadd_args},
     {.name = "groups", .num_args = 1, .args = groups_args, .group_segment_size = 4096},
     {.name = "spin", .num_args = 0},
+    {.name = "empty", .num_args = 0},
 };
 
 static void fixture_artifact(const char *file, kiln_artifact_t *art) {
@@ -83,7 +85,7 @@ static void fixture_artifact(const char *file, kiln_artifact_t *art) {
   art->format = KILN_FORMAT_CPU_SO;
   strcpy(art->target, "cpu");
   art->code = kiln_test_read_data(file, &art->code_size);
-  art->num_kernels = 3;
+  art->num_kernels = 4;
   art->kernels = fixture_kernels;
 }
 
@@ -164,6 +166,33 @@ Test(cpu_module, deadline_stops_new_work_groups) {
   kiln_status_t s = b->launch(dev, mod, &l, 1, 20 * 1000 * 1000, NULL);
   cr_assert(s);
   cr_expect_eq(kiln_status_code(s), KILN_E_TIMEOUT, "%s", kiln_status_message(s));
+  kiln_status_free(s);
+  b->module_unload(dev, mod);
+  free(art.code);
+  b->close(dev);
+}
+
+/* The deadline clock is read every few groups, not before each one: a grid of four billion
+ * empty groups (seconds of launch overhead) must still stop soon after its deadline. */
+Test(cpu_module, deadline_stops_a_grid_of_tiny_work_groups) {
+  const kiln_backend_t *b = &kiln_backend_cpu;
+  kiln_device_t *dev;
+  cr_assert_eq(b->open(0, NULL, 0, &dev), KILN_OK);
+  kiln_artifact_t art;
+  fixture_artifact("cpu_fixture.so", &art);
+  kiln_dmodule_t *mod;
+  cr_assert_eq(b->module_load(dev, &art, &mod), KILN_OK);
+  uint32_t grid[3] = {4000000000u, 1, 1}, block[3] = {1, 1, 1};
+  kiln_launch_t l;
+  void *none[1] = {NULL};
+  cr_assert_eq(kiln_launch_prepare(&art.kernels[3], b->info(dev), grid, block, 0, none, &l), KILN_OK);
+  uint64_t start = kiln_now_ns();
+  kiln_status_t s = b->launch(dev, mod, &l, 1, 20 * 1000 * 1000, NULL);
+  double ms = (double)(kiln_now_ns() - start) / 1e6;
+  cr_assert(s);
+  cr_expect_eq(kiln_status_code(s), KILN_E_TIMEOUT, "%s", kiln_status_message(s));
+  /* 20 ms, a few coarse-clock ticks, and room for the shared machine's other load. */
+  cr_expect_lt(ms, 1000.0, "stopped %.1f ms after it started", ms);
   kiln_status_free(s);
   b->module_unload(dev, mod);
   free(art.code);
