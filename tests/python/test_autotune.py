@@ -114,6 +114,62 @@ def test_tiny_tuning_run_catches_a_wrong_template(s, dev, tmp_path):
     assert one["task"]["device"] == "cpu:0" and one["task"]["arch"] == "cpu"
 
 
+class AlsoFailsToBuild(WrongWhenBm4):
+    """As WrongWhenBm4, and bm=8 with bn=8 does not lower: a compile-stage failure."""
+
+    def build(self, cfg, tensors=None):
+        if cfg["bm"] == 8 and cfg["bn"] == 8:
+            raise kiln.InvalidArgument("this template cannot lower bm=8 with bn=8")
+        return super().build(cfg, tensors)
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_pipelined_rounds_record_every_trial(s, dev, tmp_path, pipeline):
+    # With pipeline, round N+1 is lowered and compiling while round N is measured: every
+    # configuration is still one record, in round order, a wrong build still fails its check,
+    # a configuration that does not lower still fails at "compile", and the measured ones are
+    # timed (warm-up 0: the checked run was it) with the check's and the time's seconds.
+    sp = AlsoFailsToBuild("matmul", "cpu", (32, 32, 16), "float32", topi.space("matmul", "cpu", (1, 1, 1)).limits)
+    sp.knobs = {"bm": [2, 4, 8], "bn": [8, 32], "bk": [4], "order": ["ji"], "unroll_k": [False]}
+    rec = str(tmp_path / "r.jsonl")
+    task = at.Task("matmul", (32, 32, 16), "float32", dev, space=sp)
+    seen = []
+    r = at.tune(task, s, trials=6, tuner="grid", records=rec, batch=2, repeat=2, min_repeat_ms=1, lease_s=10,
+                progress=None, pipeline=pipeline, callback=seen.append)
+    assert len(r.trials) == len(seen) == len(at.load(rec)) == 6
+    assert [x["trial"] for x in r.trials] == list(range(1, 7))
+    assert [x["round"] for x in r.trials] == [1, 2, 2, 3, 3, 4]
+    assert len({json.dumps(x["knobs"], sort_keys=True) for x in r.trials}) == 6  # the whole space, once
+    for x in r.trials:
+        res, k = x["result"], x["knobs"]
+        assert res["compile_wait_s"] >= 0 and res["compile_s_batch"] >= 0
+        if k["bm"] == 4:
+            assert res["ok"] is False and res["error"] == "wrong" and res["stage"] == "check", res
+        elif k["bm"] == 8 and k["bn"] == 8:
+            assert res["ok"] is False and res["stage"] == "compile" and "cannot lower" in res["message"], res
+        else:
+            assert res["ok"] is True and len(res["times"]) == 2 and res["mean"] > 0, res
+            assert res["check_s"] > 0 and res["time_s"] > 0
+    assert r.best["knobs"]["bm"] != 4
+
+
+def test_a_trial_after_a_lost_device_worker_uploads_again(s, dev):
+    # A timeout or fault ends the device worker and the tenant's tensors: the runner uploads
+    # the inputs again for the next trial instead of failing every later one.
+    task = at.Task("matmul", (32, 32, 16), "float32", dev, space=small_space())
+    runner = at.Runner(s, dev, task)
+    sch, args = task.space.build(task.space.default())
+    m = kiln.build(sch, args, "llvm", session=s)
+    opts = {"number": 1, "repeat": 1, "min_repeat_ms": 0, "flush": False, "timeout_ms": 10000}
+    assert runner.trial(m, opts)["ok"]
+    for t in runner.args():
+        t.free()
+    with pytest.raises(kiln.KilnError):
+        runner.trial(m, opts)
+    runner.lost()
+    assert runner.trial(m, opts)["ok"]
+
+
 def test_records_round_trip_and_resume(s, dev, tmp_path):
     rec = str(tmp_path / "r.jsonl")
     task = at.Task("matmul", (32, 32, 16), "float32", dev, space=small_space())

@@ -17,6 +17,7 @@ import numpy as np
 from .. import __version__ as KILN_VERSION
 from .. import nd
 from ..errors import KilnError, DeviceFault, Timeout, NotFound, PermissionDenied, ResourceExhausted
+from ..module import BenchmarkResult
 from ..te.build import build_batch
 from ..topi.space import space as make_space
 from . import records as R
@@ -74,7 +75,8 @@ def _reference(space, seed):
 
 class Runner:
     """One place trials are measured: a session and one of its devices. Holds the inputs on
-    the device and the reference answer."""
+    the device (uploaded once, again only after a timeout or fault lost them) and the
+    reference answer."""
 
     def __init__(self, session, device, task, seed=0):
         self.session = session
@@ -82,6 +84,7 @@ class Runner:
         self.task = task
         self.inputs, self.ref = _reference(task.space, seed)
         self.scale = max(1.0, float(np.abs(self.ref).max()))
+        self.nan = np.full(self.ref.shape, np.nan, task.dtype)
         self._args = None
 
     def args(self):
@@ -95,17 +98,63 @@ class Runner:
         """A timeout or fault ended the device worker and its tensors with it."""
         self._args = None
 
-    def check(self, m, timeout_ms):
+    def wrong(self, got):
+        """Why ``got`` is not the reference answer, or None."""
+        if np.allclose(got, self.ref, rtol=1e-3, atol=1e-4 * self.scale):
+            return None
+        bad = ~np.isclose(got, self.ref, rtol=1e-3, atol=1e-4 * self.scale)
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        return "wrong answer: %d of %d elements differ from numpy (first at %s: %r, want %r)" % (
+            int(bad.sum()), bad.size, first, float(got[first]), float(self.ref[first]))
+
+    def trial(self, m, opts):
+        """Checks and times build ``m``: the output reset to NaN, one run and the download are
+        sent together (one in-order queue on the device, so one wait), the output compared with
+        numpy, then the kernels timed with ``time``. The checked run is the timing's warm-up
+        (``warmup`` 0: the caches it leaves are what a warm-up run would leave). Returns the
+        result map; raises the KilnError of a run that failed."""
         args = self.args()
-        args[-1].copyfrom(np.full(self.ref.shape, np.nan, self.task.dtype))
-        m.run(*args, timeout_ms=timeout_ms)
-        got = args[-1].numpy()
-        if not np.allclose(got, self.ref, rtol=1e-3, atol=1e-4 * self.scale):
-            bad = ~np.isclose(got, self.ref, rtol=1e-3, atol=1e-4 * self.scale)
-            return "wrong answer: %d of %d elements differ from numpy (first at %s: %r, want %r)" % (
-                int(bad.sum()), bad.size, tuple(int(i) for i in np.argwhere(bad)[0]),
-                float(got[tuple(np.argwhere(bad)[0])]), float(self.ref[tuple(np.argwhere(bad)[0])]))
-        return None
+        launches, dev = m._params(args)
+        launches = [x for x in launches if min(x[2]) >= 1 and min(x[3]) >= 1]  # empty tensors: nothing to run
+        fns = [m.module.get_function(name) for name, _, _, _ in launches]
+        t0 = time.monotonic()
+        futs = [args[-1].copyfrom_async(self.nan)]
+        futs += [f.launch_async(*p, grid=g, block=b, device=dev, timeout_ms=opts["timeout_ms"])
+                 for f, (_, p, g, b) in zip(fns, launches)]
+        futs.append(args[-1].numpy_async())
+        got = _results(futs)[-1]
+        t1 = time.monotonic()
+        why = self.wrong(got)
+        t2 = time.monotonic()
+        if why:
+            return {"ok": False, "error": "wrong", "message": why, "stage": "check", "check_s": round(t2 - t0, 4)}
+        futs = [f.time_async(*p, grid=g, block=b, device=dev, number=opts["number"], repeat=opts["repeat"],
+                             min_repeat_ms=opts["min_repeat_ms"], warmup=0, flush=opts["flush"],
+                             timeout_ms=opts["timeout_ms"]) for f, (_, p, g, b) in zip(fns, launches)]
+        bs = _results(futs)
+        t3 = time.monotonic()
+        per = [sum(x) for x in zip(*(b.results for b in bs))]
+        b = bs[0] if len(bs) == 1 else BenchmarkResult({"results": per})
+        mean = float(b.mean)
+        return {"ok": True, "times": list(b.results), "mean": mean, "median": float(b.median), "min": float(b.min),
+                "cv": float(b.cv), "number": int(bs[-1].raw.get("number", opts["number"])), "repeat": len(b.results),
+                "gflops": self.task.space.flops / mean / 1e9 if mean > 0 else None,
+                "check_s": round(t1 - t0, 4), "compare_s": round(t2 - t1, 4), "time_s": round(t3 - t2, 4)}
+
+
+def _results(futs):
+    """Every future's result, in order, after all of them ended (none left in flight); the
+    first error is raised."""
+    out, err = [], None
+    for f in futs:
+        try:
+            out.append(f.result())
+        except KilnError as e:
+            out.append(None)
+            err = err or e
+    if err is not None:
+        raise err
+    return out
 
 
 def _error_kind(e):
@@ -130,32 +179,61 @@ class TuneResult:
         return self.default["result"]["mean"] / self.best["result"]["mean"]
 
 
-def _measure(runner, task, cfgs, opts, lease_s):
-    """Compiles cfgs with one compile_batch on the runner's session and measures each under
-    a lease; returns one result map per cfg."""
-    sp = task.space
-    t0 = time.monotonic()
-    built = []
-    for c in cfgs:
-        try:
-            built.append(sp.build(c))
-        except KilnError as e:
-            built.append(e)
-    schedules = [b for b in built if not isinstance(b, Exception)]
-    mods = build_batch(schedules, runner.device, session=runner.session, options=opts["options"]) \
-        if schedules else []
-    compile_s = time.monotonic() - t0
-    it = iter(mods)
-    mods = [b if isinstance(b, Exception) else next(it) for b in built]
-    out = [None] * len(cfgs)
-    for i, m in enumerate(mods):
-        if isinstance(m, Exception):
-            out[i] = {"ok": False, "error": _error_kind(m), "message": str(m)[:500], "stage": "compile"}
-            continue
-        out[i] = {"module": m, "compile_ms": getattr(m.module, "compile_ms", None)}
+class _Batch:
+    """One runner's share of a round in flight: its configurations lowered (in the client)
+    and sent as one ``compile_batch``; ``built()`` waits for the modules."""
 
+    def __init__(self, runner, task, cfgs, opts):
+        self.runner = runner
+        self.cfgs = cfgs
+        self.t0 = time.monotonic()
+        self.done_at = None
+        self.items = []
+        for c in cfgs:
+            try:
+                self.items.append(task.space.build(c))
+            except KilnError as e:
+                self.items.append(e)
+        schedules = [b for b in self.items if not isinstance(b, Exception)]
+        self.finish = lambda: []
+        if schedules:
+            fut, self.finish = build_batch(schedules, runner.device, session=runner.session,
+                                           options=opts["options"], future=True)
+            fut.add_done_callback(self._stamp)
+        else:
+            self.done_at = time.monotonic()
+
+    def _stamp(self, _):
+        self.done_at = time.monotonic()
+
+    def built(self):
+        """One entry per configuration: {"module", "compile_ms"}, or a failed trial's result.
+        ``compile_s_batch``: from sending the batch to its answer (lowering included);
+        ``compile_wait_s``: how long the loop waited for it here (less than compile_s_batch
+        when the batch compiled while the previous round was measured)."""
+        t = time.monotonic()
+        it = iter(self.finish())
+        mods = [b if isinstance(b, Exception) else next(it) for b in self.items]
+        now = time.monotonic()
+        batch_s = round((self.done_at or now) - self.t0, 4)
+        wait_s = round(now - t, 4)
+        out = []
+        for m in mods:
+            if isinstance(m, Exception):
+                out.append({"ok": False, "error": _error_kind(m), "message": str(m)[:500], "stage": "compile"})
+            else:
+                out.append({"module": m, "compile_ms": getattr(m.module, "compile_ms", None)})
+        for r in out:
+            r["compile_s_batch"] = batch_s
+            r["compile_wait_s"] = wait_s
+        return out
+
+
+def _measure(runner, built, opts, lease_s):
+    """Checks and times the built modules of one runner's share under a lease of its device;
+    returns one result map per entry of ``built``."""
     lease = None
-    if lease_s:
+    if lease_s and any("module" in r for r in built):
         try:
             lease = runner.session.lease(runner.device, lease_s).acquire()
         except (PermissionDenied, ResourceExhausted, NotFound, KilnError) as e:
@@ -163,37 +241,28 @@ def _measure(runner, task, cfgs, opts, lease_s):
             if not getattr(runner, "_lease_warned", False):
                 sys.stderr.write("autotune: measuring without a lease (%s)\n" % e)
                 runner._lease_warned = True
+    out = []
     try:
-        for i, r in enumerate(out):
+        for r in built:
             if "module" not in r:
+                out.append(r)
                 continue
             m = r.pop("module")
             try:
-                t1 = time.monotonic()
-                why = runner.check(m, opts["timeout_ms"])
-                t2 = time.monotonic()
-                if why:
-                    out[i] = {"ok": False, "error": "wrong", "message": why, "stage": "check"}
-                    continue
-                b = m.time_evaluator(number=opts["number"], repeat=opts["repeat"],
-                                     min_repeat_ms=opts["min_repeat_ms"], flush=opts["flush"],
-                                     timeout_ms=opts["timeout_ms"])(*runner.args())
-                mean = float(b.mean)
-                out[i] = {"ok": True, "times": list(b.results), "mean": mean, "median": float(b.median),
-                          "min": float(b.min), "cv": float(b.cv), "number": int(b.raw.get("number", opts["number"])),
-                          "repeat": len(b.results), "gflops": task.space.flops / mean / 1e9 if mean > 0 else None,
-                          "compile_ms": r.get("compile_ms"), "check_s": round(t2 - t1, 4),
-                          "time_s": round(time.monotonic() - t2, 4)}
+                res = runner.trial(m, opts)
             except (Timeout, DeviceFault, NotFound) as e:
                 runner.lost()
-                out[i] = {"ok": False, "error": _error_kind(e), "message": str(e)[:500], "stage": "run"}
+                res = {"ok": False, "error": _error_kind(e), "message": str(e)[:500], "stage": "run"}
             except KilnError as e:
-                out[i] = {"ok": False, "error": _error_kind(e), "message": str(e)[:500], "stage": "run"}
+                res = {"ok": False, "error": _error_kind(e), "message": str(e)[:500], "stage": "run"}
+            if res.get("ok"):
+                res["compile_ms"] = r.get("compile_ms")
+            res["compile_s_batch"] = r["compile_s_batch"]
+            res["compile_wait_s"] = r["compile_wait_s"]
+            out.append(res)
     finally:
         if lease is not None:
             lease.release()
-    for r in out:
-        r.setdefault("compile_s_batch", round(compile_s, 4))
     return out
 
 
@@ -234,14 +303,17 @@ class _Progress:
 
 def tune(task, runners, trials=100, tuner="model", records=None, batch=None, number=None, repeat=3,
          min_repeat_ms=50, flush=False, timeout_ms=10000, lease_s=60, seed=0, progress=sys.stderr,
-         callback=None, options=None):
+         callback=None, options=None, pipeline=None):
     """Tunes ``task`` on ``runners`` (a Session measuring on task.device, a (session, device)
     pair, or a list of them: each round's batch is split between them) until the records hold
     ``trials`` trials of the task (a records file resumes: its trials count, its
     configurations are not tried again, and the model learns from them). The default knobs are
     measured first (tuner "default"). ``batch``: configurations per round (default 8, or 2
     per runner if more). ``options``: the compile options (default ``{"fast_math": True}``:
-    fused multiply-adds, as TVM's LLVM backend makes). Returns a TuneResult."""
+    fused multiply-adds, as TVM's LLVM backend makes). ``pipeline``: compile the next round
+    while this one is measured (the tuner proposes it from the results before this round);
+    default: on unless a runner's device is a CPU device, whose cores the compile workers
+    share. Returns a TuneResult."""
     if hasattr(runners, "call") or isinstance(runners, Runner) or (
             isinstance(runners, tuple) and len(runners) == 2 and hasattr(runners[0], "call")):
         runners = [runners]  # one session, or one (session, device)
@@ -281,24 +353,41 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
         prog.default_mean = d["result"].get("mean")
     trial_no = len(old)
     round_no = max([r.get("round", 0) for r in old] + [0])
-    first = True
-    while left > 0:
-        if first and not have_default:
-            cfgs = [default]
+    if pipeline is None:
+        pipeline = not any(getattr(r.device, "kind", "cpu") == "cpu" for r in rs)
+    first = [not have_default]
+
+    def propose(n):
+        """(configurations, tuner names) of the next round."""
+        if first[0]:
+            first[0] = False
             tn.mark(default)
-            who = ["default"]
-        else:
-            cfgs = tn.next_batch(min(batch, left))
-            who = [tn.name] * len(cfgs)
-        first = False
-        if not cfgs:
-            break  # the space is exhausted
+            return [default], ["default"]
+        cfgs = tn.next_batch(min(batch, n))
+        return cfgs, [tn.name] * len(cfgs)
+
+    def start(cfgs):
+        """Each runner's share lowered and its compile_batch sent; indices into cfgs."""
+        idx = [list(range(i, len(cfgs), len(rs))) for i in range(len(rs))]
+        return [(ix, _Batch(rs[i], task, [cfgs[j] for j in ix], opts) if ix else None) for i, ix in enumerate(idx)]
+
+    cfgs, who = propose(left) if left > 0 else ([], [])
+    pending = start(cfgs) if cfgs else None
+    while cfgs:   # empty: the space is exhausted, or the trials are done
         round_no += 1
-        shares = [cfgs[i::len(rs)] for i in range(len(rs))]
+        built = [b.built() if b else [] for _, b in pending]
+        left -= len(cfgs)
+        nxt = ([], [], None)
+        if pipeline and left > 0:
+            # the next round compiles while this one is measured (compile workers and the
+            # device are different resources; on a CPU device they share the cores, so
+            # pipeline is off there by default)
+            ncfgs, nwho = propose(left)
+            nxt = (ncfgs, nwho, start(ncfgs) if ncfgs else None)
         results = [None] * len(rs)
 
         def work(i):
-            results[i] = _measure(rs[i], task, shares[i], opts, lease_s) if shares[i] else []
+            results[i] = _measure(rs[i], built[i], opts, lease_s)
         if len(rs) == 1:
             work(0)
         else:
@@ -308,15 +397,15 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
             for t in ths:
                 t.join()
         done = []
-        for i, share in enumerate(shares):
-            for j, (cfg, res) in enumerate(zip(share, results[i])):
+        for i, (ix, _) in enumerate(pending):
+            for j, res in zip(ix, results[i]):
+                cfg = cfgs[j]
                 trial_no += 1
                 k = dict(key)
                 k["device"] = rs[i].device.id
                 k["options"] = opts["options"]
-                rec = {"v": R.SCHEMA_VERSION, "task": k, "knobs": cfg, "result": res,
-                       "tuner": who[cfgs.index(cfg)] if cfg in cfgs else tn.name, "trial": trial_no,
-                       "round": round_no, "runner": i,
+                rec = {"v": R.SCHEMA_VERSION, "task": k, "knobs": cfg, "result": res, "tuner": who[j],
+                       "trial": trial_no, "round": round_no, "runner": i,
                        "t": round(time.time(), 3), "elapsed_s": round(time.time() - t_start, 3)}
                 if records:
                     R.append(records, rec)
@@ -327,7 +416,11 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
                 if callback:
                     callback(rec)
         tn.update(done)
-        left -= len(cfgs)
+        if pipeline:
+            cfgs, who, pending = nxt
+        else:
+            cfgs, who = propose(left) if left > 0 else ([], [])
+            pending = start(cfgs) if cfgs else None
     prog.end()
     return TuneResult(task, all_recs, new)
 
