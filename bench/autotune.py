@@ -57,20 +57,30 @@ def commit():
         return "?"
 
 
-PEER_NUMPY = r"""
-import os, sys, time, json
+# The peers' timing loop (numpy's and onnxruntime's programs start with it): after a warm-up
+# call, 5 times: enough calls for about 0.3 s, their mean; the median of the 5.
+PEER_TIMER = r"""
+import json, sys, time
+
+
+def seconds(fn):
+    fn()
+    means = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        fn()
+        reps = max(1, int(0.3 / max(1e-6, time.perf_counter() - t0)))
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        means.append((time.perf_counter() - t0) / reps)
+    return sorted(means)[len(means) // 2]
+"""
+
+PEER_NUMPY = PEER_TIMER + r"""
 import numpy as np
 n = int(sys.argv[1])
 a = np.random.rand(n, n).astype("float32"); b = np.random.rand(n, n).astype("float32")
-a @ b
-best = []
-for _ in range(5):
-    reps = max(1, int(0.3 / max(1e-6, (lambda t0: (a @ b, time.perf_counter() - t0)[1])(time.perf_counter()))))
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    best.append((time.perf_counter() - t0) / reps)
-best.sort()
 cfg = ""
 try:
     import io, contextlib
@@ -80,7 +90,7 @@ try:
     cfg = "openblas" if "openblas" in f.getvalue().lower() else "?"
 except Exception:
     pass
-print(json.dumps({"seconds": best[len(best) // 2], "numpy": np.__version__, "blas": cfg}))
+print(json.dumps({"seconds": seconds(lambda: a @ b), "numpy": np.__version__, "blas": cfg}))
 """
 
 
@@ -93,8 +103,7 @@ def peer_numpy(n, threads):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-PEER_ORT = r"""
-import json, sys, time
+PEER_ORT = PEER_TIMER + r"""
 import numpy as np, onnx, onnxruntime as ort
 from onnx import helper, numpy_helper, TensorProto
 threads = int(sys.argv[1])
@@ -113,18 +122,7 @@ so.inter_op_num_threads = 1
 so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
 sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
 feed = {"x": np.random.rand(N, C, H, W).astype("float32")}
-sess.run(None, feed)
-best = []
-for _ in range(5):
-    t0 = time.perf_counter()
-    sess.run(None, feed)
-    reps = max(1, int(0.3 / max(1e-6, time.perf_counter() - t0)))
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        sess.run(None, feed)
-    best.append((time.perf_counter() - t0) / reps)
-best.sort()
-print(json.dumps({"seconds": best[len(best) // 2], "onnxruntime": ort.__version__}))
+print(json.dumps({"seconds": seconds(lambda: sess.run(None, feed)), "onnxruntime": ort.__version__}))
 """
 
 
@@ -162,18 +160,37 @@ def trials_to_reach(recs, target):
 
 
 def breakdown(recs, wall_s):
+    """Seconds of a run's trials by stage: compile (what the loop waited for the rounds'
+    compile_batch), check (output reset, run, download; and the comparison), time (the `time`
+    requests), other (the rest of the wall time: the tuner, records, leases, uploads)."""
     oks = [r["result"] for r in recs if r["result"].get("ok")]
     rounds = {}
     for r in recs:
         res = r["result"]
         if "compile_s_batch" in res:
-            rounds[(r.get("round"), r.get("runner"))] = res["compile_s_batch"]
+            rounds[(r.get("round"), r.get("runner"))] = res.get("compile_wait_s", res["compile_s_batch"])
     compile_s = sum(rounds.values())
-    check_s = sum(x.get("check_s", 0) for x in oks)
+    check_s = sum(x.get("check_s", 0) + x.get("compare_s", 0) for x in oks)
     time_s = sum(x.get("time_s", 0) for x in oks)
     return {"trials": len(recs), "wall_s": wall_s, "per_s": len(recs) / wall_s if wall_s else 0,
             "compile_s": compile_s, "check_s": check_s, "time_s": time_s,
             "other_s": max(0.0, wall_s - compile_s - check_s - time_s)}
+
+
+class Report:
+    """A markdown report: out(line) prints it and keeps it; write(path) appends the whole."""
+
+    def __init__(self):
+        self.lines = []
+
+    def __call__(self, line=""):
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def write(self, path):
+        if path:
+            with open(path, "a") as f:
+                f.write("\n".join(self.lines) + "\n")
 
 
 def side_by_side(s, dev, r, n, threads, rounds, peer=None):
@@ -200,6 +217,23 @@ def side_by_side(s, dev, r, n, threads, rounds, peer=None):
         times["peer_info"] = p
     med = {k: sorted(v)[len(v) // 2] if v and None not in v else None for k, v in times.items() if k != "peer_info"}
     return med, times, err
+
+
+def side_table(out, med, times, flop, pname, what, short):
+    """The side-by-side table of side_by_side's figures, and the ratio line."""
+    out("| | time | GFLOP/s | rounds (ms) |")
+    out("|---|---|---|---|")
+    for k, name in (("tuned", "kiln tuned"), ("default", "kiln default knobs"), ("peer", pname)):
+        if med.get(k):
+            out("| %s | %.3f ms | %.1f | %s |" % (name, med[k] * 1e3, flop / med[k] / 1e9,
+                                                 " ".join("%.2f" % (x * 1e3) for x in times[k])))
+        else:
+            out("| %s | – | – | %s |" % (name, times["peer_info"].get("error")))
+    if med.get("peer") and med.get("tuned"):
+        out()
+        out("%s is **%.0f%%** of %s; %.2fx its default knobs." % (
+            what, 100 * med["peer"] / med["tuned"], short, med["default"] / med["tuned"]))
+    out()
 
 
 def run_tuner(s, dev, op, shapes, tuner, trials, tmp, log, **kw):
@@ -229,11 +263,7 @@ def main():
                     help="a python with onnxruntime and onnx: the conv2d peer")
     a = ap.parse_args()
     parts = set(a.parts.split(","))
-    lines = []
-
-    def out(line=""):
-        lines.append(line)
-        print(line)
+    out = Report()
 
     def log(msg):
         sys.stderr.write("bench: %s\n" % msg)
@@ -306,19 +336,7 @@ def main():
                 "(kiln: time_evaluator median of 5 repeats of at least 200 ms; peer: its own loop); medians of "
                 "the rounds. Tuned build's max abs error against numpy: %.2g." % (a.rounds, err))
             out()
-            out("| | time | GFLOP/s | rounds (ms) |")
-            out("|---|---|---|---|")
-            for k, name in (("tuned", "kiln tuned"), ("default", "kiln default knobs"), ("peer", pname)):
-                if med.get(k):
-                    out("| %s | %.3f ms | %.1f | %s |" % (name, med[k] * 1e3, flop / med[k] / 1e9,
-                                                         " ".join("%.2f" % (x * 1e3) for x in times[k])))
-                else:
-                    out("| %s | – | – | %s |" % (name, peer.get("error")))
-            if med.get("peer") and med.get("tuned"):
-                out()
-                out("Tuned kiln is **%.0f%%** of %s; %.2fx its default knobs." % (
-                    100 * med["peer"] / med["tuned"], pname.split(" (")[0], med["default"] / med["tuned"]))
-            out()
+            side_table(out, med, times, flop, pname, "Tuned kiln", pname.split(" (")[0])
         if "model" in res and "random" in res:
             rm, rr = res["model"][0], res["random"][0]
             marks = [n for n in (8, 16, 24, 32, 48, 64, 80, 120, 160, 200) if n <= a.trials]
@@ -354,19 +372,7 @@ def main():
                 "intra_op_num_threads %d, sequential, its own loop). Tuned build's max abs error against numpy: "
                 "%.2g." % (a.rounds, threads, err))
             out()
-            out("| | time | GFLOP/s | rounds (ms) |")
-            out("|---|---|---|---|")
-            for k, name in (("tuned", "kiln tuned"), ("default", "kiln default knobs"), ("peer", pname)):
-                if med.get(k):
-                    out("| %s | %.3f ms | %.1f | %s |" % (name, med[k] * 1e3, flop / med[k] / 1e9,
-                                                         " ".join("%.2f" % (x * 1e3) for x in times[k])))
-                else:
-                    out("| %s | – | – | %s |" % (name, peer.get("error")))
-            if med.get("peer") and med.get("tuned"):
-                out()
-                out("Tuned kiln conv2d is **%.0f%%** of %s; %.2fx its default knobs." % (
-                    100 * med["peer"] / med["tuned"], pname, med["default"] / med["tuned"]))
-            out()
+            side_table(out, med, times, flop, pname, "Tuned kiln conv2d", pname)
         if res:
             out("### Trial throughput")
             out()
@@ -378,17 +384,15 @@ def main():
                     name, bd["trials"], wall, bd["per_s"], bd["compile_s"], bd["check_s"], bd["time_s"],
                     bd["other_s"]))
             out()
-            out("compile: the rounds' `compile_batch` wall time; check: output reset, one run, download and "
-                "compare; time: the `time` requests (repeat 3, min_repeat_ms 50); other: lowering in Python, "
-                "leases, uploads, the tuner.")
+            out("compile: how long the loop waited for the rounds' `compile_batch` (lowering included); check: "
+                "output reset, one run and download (one wait), and the comparison; time: the `time` requests "
+                "(repeat 3, min_repeat_ms 50); other: leases, uploads, records, the tuner.")
             out()
     finally:
         s.close()
         if d is not None:
             d.stop()
-    if a.out:
-        with open(a.out, "a") as f:
-            f.write("\n".join(lines) + "\n")
+    out.write(a.out)
     return 0
 
 

@@ -9,7 +9,8 @@ same schedules written with tvm.s_tir (TVM 0.27 has no te schedules: create_prim
 split, reorder, vectorize, unroll, parallel, cache_write + reverse_compute_at where the
 tutorial has compute_at of a cache_write stage), in a venv this script makes
 ($XDG_CACHE_HOME/kiln-te-bench: apache-tvm 0.27, apache-tvm-ffi pinned to 0.1.14.post0 since
-0.1.15.post2 segfaults in save_json, cloudpickle for its RPC). TVM targets llvm with the host's
+0.1.15.post2 segfaults in save_json, cloudpickle for its RPC; tornado and psutil for the RPC
+tracker and server bench/autotune_tvm.py starts). TVM targets llvm with the host's
 CPU name and 2 cores. Both sides first build every measurement (each result checked against
 numpy); the TVM side is one process kept for the run. Then --rounds rounds time each
 measurement on one side right after the other (which side goes first alternates by round);
@@ -40,7 +41,7 @@ ROOT = os.path.dirname(HERE)
 STEPS = ("default", "blocking", "vectorization", "permutation", "packing", "write_cache", "parallel")
 TRIALS = [(bn, kf) for bn in (8, 16, 32, 64) for kf in (2, 4, 8, 16)]
 PAR_N = 262144
-PINS = ["apache-tvm==0.27.*", "apache-tvm-ffi==0.1.14.post0", "cloudpickle"]
+PINS = ["apache-tvm==0.27.*", "apache-tvm-ffi==0.1.14.post0", "cloudpickle", "tornado", "psutil"]
 
 
 # -- TVM (runs in the venv) -------------------------------------------------------------------
@@ -174,7 +175,7 @@ def ensure_venv(path, log):
     py = os.path.join(path, "bin", "python")
     if not os.path.exists(py):
         subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", path], check=True)
-    if subprocess.run([py, "-c", "import tvm, cloudpickle"], capture_output=True).returncode != 0:
+    if subprocess.run([py, "-c", "import tvm, cloudpickle, tornado, psutil"], capture_output=True).returncode != 0:
         log("venv: pip install %s" % " ".join(PINS))
         r = subprocess.run([py, "-m", "pip", "install", "-q"] + PINS, capture_output=True, text=True)
         if r.returncode != 0:
@@ -183,10 +184,12 @@ def ensure_venv(path, log):
 
 
 class Peer:
-    """The TVM side: `peer_serve` in the venv's python, kept for the whole run."""
+    """The TVM side: `peer_serve` of this script (or of `script`: bench/autotune_tvm.py) in the
+    venv's python, kept for the whole run."""
 
-    def __init__(self, py, n):
-        self.proc = subprocess.Popen([py, os.path.abspath(__file__), "--serve", str(n)], stdin=subprocess.PIPE,
+    def __init__(self, py, n, script=None):
+        self.proc = subprocess.Popen([py, script or os.path.abspath(__file__), "--serve", str(n)],
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         self.versions = json.loads(self.proc.stdout.readline())["version"]
 
