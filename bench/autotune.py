@@ -9,7 +9,8 @@
   cuBLAS through ctypes on cuda:N, TF32 off: the default math mode) and against the
   template's default knobs.
 - curves: the random tuner on the same task and trial count; best-so-far after N trials of
-  both, and how many trials the model took to reach random's final best.
+  both, and how many trials the model took to reach random's final best (conv-curves: the
+  same for the conv2d layer, with --parts conv).
 - conv: ResNet-50's 3x3 64->64 56x56 layer tuned likewise, then side by side with onnxruntime's
   Conv (one-node model, intra_op_num_threads = the pool's threads, sequential) run by the
   python of --ort-python (default build/onnx-venv/bin/python: bash .ci/onnx-venv makes it).
@@ -236,6 +237,25 @@ def side_table(out, med, times, flop, pname, what, short):
     out()
 
 
+def curves(out, rm, rr, what, n_trials):
+    """Best GFLOP/s after N trials of the model and the random tuner on one task, and the
+    trial at which the model reached random's final best."""
+    marks = [n for n in (8, 16, 24, 32, 48, 64, 80, 120, 160, 200) if n <= n_trials]
+    bm, br = best_after(rm.records, marks), best_after(rr.records, marks)
+    out("### Model against random, %s (best GFLOP/s after N trials, same task)" % what)
+    out()
+    out("| N | " + " | ".join(str(n) for n in marks) + " |")
+    out("|---|" + "---|" * len(marks))
+    out("| model | " + " | ".join("%.1f" % bm[n] for n in marks) + " |")
+    out("| random | " + " | ".join("%.1f" % br[n] for n in marks) + " |")
+    final = br[marks[-1]]
+    reach = trials_to_reach(rm.records, final)
+    out()
+    out("The model reached random's best after %d trials (%.1f GFLOP/s) %s." % (
+        marks[-1], final, "at trial %d" % reach if reach else "not within its %d trials" % n_trials))
+    out()
+
+
 def run_tuner(s, dev, op, shapes, tuner, trials, tmp, log, **kw):
     rec = os.path.join(tmp, "%s-%s-%s.jsonl" % (op, "x".join(map(str, shapes)), tuner))
     task = at.Task(op, shapes, "float32", dev)
@@ -288,6 +308,8 @@ def main():
             res["random"] = run_tuner(s, dev, "matmul", (a.n, a.n, a.n), "random", a.trials, tmp, log)
         if "conv" in parts:
             res["conv"] = run_tuner(s, dev, "conv2d", CONV, "model", a.conv_trials, tmp, log)
+        if "conv-curves" in parts:
+            res["conv random"] = run_tuner(s, dev, "conv2d", CONV, "random", a.conv_trials, tmp, log)
         final = final_conv = None
         if "sgemm" in parts and "model" in res:
             final = side_by_side(s, dev, res["model"][0], a.n, threads, a.rounds)
@@ -337,22 +359,10 @@ def main():
                 "the rounds. Tuned build's max abs error against numpy: %.2g." % (a.rounds, err))
             out()
             side_table(out, med, times, flop, pname, "Tuned kiln", pname.split(" (")[0])
-        if "model" in res and "random" in res:
-            rm, rr = res["model"][0], res["random"][0]
-            marks = [n for n in (8, 16, 24, 32, 48, 64, 80, 120, 160, 200) if n <= a.trials]
-            bm, br = best_after(rm.records, marks), best_after(rr.records, marks)
-            out("### Model against random (best GFLOP/s after N trials, same task)")
-            out()
-            out("| N | " + " | ".join(str(n) for n in marks) + " |")
-            out("|---|" + "---|" * len(marks))
-            out("| model | " + " | ".join("%.1f" % bm[n] for n in marks) + " |")
-            out("| random | " + " | ".join("%.1f" % br[n] for n in marks) + " |")
-            final = br[marks[-1]]
-            reach = trials_to_reach(rm.records, final)
-            out()
-            out("The model reached random's best after %d trials (%.1f GFLOP/s) %s." % (
-                marks[-1], final, "at trial %d" % reach if reach else "not within its %d trials" % a.trials))
-            out()
+        for mk, rk, what, n_trials in (("model", "random", "SGEMM %d" % a.n, a.trials),
+                                       ("conv", "conv random", "conv2d", a.conv_trials)):
+            if mk in res and rk in res:
+                curves(out, res[mk][0], res[rk][0], what, n_trials)
         if "conv" in res:
             r, wall = res["conv"]
             b, df = r.best["result"], r.default and r.default["result"]
