@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
@@ -67,6 +69,18 @@ kiln_status_t kiln_record_keys_read(const char *path, kiln_record_key_t **out, s
   FILE *f = fopen(path, "re");
   if (!f)
     return KILN_STATUS(errno == ENOENT ? KILN_E_NOT_FOUND : KILN_E_PERMISSION, "%s: %s", path, strerror(errno));
+  /* the trust file decides whose records are believed: refuse one others could have written
+   * (as ssh's StrictModes for authorized_keys) */
+  struct stat sb;
+  const char *bad = fstat(fileno(f), &sb) ? strerror(errno)
+                    : !S_ISREG(sb.st_mode) ? "not a regular file"
+                    : (sb.st_mode & 022) ? "writable by group or others (chmod go-w it)"
+                    : (sb.st_uid != geteuid() && sb.st_uid != 0) ? "owned by another user (not you or root)"
+                    : NULL;
+  if (bad) {
+    fclose(f);
+    return KILN_STATUS(KILN_E_PERMISSION, "trusted keys %s: %s", path, bad);
+  }
   kiln_record_key_t *keys = calloc(KILN_RECORD_MAX_KEYS, sizeof(*keys));
   size_t n = 0;
   char line[1024];
@@ -133,6 +147,6 @@ const char *kiln_record_open(const uint8_t *v, size_t len, const char *addr, con
   }
   *out_record = v + KILN_RECORD_HEAD;
   *out_len = len - KILN_RECORD_HEAD;
-  *out_signed = true;
+  *out_signed = n > 0; /* true only for a signature checked against the trust file */
   return NULL;
 }

@@ -49,9 +49,10 @@ bool kiln_record_seal(const uint8_t seed[32], const uint8_t *record, size_t len,
 KILN_MUST_USE kiln_status_t kiln_record_keys_read(const char *path, kiln_record_key_t **out, size_t *out_n);
 
 /* Opens a registry value listed under addr: the record inside (*out_record, *out_len point
- * into value) and whether it was signed. With keys (n > 0): NULL with *why unless it is
- * signed, its signature checks, and its key is trusted for addr. Without keys: a signed
- * record is unwrapped unchecked (nothing to check against), an unsigned one is itself. */
+ * into value) and whether its signature was verified. With keys (n > 0): NULL with *why unless
+ * it is signed, its signature checks, and its key is trusted for addr (*out_signed true).
+ * Without keys: a signed record is unwrapped unchecked (nothing to check against), an unsigned
+ * one is itself, and *out_signed is false either way: nothing was verified. */
 const char *kiln_record_open(const uint8_t *value, size_t len, const char *addr, const kiln_record_key_t *keys,
                              size_t n, const uint8_t **out_record, size_t *out_len, bool *out_signed);
 

@@ -35,6 +35,7 @@ package (Debian: python3-cryptography).
 import collections
 import os
 import random
+import stat
 import sys
 import time
 import warnings
@@ -75,7 +76,7 @@ class Host:
                         for k in ("workers", "busy", "queued")}
         self.devices = [d for d in rec.get("devices", []) if _good_device(d)]
         self.identity_differs = False
-        self.signed = False  # the record came signed (checked when a trusted-keys file is in use)
+        self.signed = False  # a trusted-keys file was in use and the record's signature verified
 
     def devices_of(self, device):
         kinds = _kinds(device)
@@ -142,10 +143,21 @@ def redis_client(url, password=None, username=None, timeout=5.0):
 def trusted_keys_read(path):
     """The keys of a trusted-keys file: {public key bytes: set of addresses ("*": any)}.
     InvalidArgument names the first line that is not ``ed25519:<64 hex> ADDR``, a comment or
-    blank: a trust file that does not parse is not used."""
+    blank: a trust file that does not parse is not used; nor is one that is not a regular file,
+    is writable by group or others, or is owned by someone other than you or root."""
     keys = {}
     try:
-        text = open(path, "rb").read(1 << 20).decode("utf-8")
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            # the trust file decides whose records are believed: refuse one others could have
+            # written (as ssh's StrictModes for authorized_keys)
+            bad = ("not a regular file" if not stat.S_ISREG(st.st_mode)
+                   else "writable by group or others (chmod go-w it)" if st.st_mode & 0o022
+                   else "owned by another user (not you or root)" if st.st_uid not in (os.geteuid(), 0)
+                   else None)
+            if bad:
+                raise InvalidArgument("trusted keys %s: %s" % (path, bad))
+            text = f.read(1 << 20).decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidArgument("trusted keys %s: %s" % (path, e)) from None
     for i, line in enumerate(text.splitlines(), 1):
@@ -191,7 +203,7 @@ def _open_record(raw, member, keys):
             Ed25519PublicKey.from_public_bytes(pub).verify(sig, SIG_CONTEXT + rec)
         except InvalidSignature:
             return None, "its signature does not verify (forged or damaged)"
-    return rec, True
+    return rec, bool(keys)  # signed means verified: without a trust file nothing was checked
 
 
 def _decode(raw, member=None, keys=None):
