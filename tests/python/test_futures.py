@@ -170,6 +170,24 @@ def test_cancel_a_queued_compile(fresh_daemon, tmp_path):
         assert s.compile(quick(901), target="cpu").id  # the session still works
 
 
+def test_a_cancelled_running_compile_keeps_its_quota_until_sync(fresh_daemon, tmp_path):
+    # REVIEW2 G4: cancel() of a compile already running returns True, but the build holds the
+    # tenant's compiles quota until it ends; sync() waits for its late answer, so a resubmit
+    # after sync() is not refused under compiles=1
+    tokens = tmp_path / "tokens"
+    tokens.write_text("tok-0123456789abcdefghij tuner compiles=1\n")
+    d = fresh_daemon("--tokens", str(tokens), "--compile-workers", "1", listen=["unix:" + str(tmp_path / "k.sock")])
+    with kiln.connect(d.urls[0], token="tok-0123456789abcdefghij") as s:
+        f = s.compile_async(_slow(1), target="cpu")
+        deadline = time.monotonic() + 10
+        while s.quotas()["used"]["compiles"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert f.cancel() is True and f.cancelled()
+        s.sync(30)
+        assert s.quotas()["used"]["compiles"] == 0
+        assert s.compile(quick(902), target="cpu").id  # not refused for the quota
+
+
 def _two_tenants(fresh_daemon, tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text("owner-token-0123456789 owner\nother-token-0123456789 other\n")

@@ -236,7 +236,8 @@ class Future(_cf.Future):
 
         A pending ``compile`` is cancelled here and now: True, ``cancelled()``, and
         ``result()`` raises ``kiln.Cancelled`` (a ``concurrent.futures.CancelledError``); the
-        daemon's late answer is read and dropped. A ``compile_batch`` cannot be cancelled as a
+        daemon's late answer is read and dropped, and ``sync()`` still waits for it (a build
+        already running keeps the tenant's compiles quota until it ends). A ``compile_batch`` cannot be cancelled as a
         whole (False): it still completes, with a ``kiln.Cancelled`` for each item the daemon
         dropped. False also for a finished request and for other methods, which cannot be
         cancelled."""
@@ -244,7 +245,10 @@ class Future(_cf.Future):
             return False
         conn = self._conn
         conn.fire_and_forget("cancel", {"msgid": self.msgid})  # its answer is read and dropped
-        if self.method == "compile" and conn._pending.pop(self.msgid, None) is self:
+        if self.method == "compile" and conn._pending.get(self.msgid) is self:
+            # kept as fire-and-forget, not popped: a running build holds the tenant's compiles
+            # quota until it ends, so sync()/close() must still wait for its late answer
+            conn._pending[self.msgid] = None
             self._complete(None, Cancelled("cancelled by the client (its late answer is dropped)"))
             return True
         return False
