@@ -100,10 +100,10 @@ def test_resnet50_layers_compile_with_enough_groups(ts, target):
         ins, out, _, _ = fused_conv(*case, residual=case[3] == 1 and case[4] == 1)
         f = kiln.build(topi.schedule_fused(out, "gpu"), ins + [out], target, name="conv", session=ts)
         kernels = f.module.kernels
-        # the direct convs (3x3, strided 1x1) with a map of at most 14x14 are split in
-        # input-channel slices (two kernels: the partials, then their sum with the
-        # epilogue); the others are one kernel
-        split = (case[3], case[4]) != (1, 1) and (case[1] + 2 * case[5] - case[3]) // case[4] + 1 <= 14
+        # the 3x3 convs with a map of at most 14x14 are split in input-channel slices (two
+        # kernels: the partials, then their sum with the epilogue); the others, strided 1x1
+        # ones included, are one kernel
+        split = case[3] != 1 and (case[1] + 2 * case[5] - case[3]) // case[4] + 1 <= 14
         assert len(kernels) == (2 if split else 1), (case, kernels)
         grid, block = kernels[0].info["launch"]["grid"], kernels[0].info["launch"]["block"]
         groups = int(np.prod(grid))
@@ -195,6 +195,10 @@ def test_split_chooser():
     # ResNet-50's 3x3 convs on 14x14 and 7x7 maps: 128 work-groups each, split in 4
     assert split(256, 14, 256) == 4 and split(512, 7, 512) == 4 and split(512, 14, 512, stride=2) == 4
     assert split(128, 28, 128) == 1            # a 28x28 map: not split
+    # a strided 1x1 conv onto a 14x14 map (ResNet-50's downsample): whole, as it is faster
+    X, W = te.placeholder((1, 512, 28, 28), name="X"), te.placeholder((1024, 512, 1, 1), name="W")
+    T = topi.conv2d_nchw(X, W, 2, 0)
+    assert conv_gpu.direct_split(T, T.op.input_tensors[0], k) == 1
     assert split(8, 7, 8) == 1                 # too few channels to slice
     assert split(512, 7, 512, split=2) == 2    # the knob wins
     assert split(512, 28, 128, split=8) == 8

@@ -230,11 +230,16 @@ def direct_split(anchor, data, k):
     """The number of input-channel slices for the direct conv anchor: the split knob when
     set, else a power of two that brings the work-groups near _SPLIT_GROUPS for a map of at
     most _SPLIT_MAX_MAP pixels, each slice keeping at least 4 k_tiles of channels and
-    dividing the channels evenly; 1 for anything else."""
+    dividing the channels evenly; 1 for 1x1 kernels and anything else."""
     if k["split"]:
         return k["split"]
     N, O, OH, OW, C, kh, kw, stride = _direct_shape(anchor, data)
     if None in (N, O, OH, OW, C, kh, kw) or OH * OW > _SPLIT_MAX_MAP:
+        return 1
+    # 1x1 convs that reach direct() are the strided ones (ResNet's downsample onto 14x14 and
+    # 7x7): split in 4 they took 0.342 and 0.283 ms on the H200 (20:53 profile) against 0.056
+    # and 0.092 ms unsplit (17:05), so they stay whole
+    if kh * kw == 1:
         return 1
     bf, by, bx, _ = direct_tiles(O, OH, OW, N, C * kh * kw, k, (kh, kw), stride)
     groups = N * _ceil(O, bf) * _ceil(OH, by) * _ceil(OW, bx)
