@@ -245,12 +245,14 @@ class Future(_cf.Future):
             return False
         conn = self._conn
         conn.fire_and_forget("cancel", {"msgid": self.msgid})  # its answer is read and dropped
-        if self.method == "compile" and conn._pending.get(self.msgid) is self:
-            # kept as fire-and-forget, not popped: a running build holds the tenant's compiles
-            # quota until it ends, so sync()/close() must still wait for its late answer
-            conn._pending[self.msgid] = None
+        if self.method == "compile":
+            # The future stays in _pending: a running build holds the tenant's compiles quota
+            # until it ends, so sync()/close() must still wait for its late answer, which
+            # _dispatch pops and hands to _complete, a no-op on a finished future. _complete
+            # is first-wins under the future's condition, so a reply read by another thread at
+            # this moment either wins (then this is not a cancellation: False) or is dropped.
             self._complete(None, Cancelled("cancelled by the client (its late answer is dropped)"))
-            return True
+            return self.cancelled()
         return False
 
     def _wait(self, timeout):
