@@ -1,6 +1,10 @@
 """Shared by the te, tvm and topi tests: the probe that says whether kilnd lowers te
 programs, and building + running a schedule on fresh random inputs."""
 
+import os
+import subprocess
+import tempfile
+
 import numpy as np
 import pytest
 
@@ -8,6 +12,18 @@ import kiln
 from kiln import te
 
 GPU_TARGETS = ("gfx942", "sm_90")
+PTXAS = "/usr/local/cuda/bin/ptxas"
+
+
+def ptxas_verbose(ptx, arch="sm_90"):
+    """CUDA's assembler run on ``ptx`` with -v: the CompletedProcess (stderr has its
+    registers and spill report per entry function)."""
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        return subprocess.run([PTXAS, "-arch=" + arch, "-v", src, "-o", os.path.join(d, "k.o")],
+                              capture_output=True, text=True)
 
 
 def vadd_schedule():

@@ -14,7 +14,7 @@ import pytest
 import kiln
 from kiln import te, topi
 from kiln.topi import conv_gpu
-from te_helpers import GPU_TARGETS, require_te
+from te_helpers import GPU_TARGETS, PTXAS, ptxas_verbose, require_te
 from test_topi import conv_ref
 
 
@@ -130,21 +130,15 @@ def test_tile_chooser_and_knobs():
         topi.schedule_fused(topi.conv2d_pointwise(X, W), "gpu", num_thread=64)
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/local/cuda/bin/ptxas"), reason="no ptxas (/usr/local/cuda/bin)")
+@pytest.mark.skipif(not os.path.exists(PTXAS), reason="no ptxas (/usr/local/cuda/bin)")
 def test_resnet50_layers_fit_sm90_registers(ts):
     """ptxas (CUDA's assembler) takes every layer's PTX for sm_90 without spilling more than a
     few words to the stack."""
     import re
-    import subprocess
-    import tempfile
     for case in RESNET50:
         ins, out, _, _ = fused_conv(*case)
         f = kiln.build(topi.schedule_fused(out, "gpu"), ins + [out], "sm_90", name="conv", session=ts)
-        with tempfile.TemporaryDirectory() as d:
-            src = os.path.join(d, "k.ptx")
-            open(src, "w").write(f.get_source("asm"))
-            r = subprocess.run(["/usr/local/cuda/bin/ptxas", "-arch=sm_90", "-v", src, "-o", os.path.join(d, "k.o")],
-                               capture_output=True, text=True)
+        r = ptxas_verbose(f.get_source("asm"))
         assert r.returncode == 0, r.stderr
         spill = [int(x) for x in re.findall(r"(\d+) bytes spill stores", r.stderr)]
         assert max(spill or [0]) <= 64, (case, r.stderr)

@@ -6,8 +6,6 @@ one graph node."""
 
 import os
 import re
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ import pytest
 import kiln
 from kiln import te, topi
 from kiln.topi import gemv_gpu
-from te_helpers import GPU_TARGETS, require_te
+from te_helpers import GPU_TARGETS, PTXAS, ptxas_verbose, require_te
 
 
 @pytest.fixture
@@ -120,16 +118,12 @@ def test_fc_layers_fill_the_gpu(ts, target):
     assert k1.info["launch"]["grid"] == [16, 1, 1]
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/local/cuda/bin/ptxas"), reason="no ptxas (/usr/local/cuda/bin)")
+@pytest.mark.skipif(not os.path.exists(PTXAS), reason="no ptxas (/usr/local/cuda/bin)")
 def test_ptx_assembles_without_spills(ts):
     for M, K, N in ((1, 2048, 1000), (1, 1280, 1000), (4, 1024, 1000)):
         ins, out, _, _ = fc(M, K, N)
         f = kiln.build(topi.schedule_fused(out, "gpu"), ins + [out], "sm_90", name="fc", session=ts)
-        with tempfile.TemporaryDirectory() as d:
-            src = os.path.join(d, "k.ptx")
-            open(src, "w").write(f.get_source("asm"))
-            r = subprocess.run(["/usr/local/cuda/bin/ptxas", "-arch=sm_90", "-v", src, "-o", os.path.join(d, "k.o")],
-                               capture_output=True, text=True)
+        r = ptxas_verbose(f.get_source("asm"))
         assert r.returncode == 0, r.stderr
         assert len(re.findall(r"Compiling entry function", r.stderr)) == 2, r.stderr
         assert max(int(x) for x in re.findall(r"(\d+) bytes spill stores", r.stderr)) == 0, r.stderr
