@@ -125,6 +125,14 @@ static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char 
     snprintf(l->address, sizeof(l->address), "%s:%s:%d", tls ? "tls" : "tcp", ip,
              ntohs(((struct sockaddr_in *)&bound)->sin_port));
   }
+  /* Loopback is not private on a shared machine: without tokens every local user gets in as
+   * kilnd's user. Allowed (a laptop, a test), but said where the operator looks. */
+  if (loopback && !s->tenants.auth_required && !(tls && s->cfg.tls_client_ca[0]))
+    KILN_LOG_WARN("anonymous_tcp",
+                  "listener=%s message=\"no --tokens: every local user of this machine can connect, "
+                  "run kernels and read or free tensors as kilnd's user; a unix socket (the "
+                  "default listener, mode 0600) admits only you\"",
+                  l->address);
   return KILN_OK;
 }
 
@@ -160,6 +168,47 @@ bool kiln_socket_option(kiln_config_t *cfg, bool mode, const char *v) {
   if (!g) return false;
   cfg->socket_gid = (uint32_t)g->gr_gid;
   return true;
+}
+
+/* The default listener is a unix socket in a directory only kilnd's user may write: the
+ * login's $XDG_RUNTIME_DIR, else /tmp/kiln-$UID, made here with mode 0700. One that another
+ * user made or may write is refused: they could put their own socket where clients look. */
+kiln_status_t kiln_default_unix_path(char *out, size_t cap) {
+  const char *rt = getenv("XDG_RUNTIME_DIR");
+  bool runtime = rt && rt[0];
+  char dir[256];
+  struct stat st;
+  int rc;
+  if (runtime) {
+    snprintf(dir, sizeof(dir), "%s", rt);
+    rc = stat(dir, &st);
+  } else {
+    snprintf(dir, sizeof(dir), "/tmp/kiln-%u", (unsigned)geteuid());
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+      return KILN_STATUS(KILN_E_UNAVAILABLE, "cannot create %s for the default unix socket: %s",
+                         dir, strerror(errno));
+    rc = lstat(dir, &st); /* a symbolic link planted there is not followed */
+  }
+  if (rc != 0)
+    return KILN_STATUS(KILN_E_UNAVAILABLE, "the default unix socket's directory %s: %s", dir,
+                       strerror(errno));
+  char why[96] = "";
+  if (!S_ISDIR(st.st_mode)) snprintf(why, sizeof(why), "is not a directory");
+  else if (st.st_uid != geteuid())
+    snprintf(why, sizeof(why), "belongs to uid %u, not to kilnd's user (uid %u)",
+             (unsigned)st.st_uid, (unsigned)geteuid());
+  else if (st.st_mode & (runtime ? 022 : 077))
+    snprintf(why, sizeof(why), "has mode %04o: others may %s it", (unsigned)(st.st_mode & 07777),
+             runtime ? "write to" : "enter or write to");
+  if (why[0])
+    return KILN_STATUS(KILN_E_PERMISSION,
+                       "refusing the default unix socket in %s%s: it %s, so another user could "
+                       "put a socket of theirs where clients look. Fix the directory or pass "
+                       "--listen unix:PATH (docs/operations.md \"Listening\")",
+                       dir, runtime ? " ($XDG_RUNTIME_DIR)" : "", why);
+  if (snprintf(out, cap, "%s/kiln.sock", dir) >= (int)cap)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "the default unix socket path in %s is too long", dir);
+  return KILN_OK;
 }
 
 static kiln_status_t start_unix(kiln_server_t *s, kiln_listener_t *l, const char *path) {

@@ -30,8 +30,9 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: kilnd [options]\n"
           "  --listen ADDR         tcp:HOST:PORT, tls:HOST:PORT or unix:PATH (repeatable; port 0\n"
-          "                        picks a free port). Default: tcp:127.0.0.1:7070 and the\n"
-          "                        default unix socket\n"
+          "                        picks a free port). Default: only the unix socket\n"
+          "                        $XDG_RUNTIME_DIR/kiln.sock (else /tmp/kiln-$UID/kiln.sock);\n"
+          "                        tcp: without --tokens admits every local user\n"
           "  --tls-cert FILE       certificate chain (PEM) of tls: listeners\n"
           "  --tls-key FILE        its private key (PEM)\n"
           "  --tls-client-ca FILE  require client certificates issued by this CA (PEM)\n"
@@ -76,9 +77,8 @@ static void usage(FILE *f) {
           "                        checked; they run inside the device worker's sandbox)\n"
           "  --config FILE         options as `key = value` lines (a flag: `key = true`), read\n"
           "                        before the command line, which wins (docs/operations.md)\n"
-          "  --socket-mode MODE    permissions of unix: sockets, octal (default: as the umask\n"
-          "                        makes them, or 0660 with --socket-group); connecting needs\n"
-          "                        write permission\n"
+          "  --socket-mode MODE    permissions of unix: sockets, octal (default 0600, or 0660\n"
+          "                        with --socket-group); connecting needs write permission\n"
           "  --socket-group GROUP  group of unix: sockets (a name or number; kilnd's user must\n"
           "                        be a member)\n"
           "  --cache-remote URL    share artifacts through Redis: redis://HOST:PORT/DB or\n"
@@ -103,12 +103,6 @@ static void default_cache_dir(char *out, size_t cap) {
   if (x && x[0]) snprintf(out, cap, "%s/kiln", x);
   else if (home && home[0]) snprintf(out, cap, "%s/.cache/kiln", home);
   else snprintf(out, cap, "/tmp/kiln-cache-%u", (unsigned)getuid());
-}
-
-void kiln_default_unix_path(char *out, size_t cap) {
-  const char *rt = getenv("XDG_RUNTIME_DIR");
-  if (rt && rt[0]) snprintf(out, cap, "%s/kiln.sock", rt);
-  else snprintf(out, cap, "/tmp/kiln-%u.sock", (unsigned)getuid());
 }
 
 static bool parse_double(const char *s, double *out) {
@@ -618,7 +612,7 @@ int main(int argc, char **argv) {
   cfg->max_anonymous_per_peer = 8;
   cfg->max_inflight = 256;
   cfg->max_unsent_bytes = 64ull << 20;
-  cfg->socket_mode = (uint32_t)-1; /* -1: the umask decides (the unit's UMask); see below */
+  cfg->socket_mode = (uint32_t)-1; /* -1: 0600, or 0660 with a group; see below */
   cfg->socket_gid = (uint32_t)-1;
   kiln_limits_default(&cfg->limits);
   /* One compile worker per core kilnd may run on (taskset, a cgroup cpuset), not per core
@@ -643,7 +637,8 @@ int main(int argc, char **argv) {
   }
   int rc = parse_args(argc, argv, cfg);
   if (rc) return rc;
-  if (cfg->socket_mode == (uint32_t)-1 && cfg->socket_gid != (uint32_t)-1) cfg->socket_mode = 0660;
+  /* Sockets are private unless the operator says who else may connect (not the umask's say). */
+  if (cfg->socket_mode == (uint32_t)-1) cfg->socket_mode = cfg->socket_gid != (uint32_t)-1 ? 0660 : 0600;
   /* A str is bounded like a bin, by the message limit: `ir` may come as either, and the
    * payload limit (256 MiB) is the one limit on it (docs/protocol.md). */
   cfg->limits.max_str = (uint32_t)KILN_MIN(cfg->limits.max_message, UINT32_MAX);
@@ -659,12 +654,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnd: %s\n", kiln_status_message(st));
     return 1;
   }
-  static char default_tcp[] = "tcp:127.0.0.1:7070";
+  /* No TCP unless asked for: on loopback without tokens every local user could use it. */
   static char default_unix[300];
   if (cfg->num_listen == 0) {
     snprintf(default_unix, sizeof(default_unix), "unix:");
-    kiln_default_unix_path(default_unix + 5, sizeof(default_unix) - 5);
-    cfg->listen[cfg->num_listen++] = default_tcp;
+    st = kiln_default_unix_path(default_unix + 5, sizeof(default_unix) - 5);
+    if (st) {
+      fprintf(stderr, "kilnd: %s\n", kiln_status_message(st));
+      kiln_status_free(st);
+      return 1;
+    }
     cfg->listen[cfg->num_listen++] = default_unix;
   }
 

@@ -83,7 +83,7 @@ typedef struct kiln_config {
   uint64_t cpu_memory;         /* --cpu-memory: capacity of cpu:0; 0 = the default */
   uint32_t worker_uid_first, worker_uid_last; /* --worker-uids; 0 = not given */
   bool allow_prebuilt_cpu;     /* --allow-prebuilt-cpu */
-  uint32_t socket_mode;        /* --socket-mode of unix: listeners; -1: the umask's (0660 with a group) */
+  uint32_t socket_mode;        /* --socket-mode of unix: listeners; -1: 0600 (0660 with a group) */
   uint32_t socket_gid;         /* --socket-group; (uint32_t)-1: kilnd's own */
   /* The fleet (server/fleet/): the shared artifact tier on Redis ("" = none). */
   char cache_remote[512], cache_remote_auth[512], fleet_secret_file[512];
@@ -641,7 +641,7 @@ struct kiln_server {
 };
 
 kiln_server_t *kiln_server_get(void); /* the one server of this process */
-void kiln_default_unix_path(char *out, size_t cap);
+kiln_status_t kiln_default_unix_path(char *out, size_t cap); /* listener.c */
 void kiln_server_maybe_finish_drain(kiln_server_t *s);
 
 #endif
