@@ -18,7 +18,8 @@ kiln_status_t kiln_client_create(const char *url, kiln_client_t **out_client) {
 }
 
 /* Without a URL and without $KILN_URL: the first of the places a daemon is looked for that
- * answers (kiln_client_search_list), else an error saying why each did not. */
+ * answers (kiln_client_search_list) and runs as root, this user or kiln
+ * (kiln_url_check_owner), else an error saying why each did not. */
 static kiln_status_t connect_searching(kiln_client_t *c, const kiln_client_options_t *opts,
                                        char *url, size_t cap) {
   char list[1024], why[2048] = "";
@@ -26,6 +27,10 @@ static kiln_status_t connect_searching(kiln_client_t *c, const kiln_client_optio
   kiln_client_search_list(list, sizeof(list));
   for (char *save, *u = strtok_r(list, " ", &save); u; u = strtok_r(NULL, " ", &save)) {
     kiln_status_t s = kiln_url_connect(c, u, opts);
+    if (!s && (s = kiln_url_check_owner(c->fd, u))) {
+      close(c->fd);
+      c->fd = -1;
+    }
     if (!s) {
       snprintf(url, cap, "%s", u);
       return KILN_OK;

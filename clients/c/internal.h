@@ -80,6 +80,8 @@ static inline uint64_t kiln_call_key(uint32_t msgid) { return (uint64_t)msgid + 
 /* url.c: connects, and for tls: URLs shakes hands (c->ssl, c->ssl_ctx). */
 KILN_MUST_USE kiln_status_t kiln_url_connect(kiln_client_t *c, const char *url,
                                const kiln_client_options_t *opts);
+/* url.c: E_UNAVAILABLE unless the daemon at connected fd runs as root, this user or kiln. */
+KILN_MUST_USE kiln_status_t kiln_url_check_owner(int fd, const char *url);
 /* tls.c */
 KILN_MUST_USE kiln_status_t kiln_tls_connect(kiln_client_t *c, const char *url, const char *host,
                                const kiln_client_options_t *opts);

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@ const char *kiln_client_default_url(char *out, size_t cap) {
   const char *xdg = getenv("XDG_RUNTIME_DIR");
   if (env && *env) snprintf(out, cap, "%s", env);
   else if (xdg && *xdg) snprintf(out, cap, "unix:%s/kiln.sock", xdg);
-  else snprintf(out, cap, "unix:/tmp/kiln-%u.sock", (unsigned)getuid());
+  else snprintf(out, cap, "unix:/tmp/kiln-%u/kiln.sock", (unsigned)getuid());
   return out;
 }
 
@@ -33,7 +34,7 @@ void kiln_client_search_list(char *out, size_t cap) {
   if (strncmp(user, "unix:", 5) != 0) { /* $KILN_URL: only the user socket itself */
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     if (xdg && *xdg) snprintf(user, sizeof(user), "unix:%s/kiln.sock", xdg);
-    else snprintf(user, sizeof(user), "unix:/tmp/kiln-%u.sock", (unsigned)getuid());
+    else snprintf(user, sizeof(user), "unix:/tmp/kiln-%u/kiln.sock", (unsigned)getuid());
   }
   snprintf(out, cap, "%s unix:/run/kiln/kiln.sock tcp:127.0.0.1:7070", user);
 }
@@ -144,6 +145,91 @@ static kiln_status_t connect_tcp(const char *url, const char *hp, int *out_fd, c
   }
   freeaddrinfo(res);
   return connect_error(url, err);
+}
+
+/* --- Who runs the daemon a search found ------------------------------------------------ */
+
+/* A socket's address as /proc/net/tcp{,6} prints it: each 32-bit word of the address as
+ * stored (network order) printed as a number in hex, then the port. An IPv4 address also
+ * has its IPv4-mapped IPv6 form (a listener on [::] accepts 127.0.0.1 as ::ffff:127.0.0.1). */
+static void proc_net_address(const struct sockaddr_storage *ss, bool mapped, char *out, size_t cap) {
+  if (ss->ss_family == AF_INET && !mapped) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    snprintf(out, cap, "%08X:%04X", (unsigned)a->sin_addr.s_addr, ntohs(a->sin_port));
+    return;
+  }
+  struct in6_addr v6;
+  uint16_t port;
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    memset(&v6, 0, sizeof(v6));
+    v6.s6_addr[10] = v6.s6_addr[11] = 0xff;
+    memcpy(&v6.s6_addr[12], &a->sin_addr, 4);
+    port = a->sin_port;
+  } else {
+    v6 = ((const struct sockaddr_in6 *)ss)->sin6_addr;
+    port = ((const struct sockaddr_in6 *)ss)->sin6_port;
+  }
+  uint32_t w[4];
+  memcpy(w, &v6, sizeof(w));
+  snprintf(out, cap, "%08X%08X%08X%08X:%04X", (unsigned)w[0], (unsigned)w[1], (unsigned)w[2],
+           (unsigned)w[3], ntohs(port));
+}
+
+/* The uid of the daemon's end of connected TCP socket fd (the listener's owner: an accepted
+ * socket inherits it), from the kernel's table of this network namespace. -1 if not found. */
+static long tcp_peer_uid(int fd) {
+  struct sockaddr_storage mine, theirs;
+  socklen_t ml = sizeof(mine), tl = sizeof(theirs);
+  if (getsockname(fd, (struct sockaddr *)&mine, &ml) || getpeername(fd, (struct sockaddr *)&theirs, &tl))
+    return -1;
+  for (int pass = 0; pass < 2; pass++) {
+    bool six = mine.ss_family == AF_INET6 || pass == 1;
+    if (mine.ss_family == AF_INET6 && pass == 1) break;
+    char want_local[64], want_remote[64], line[512], local[64], remote[64];
+    proc_net_address(&theirs, six, want_local, sizeof(want_local));
+    proc_net_address(&mine, six, want_remote, sizeof(want_remote));
+    FILE *f = fopen(six ? "/proc/net/tcp6" : "/proc/net/tcp", "r");
+    if (!f) continue;
+    long uid = -1;
+    unsigned u;
+    while (uid < 0 && fgets(line, sizeof(line), f))
+      if (sscanf(line, " %*d: %63s %63s %*x %*s %*s %*s %u", local, remote, &u) == 3 &&
+          !strcasecmp(local, want_local) && !strcasecmp(remote, want_remote))
+        uid = (long)u;
+    fclose(f);
+    if (uid >= 0) return uid;
+  }
+  return -1;
+}
+
+/* A daemon found by searching (not named by the user) must run as someone the user trusts
+ * with their work: root, the user, or the `kiln` system user. Anyone may listen on a
+ * loopback port or on a socket in a directory they own first and wait for another user's
+ * kernels, inputs and token (docs/protocol.md §1). Checked before a byte is sent. */
+kiln_status_t kiln_url_check_owner(int fd, const char *url) {
+  long uid = -1;
+  if (strncmp(url, "unix:", 5) == 0) {
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) uid = (long)cred.uid;
+  } else if (strncmp(url, "tcp:", 4) == 0) {
+    uid = tcp_peer_uid(fd);
+  } else {
+    return KILN_OK; /* tls: the certificate says who it is */
+  }
+  struct passwd *kiln_user = getpwnam("kiln");
+  if (uid == 0 || uid == (long)geteuid() || (kiln_user && uid == (long)kiln_user->pw_uid))
+    return KILN_OK;
+  char who[96];
+  struct passwd *pw = uid >= 0 ? getpwuid((uid_t)uid) : NULL;
+  if (uid < 0) snprintf(who, sizeof(who), "cannot tell which user runs it");
+  else snprintf(who, sizeof(who), "it runs as uid %ld%s%s%s", uid, pw ? " (" : "", pw ? pw->pw_name : "", pw ? ")" : "");
+  return KILN_STATUS(KILN_E_UNAVAILABLE,
+                     "%s: not used: %s, not as you (uid %u), root or kiln, and another user's "
+                     "daemon would receive your kernels, data and token; set KILN_URL=%s to "
+                     "use it anyway",
+                     url, who, (unsigned)geteuid(), url);
 }
 
 kiln_status_t kiln_url_connect(kiln_client_t *c, const char *url,

@@ -2,10 +2,13 @@
  * service (kilnd's own metrics port) is reported as "not a kilnd RPC port" (E_UNAVAILABLE;
  * the CLI's exit code 3), never as a bug of kiln's; a tokens server without a token says
  * how to give one. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -116,6 +119,54 @@ Test(daily, without_a_url_the_search_list_is_tried_in_order) {
   cr_assert_str_eq(kiln_client_url(c), g_kilnd.tcp_url);
   kiln_client_destroy(c);
   unsetenv("KILN_URL");
+}
+
+/* A daemon another user runs where the search looks (anyone may listen first on a loopback
+ * port) is not used, and gets no byte: its owner is checked first (docs/protocol.md §1). */
+Test(daily, the_search_skips_a_daemon_another_user_runs) {
+  if (geteuid() != 0) cr_skip_test("playing another user (nobody) takes root");
+  int port_pipe[2], got_pipe[2];
+  cr_assert_eq(pipe(port_pipe), 0);
+  cr_assert_eq(pipe(got_pipe), 0);
+  pid_t pid = fork();
+  if (pid == 0) { /* the squatter: nobody's socket (its owner is fixed when it is made) */
+    if (setgid(65534) || setuid(65534)) _exit(1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 4) ||
+        getsockname(fd, (struct sockaddr *)&a, &len))
+      _exit(1);
+    unsigned short port = ntohs(a.sin_port);
+    if (write(port_pipe[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
+    int c = accept(fd, NULL, NULL);
+    char buf[256];
+    long total = 0;
+    ssize_t n;
+    while ((n = read(c, buf, sizeof(buf))) > 0) total += n;
+    if (write(got_pipe[1], &total, sizeof(total)) != sizeof(total)) _exit(1);
+    _exit(0);
+  }
+  unsigned short port = 0;
+  cr_assert_eq(read(port_pipe[0], &port, sizeof(port)), (ssize_t)sizeof(port));
+  char url[64];
+  snprintf(url, sizeof(url), "tcp:127.0.0.1:%u", port);
+  unsetenv("KILN_URL");
+  setenv("KILN_SEARCH", url, 1);
+  kiln_client_t *c;
+  kiln_status_t s = kiln_client_create(NULL, &c);
+  unsetenv("KILN_SEARCH");
+  cr_assert(s, "another user's daemon was used");
+  const char *m = kiln_status_message(s);
+  cr_assert_eq(kiln_status_code(s), KILN_E_UNAVAILABLE);
+  cr_assert(strstr(m, "not used: it runs as uid 65534") && strstr(m, "set KILN_URL="), "%s", m);
+  kiln_status_free(s);
+  long got = -1;
+  cr_assert_eq(read(got_pipe[0], &got, sizeof(got)), (ssize_t)sizeof(got));
+  cr_assert_eq(got, 0, "the squatter received %ld bytes", got);
+  int status;
+  waitpid(pid, &status, 0);
+  for (int i = 0; i < 2; i++) close(port_pipe[i]), close(got_pipe[i]);
 }
 
 /* kiln tensors lists what the tenant holds; free --all frees it whoever made it. */

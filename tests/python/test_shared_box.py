@@ -1,14 +1,18 @@
 """A box shared by several users (docs/operations.md "Listening", docs/protocol.md §1): kilnd's
 default listener is a private unix socket, never TCP; a tokenless TCP listener beyond loopback
-is refused and one on loopback is warned about. Another user is played by other uids through
-setpriv, which needs root: those tests skip otherwise."""
+is refused and one on loopback is warned about; and a client searching for a daemon uses none
+that another user runs (one could listen first on the port or the socket path and receive the
+user's kernels, inputs and token). Another user is played by other uids through setpriv,
+which needs root: those tests skip otherwise."""
 
 import os
 import pathlib
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
+import time
 
 import pytest
 
@@ -171,3 +175,124 @@ def test_tokenless_tcp_beyond_loopback_is_refused_and_on_loopback_warned(kilnd_b
     tokens.chmod(0o600)
     p, lines = start(kilnd_bin, tmp_path, "--listen", "tcp:127.0.0.1:0", "--tokens", str(tokens))
     assert "anonymous_tcp" not in stop(p)
+
+
+# --- discovery: another user's daemon where a client looks ----------------------------------
+
+SQUATTER = r"""
+import os, socket, sys, msgpack
+kind, where, log = sys.argv[1], sys.argv[2], open(sys.argv[3], "a", buffering=1)
+if kind == "unix":
+    s = socket.socket(socket.AF_UNIX); s.bind(where)
+else:
+    s = socket.socket(socket.AF_INET6 if ":" in where else socket.AF_INET)
+    if ":" in where: s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # [::] takes IPv4 too
+    s.bind((where, 0))
+s.listen(8)
+print(s.getsockname()[1] if kind != "unix" else where, flush=True)
+while True:
+    c, _ = s.accept(); log.write("accepted\n"); u = msgpack.Unpacker(raw=False)
+    while True:
+        d = c.recv(65536)
+        if not d: break
+        u.feed(d)
+        for m in u:  # a fake kilnd: records what it gets, answers everything
+            log.write("got %s %s\n" % (m[2], m[3]))
+            c.sendall(msgpack.packb([1, m[1], None, {"server": "not kilnd", "version": 1, "limits": {}}]))
+    c.close()
+"""
+
+
+@pytest.fixture
+def squatter(tmp_path):
+    """A fake kilnd run by another user (nobody): squatter(kind, where) -> (url, log path)."""
+    procs, shared = [], tempfile.mkdtemp(prefix="kiln-squat-")
+    os.chmod(shared, 0o777)
+
+    def run(kind, where):
+        log = os.path.join(shared, "log-%d" % len(procs))
+        open(log, "w").close()
+        os.chmod(log, 0o666)
+        p = subprocess.Popen(as_uid(NOBODY, [sys.executable, "-c", SQUATTER, kind, where, log]),
+                             stdout=subprocess.PIPE, text=True, cwd="/")
+        procs.append(p)
+        first = p.stdout.readline().strip()
+        assert first, "the squatter did not start"
+        return ("unix:" + first if kind == "unix" else "tcp:127.0.0.1:%s" % first), log
+
+    yield run, shared
+    for p in procs:
+        p.kill()
+        p.wait()
+    shutil.rmtree(shared, ignore_errors=True)
+
+
+def client_env(**kw):
+    e = {k: v for k, v in os.environ.items() if k not in ("KILN_URL", "KILN_SEARCH", "KILN_TOKEN")}
+    e["PYTHONPATH"] = os.path.join(ROOT, "clients", "python")
+    e.update(kw)
+    return e
+
+
+CONNECT = ("import kiln\ntry:\n    s = kiln.connect(autostart=False)\n    print('CONNECTED', s.url)\n"
+           "except kiln.Unavailable as e:\n    print('REFUSED', e)\n")
+
+
+def cli_path(kilnd_bin):
+    p = os.path.join(os.path.dirname(os.path.dirname(kilnd_bin)), "clients", "c", "kiln")
+    if not os.access(p, os.X_OK):
+        pytest.skip("no kiln CLI beside %s" % kilnd_bin)
+    return p
+
+
+def received(log):
+    time.sleep(0.2)
+    with open(log) as f:
+        return [l for l in f.read().splitlines() if l.startswith("got ")]
+
+
+@as_root
+@pytest.mark.parametrize("kind,where", [("tcp", "127.0.0.1"), ("tcp", "::"), ("unix", None)])
+def test_discovery_uses_no_daemon_another_user_runs(kilnd_bin, squatter, kind, where):
+    run, shared = squatter
+    if kind == "unix":  # a socket in a directory of theirs
+        d = os.path.join(shared, "theirs")
+        os.mkdir(d)
+        os.chown(d, NOBODY, NOBODY)
+        where = os.path.join(d, "kiln.sock")
+    url, log = run(kind, where)
+    # Python: searched, then refused before a byte is sent, saying why and what to do
+    r = subprocess.run([sys.executable, "-c", CONNECT], env=client_env(KILN_SEARCH=url, KILN_TOKEN="secret-token"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.startswith("REFUSED"), r.stdout + r.stderr
+    assert "%s: not used: it runs as uid %d (nobody), not as you (uid 0), root or kiln" % (url, NOBODY) in r.stdout
+    assert "set KILN_URL=%s to use it anyway" % url in r.stdout
+    # the C client and CLI alike
+    cli = cli_path(kilnd_bin)
+    r = subprocess.run([cli, "ping"], env=client_env(KILN_SEARCH=url, KILN_TOKEN="secret-token"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and "%s: not used: it runs as uid %d (nobody)" % (url, NOBODY) in r.stderr, r.stderr
+    assert received(log) == []  # neither the token nor anything else reached it
+    # a URL the user names is used as given
+    r = subprocess.run([cli, "ping"], env=client_env(KILN_URL=url), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "pong from %s" % url in r.stdout, r.stdout + r.stderr
+    assert received(log) == ["got ping []"]
+
+
+@as_root
+def test_the_private_daemon_message_says_why_a_found_one_was_skipped(kilnd_bin, squatter, tmp_path):
+    url, log = squatter[0]("tcp", "127.0.0.1")
+    code = "import kiln\ns = kiln.connect()\nprint(s.url, s.daemon is not None)\ns.close()\n"
+    r = subprocess.run([sys.executable, "-c", code], env=client_env(KILN_SEARCH=url, KILND=kilnd_bin),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip().endswith("True"), r.stdout + r.stderr
+    assert "not used: it runs as uid %d" % NOBODY in r.stderr and "starting a private" in r.stderr, r.stderr
+    assert received(log) == []
+
+
+def test_discovery_uses_the_users_own_daemons(tcp_url, unix_url):
+    # this user's daemon (the session's, started by the tests) on TCP and on a unix socket
+    for url in (tcp_url, unix_url):
+        r = subprocess.run([sys.executable, "-c", CONNECT], env=client_env(KILN_SEARCH=url),
+                           capture_output=True, text=True, timeout=60)
+        assert r.stdout.strip() == "CONNECTED " + url, r.stdout + r.stderr

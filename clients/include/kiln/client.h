@@ -42,7 +42,7 @@ typedef struct kiln_reply kiln_reply_t;
 /* --- Connection ------------------------------------------------------------------------- */
 
 /* Writes the URL used when none is given: $KILN_URL, else "unix:$XDG_RUNTIME_DIR/kiln.sock",
- * else "unix:/tmp/kiln-$UID.sock" (docs/protocol.md §1). Returns out. */
+ * else "unix:/tmp/kiln-$UID/kiln.sock" (docs/protocol.md §1). Returns out. */
 const char *kiln_client_default_url(char *out, size_t cap);
 /* Writes the space-separated URLs tried, in order, when no URL is given and $KILN_URL is unset:
  * $KILN_SEARCH when set, else the user socket above, "unix:/run/kiln/kiln.sock" (a system
@@ -51,7 +51,9 @@ void kiln_client_search_list(char *out, size_t cap);
 
 /* Connects to "tcp:HOST:PORT" ("tcp:[::1]:7070" for IPv6), "tls:HOST:PORT" or "unix:PATH";
  * NULL means $KILN_URL, else the first of kiln_client_search_list() that accepts the
- * connection (E_UNAVAILABLE saying why each did not when none does). Sends nothing: hello is optional without tokens
+ * connection and whose daemon runs as root, this user or the `kiln` user (a unix socket's
+ * SO_PEERCRED, a loopback port's owner in /proc/net/tcp; docs/protocol.md §1), checked before
+ * anything is sent (E_UNAVAILABLE saying why each did not when none does). Sends nothing: hello is optional without tokens
  * (kiln_client_hello). E_UNAVAILABLE when nothing listens there or the TLS handshake fails
  * (the message says why: an untrusted certificate, a name that does not match),
  * E_INVALID_ARGUMENT for a malformed URL or an unreadable certificate file. The caller owns

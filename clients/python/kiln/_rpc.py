@@ -107,21 +107,91 @@ def _wrap_tls(sock, url, host, tls):
         raise Unavailable("TLS handshake with %s failed: %s" % (url, e)) from None
 
 
-def open_socket(url, timeout=10.0, tls=None):
+def _proc_net_address(sockaddr, family, mapped):
+    """An address as /proc/net/tcp{,6} prints it: each 32-bit word as stored (network order)
+    printed as a native integer in hex, then the port; ``mapped``: an IPv4 address in its
+    IPv4-mapped IPv6 form (a listener on [::] accepts 127.0.0.1 as ::ffff:127.0.0.1)."""
+    raw = socket.inet_pton(family, sockaddr[0])
+    if family == socket.AF_INET and mapped:
+        raw = b"\0" * 10 + b"\xff\xff" + raw
+    return "".join("%08X" % w for w in struct.unpack("=%dI" % (len(raw) // 4), raw)) + ":%04X" % sockaddr[1]
+
+
+def _tcp_peer_uid(sock):
+    """The uid of the daemon's end of a connected TCP socket (an accepted socket has its
+    listener's owner), from the kernel's table of this network namespace; None if not found."""
+    fam = sock.family
+    mine, theirs = sock.getsockname(), sock.getpeername()
+    for six in ((True,) if fam == socket.AF_INET6 else (False, True)):
+        want = (_proc_net_address(theirs, fam, six), _proc_net_address(mine, fam, six))
+        try:
+            with open("/proc/net/tcp6" if six else "/proc/net/tcp") as f:
+                for line in f:
+                    p = line.split()
+                    if len(p) > 7 and (p[1].upper(), p[2].upper()) == want:
+                        return int(p[7])
+        except OSError:
+            pass
+    return None
+
+
+def check_owner(sock, url):
+    """For a daemon found by searching, not named by the user: raises Unavailable unless it
+    runs as root, this user or the ``kiln`` system user (a unix socket's SO_PEERCRED, a TCP
+    port's owner in /proc/net/tcp). Anyone may listen first on a loopback port, or on a socket
+    in a directory they own, and wait for another user's kernels, inputs and token
+    (docs/protocol.md §1). Called before anything is sent; tls: URLs are left to their
+    certificate."""
+    if url.startswith("unix:"):
+        uid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+    elif url.startswith("tcp:"):
+        uid = _tcp_peer_uid(sock)
+    else:
+        return
+    import pwd
+    trusted = {0, os.geteuid()}
+    try:
+        trusted.add(pwd.getpwnam("kiln").pw_uid)
+    except KeyError:
+        pass
+    if uid in trusted:
+        return
+    if uid is None:
+        who = "cannot tell which user runs it"
+    else:
+        try:
+            who = "it runs as uid %d (%s)" % (uid, pwd.getpwuid(uid).pw_name)
+        except KeyError:
+            who = "it runs as uid %d" % uid
+    raise Unavailable("%s: not used: %s, not as you (uid %d), root or kiln, and another user's daemon "
+                      "would receive your kernels, data and token; set KILN_URL=%s to use it anyway"
+                      % (url, who, os.geteuid(), url))
+
+
+def open_socket(url, timeout=10.0, tls=None, owner_check=False):
     """A connected, non-blocking socket; for ``tls:`` URLs an ``ssl.SSLSocket`` after its
-    handshake. ``tls``: an ``ssl.SSLContext``, or a dict of ``tls_context`` arguments."""
+    handshake. ``tls``: an ``ssl.SSLContext``, or a dict of ``tls_context`` arguments.
+    ``owner_check``: ``check_owner`` before returning it (a daemon found by searching)."""
     kind, addr = parse_url(url)
     if kind == "unix":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(timeout)
             sock.connect(addr)
+            if owner_check:
+                check_owner(sock, url)
         except BaseException:
             sock.close()
             raise
     else:
         sock = socket.create_connection(addr, timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if owner_check and kind == "tcp":
+            try:
+                check_owner(sock, url)
+            except BaseException:
+                sock.close()
+                raise
         if kind == "tls":
             sock = _wrap_tls(sock, url, addr[0], tls)
     sock.setblocking(False)
@@ -398,9 +468,9 @@ def completed_future(conn, value=None, exc=None, method=None):
 class Connection:
     """One socket to kilnd. Thread-safe: any thread may send and wait."""
 
-    def __init__(self, url, timeout=10.0, tls=None):
+    def __init__(self, url, timeout=10.0, tls=None, owner_check=False):
         self.url = url
-        self._sock = open_socket(url, timeout, tls)
+        self._sock = open_socket(url, timeout, tls, owner_check)
         self._tls = isinstance(self._sock, ssl.SSLSocket)
         self._fd = self._sock.fileno()
         self._poller = select.poll()  # used by the reader-role holder only

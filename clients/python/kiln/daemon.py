@@ -27,7 +27,7 @@ def default_socket_path():
     rd = os.environ.get("XDG_RUNTIME_DIR")
     if rd:
         return os.path.join(rd, "kiln.sock")
-    return "/tmp/kiln-%d.sock" % os.getuid()
+    return "/tmp/kiln-%d/kiln.sock" % os.getuid()
 
 
 def _build_tree_candidates():

@@ -97,10 +97,10 @@ class Session:
     """
 
     def __init__(self, url, token=None, client=None, timeout=10.0, daemon=None, tls=None,
-                 tensors=None):
+                 tensors=None, owner_check=False):
         self.url = url
         self.daemon = daemon
-        self._conn = Connection(url, timeout, tls)
+        self._conn = Connection(url, timeout, tls, owner_check)
         self._devices = None
         self._devices_lock = threading.Lock()
         params = {"version": PROTOCOL_VERSION, "client": client or CLIENT_NAME}
@@ -368,17 +368,18 @@ class Lease:
         return "<kiln.Lease %s on %s for %s s>" % (self.id, self.device, self.seconds)
 
 
-def _try_connect(url, token, client, timeout, daemon=None, tls=None):
+def _try_connect(url, token, client, timeout, daemon=None, tls=None, owner_check=False):
     # A private daemon's tensors end with their session: nothing else can reach them.
     return Session(url, token=token, client=client, timeout=timeout, daemon=daemon, tls=tls,
-                   tensors="session" if daemon is not None else None)
+                   tensors="session" if daemon is not None else None, owner_check=owner_check)
 
 
 def search_list():
     """The URLs ``connect()`` tries, in order, when it is given none and ``$KILN_URL`` is unset:
     ``$KILN_SEARCH`` (space-separated) when set, else the user socket
-    (``$XDG_RUNTIME_DIR/kiln.sock`` or ``/tmp/kiln-$UID.sock``), a system daemon's
-    ``unix:/run/kiln/kiln.sock`` and ``tcp:127.0.0.1:7070``."""
+    (``$XDG_RUNTIME_DIR/kiln.sock`` or ``/tmp/kiln-$UID/kiln.sock``), a system daemon's
+    ``unix:/run/kiln/kiln.sock`` and ``tcp:127.0.0.1:7070``. A daemon found there is used only
+    if it runs as root, this user or the ``kiln`` system user (``_rpc.check_owner``)."""
     env = os.environ.get("KILN_SEARCH")
     if env and env.strip():
         return env.split()
@@ -392,7 +393,8 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
 
     ``url``: ``tcp:HOST:PORT``, ``tls:HOST:PORT`` or ``unix:PATH``. Without one: ``$KILN_URL``;
     else the first daemon that answers of ``search_list()`` (the user socket, the system
-    daemon's ``/run/kiln/kiln.sock``, ``tcp:127.0.0.1:7070``); if none does and ``autostart``
+    daemon's ``/run/kiln/kiln.sock``, ``tcp:127.0.0.1:7070``) and runs as root, this user or
+    the ``kiln`` system user (another user's is skipped, saying so); if none does and ``autostart``
     is not False (and ``$KILN_AUTOSTART`` is not "0"), a private CPU-only kilnd is started
     (``$KILND``, a build tree around this package, or ``kilnd`` on PATH) with its own socket
     and cache in a temporary directory, shared by every later ``connect()`` of this process
@@ -436,8 +438,8 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
             reasons.append("%s: no such socket" % cand)
             continue
         try:
-            return _try_connect(cand, token, client, timeout, tls=tls)
-        except Unavailable as e:  # something else answers there (not a kilnd RPC port)
+            return _try_connect(cand, token, client, timeout, tls=tls, owner_check=True)
+        except Unavailable as e:  # another user's daemon, or not a kilnd RPC port
             reasons.append(e.message)
         except OSError as e:
             reasons.append("%s: %s" % (cand, _why(cand, e)))
