@@ -3,7 +3,7 @@
 # with systemd-nspawn from this machine's own /usr (--volatile=yes: a tmpfs root, /usr read-only,
 # /etc empty, so nothing of the host's configuration comes along), the DESTDIR's prefix bound
 # over the prefix. Inside: systemd-sysusers makes the kiln group, `systemctl start kilnd`
-# returns once kilnd said READY=1 (Type=notify), the socket is 0770 root:kiln, a member of
+# returns once kilnd said READY=1 (Type=notify), the socket is 0660 root:kiln, a member of
 # kiln compiles and launches a kernel through it (the hardened sandbox and the workers' uid
 # drop at work) and finds it without a URL, a user outside the group is refused, `reload`
 # is SIGHUP, a SIGKILLed kilnd is restarted, `stop` drains and leaves no process behind.
@@ -50,8 +50,8 @@ ct useradd -M -g 100 outsider
 ct systemctl daemon-reload
 ct systemctl start kilnd || fail "systemctl start kilnd: $(ct journalctl -u kilnd --no-pager | tail -n 20)"
 [ "$(ct systemctl is-active kilnd)" = active ] || fail "kilnd is not active after start"
-[ "$(ct stat -c '%a %U %G' /run/kiln/kiln.sock)" = "770 root kiln" ] ||
-  fail "the socket is $(ct stat -c '%a %U %G' /run/kiln/kiln.sock), not 770 root kiln"
+[ "$(ct stat -c '%a %U %G' /run/kiln/kiln.sock)" = "660 root kiln" ] ||
+  fail "the socket is $(ct stat -c '%a %U %G' /run/kiln/kiln.sock), not 660 root kiln"
 
 client='import sys, numpy as np, kiln
 s = kiln.connect(*sys.argv[1:])

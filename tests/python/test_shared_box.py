@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import kiln
+
 NOBODY = 65534
 
 as_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
@@ -213,7 +214,8 @@ def squatter(tmp_path):
         log = os.path.join(shared, "log-%d" % len(procs))
         open(log, "w").close()
         os.chmod(log, 0o666)
-        p = subprocess.Popen(as_uid(NOBODY, [sys.executable, "-c", SQUATTER, kind, where, log]),
+        # Debian's python (with python3-msgpack): nobody may not reach a venv's
+        p = subprocess.Popen(as_uid(NOBODY, ["/usr/bin/python3", "-c", SQUATTER, kind, where, log]),
                              stdout=subprocess.PIPE, text=True, cwd="/")
         procs.append(p)
         first = p.stdout.readline().strip()
@@ -229,7 +231,7 @@ def squatter(tmp_path):
 
 def client_env(**kw):
     e = {k: v for k, v in os.environ.items() if k not in ("KILN_URL", "KILN_SEARCH", "KILN_TOKEN")}
-    e["PYTHONPATH"] = os.path.join(ROOT, "clients", "python")
+    e["PYTHONPATH"] = os.path.dirname(os.path.dirname(kiln.__file__))  # the kiln under test
     e.update(kw)
     return e
 
