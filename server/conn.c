@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 
 #include "base/log.h"
 #include "base/util.h"
@@ -421,12 +422,18 @@ static void trim_heap_when_idle(kiln_server_t *s, uint64_t now) {
 /* A peer is stalled when part of a message is buffered, kilnd is reading, and no byte has
  * arrived for `limit` since the later of the last byte and the moment reading (re)started.
  * A message may take any time to arrive as long as bytes keep coming, and while kilnd
- * itself holds reading back (requests in flight, replies unsent) the clock stands still. */
+ * itself holds reading back (requests in flight, replies unsent) the clock stands still.
+ * Bytes waiting in the socket have arrived too: when kilnd itself was late (descheduled on
+ * a loaded host, libuv's timers run before the reads of the same turn of the loop), the
+ * sweep must not take the bytes it has not read yet for the peer's silence. */
 static bool stalled_mid_message(const kiln_conn_t *c, uint64_t now, uint64_t limit) {
   bool partial = kiln_reader_partial(&c->reader) || (c->tls && c->server->tls_ops->partial(c));
   if (!c->reading || !partial) return false;
   uint64_t since = KILN_MAX(c->last_activity_ns, c->reading_since_ns);
-  return now > since && now - since > limit;
+  if (now <= since || now - since <= limit) return false;
+  uv_os_fd_t fd;
+  int unread = 0;
+  return !(uv_fileno(&c->h.handle, &fd) == 0 && ioctl(fd, FIONREAD, &unread) == 0 && unread > 0);
 }
 
 void kiln_conns_sweep(kiln_server_t *s) {

@@ -178,6 +178,54 @@ Test(conn_timers, peer_that_stalls_mid_message_is_dropped) {
   client_close(&other);
 }
 
+/* kilnd's own lateness is not the peer's silence: kilnd stopped (as a loaded host
+ * deschedules it) for twice the timeout while the peer sends a byte of its unfinished message
+ * every 50 ms. When kilnd runs again its sweep timer is due before it has read those bytes;
+ * the bytes waiting in the socket say the peer was not silent. */
+Test(conn_timers, bytes_kilnd_has_not_read_yet_are_not_a_stall) {
+  daemon_start(&d, short_partial);
+  client_t c;
+  client_connect_tcp(&c, &d);
+  kiln_buf_t two;
+  kiln_buf_init(&two);
+  kiln_packer_t p;
+  kiln_packer_init(&p, &two);
+  kiln_rpc_pack_request_head(&p.pk, 1, "ping");
+  msgpack_pack_array(&p.pk, 0);
+  size_t first = two.len;
+  /* The second: ping with 200 bytes of padding, more than the bytes sent while kilnd is
+   * stopped (ping refuses the field: its reply is an error, and the connection stays). */
+  kiln_rpc_pack_request_head(&p.pk, 2, "ping");
+  msgpack_pack_array(&p.pk, 1);
+  msgpack_pack_map(&p.pk, 1);
+  kiln_pack_cstr(&p.pk, "pad");
+  uint8_t pad[200] = {0};
+  msgpack_pack_bin(&p.pk, sizeof(pad));
+  msgpack_pack_bin_body(&p.pk, pad, sizeof(pad));
+  /* Ping 1 and the first byte of the second in one send: once ping 1 is answered, kilnd
+   * holds the start of an unfinished message. */
+  client_send_raw(&c, two.data, first + 1);
+  expect_pong(&c, 1);
+  cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+  size_t at = first + 1;
+  double t0 = now_s();
+  while (now_s() - t0 < 2.0) {
+    cr_assert_lt(at + 1, two.len);
+    client_send_raw(&c, two.data + at++, 1);
+    sleep_ms(50);
+  }
+  cr_assert_eq(kill(d.pid, SIGCONT), 0);
+  client_send_raw(&c, two.data + at, two.len - at);
+  kiln_buf_deinit(&two);
+  cr_assert(client_recv(&c, 10000), "the connection was closed");
+  cr_assert_eq(c.msg.type, KILN_RPC_RESPONSE, "kilnd took its own lateness for a stall");
+  cr_assert_eq(c.msg.msgid, 2);
+  cr_assert_eq(code_of(&c), 1);
+  client_send(&c, 3, "ping", NULL);
+  expect_pong(&c, 3);
+  client_close(&c);
+}
+
 /* --- the third reproduction needs a kernel: 1000 pipelined launches --------------------- */
 
 static const char spin_ir[] =
