@@ -260,10 +260,13 @@ const char *text_of(const client_t *c, char *buf, size_t cap) {
   return buf;
 }
 
-bool client_recv(client_t *c, int timeout_ms) {
+/* Reads messages until one that is not a `progress` notification (true), or until
+ * progress_seen reaches `until_progress` when that is not 0 (true, no message held). */
+static bool recv_until(client_t *c, int timeout_ms, uint32_t until_progress) {
   if (c->have_msg) kiln_rpc_msg_deinit(&c->msg);
   c->have_msg = false;
   for (;;) {
+    if (until_progress && c->progress_seen >= until_progress) return true;
     const uint8_t *m;
     size_t len;
     kiln_frame_result_t fr = kiln_reader_next(&c->reader, &m, &len);
@@ -289,6 +292,13 @@ bool client_recv(client_t *c, int timeout_ms) {
     if (n <= 0) return false;
     kiln_reader_commit(&c->reader, (size_t)n);
   }
+}
+
+bool client_recv(client_t *c, int timeout_ms) { return recv_until(c, timeout_ms, 0); }
+
+bool client_wait_progress(client_t *c, uint32_t n, int timeout_ms) {
+  if (!recv_until(c, timeout_ms, n)) return false;
+  return c->progress_seen >= n; /* else a reply came first; it is in c->msg */
 }
 
 bool client_wait_closed(client_t *c, int timeout_ms) {

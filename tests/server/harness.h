@@ -68,6 +68,10 @@ const msgpack_object *obj_path(const msgpack_object *map, const char *path);
 /* The value of one series in a Prometheus text page, written exactly as kilnd writes it
  * (name{labels}); -1 when absent. */
 double metrics_value(const char *page, const char *series);
+/* Reads until `n` `progress` notifications have been seen on c in all (true), passing over
+ * none of another kind: false when a reply comes first (held in c->msg) or none within
+ * timeout_ms. */
+bool client_wait_progress(client_t *c, uint32_t n, int timeout_ms);
 /* True once the peer has closed (reads EOF within timeout_ms). */
 bool client_wait_closed(client_t *c, int timeout_ms);
 
