@@ -2,6 +2,9 @@
 notifications of compile_batch, batch items queued under the `compiles` quota, `quotas`,
 cancel of a batch and leases from Python. Each against a real kilnd."""
 
+import contextlib
+import os
+import signal
 import time
 
 import msgpack
@@ -157,6 +160,19 @@ def test_items_waiting_when_a_reload_sets_the_quota_to_zero_are_answered(fresh_d
         assert s.quotas()["used"]["compiles"] == 0
 
 
+@contextlib.contextmanager
+def compile_worker_stopped(s):
+    """The daemon's one compile worker stopped (SIGSTOP) inside the block: what is sent there
+    waits, however fast or slow this process sends it on a loaded host."""
+    (pid,) = s.stats()["compile"]["pids"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+        s.ping()  # kilnd has handled everything sent before (messages are handled in order)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def test_waiting_items_hold_bounded_memory(fresh_daemon, tmp_path):
     # A tenant with one compile at a time and 4 MiB messages: its waiting items may hold
     # 16 MiB of payloads (docs/protocol.md); batches sent past that answer the items that do
@@ -165,10 +181,14 @@ def test_waiting_items_hold_bounded_memory(fresh_daemon, tmp_path):
     pad = "; " + "x" * (1200 << 10) + "\n"
     with kiln.connect(d.urls[0], token="big-token-0123456789abc") as s:
         futs = []
-        for b in range(40):
-            futs.append(s.compile_batch_async([(quick(7000 + 3 * b + i) + pad, "cpu") for i in range(3)]))
-        for f in futs:
-            f.cancel()
+        # With the worker stopped the items pile up: sent while it built them, as fast as a
+        # slow client sends, they never came to 16 MiB waiting (seen under load).
+        with compile_worker_stopped(s):
+            for b in range(40):
+                futs.append(s.compile_batch_async([(quick(7000 + 3 * b + i) + pad, "cpu")
+                                                   for i in range(3)]))
+            for f in futs:
+                f.cancel()
         res = [r for f in futs for r in f.result(timeout=120)]
         full = [r for r in res if isinstance(r, kiln.ResourceExhausted)]
         assert full and all("limit on waiting items" in str(r) for r in full), full[:1]
@@ -190,8 +210,9 @@ def test_cancel_a_batch(fresh_daemon, tmp_path):
     # One compile worker and a quota of 1: nearly every item waits, so a cancel drops them.
     d = tokens_daemon(fresh_daemon, tmp_path, "tuner-token-0123456789 tuner compiles=1")
     with kiln.connect(d.urls[0], token="tuner-token-0123456789") as s:
-        fut = s.compile_batch_async([(quick(4000 + i), "cpu") for i in range(40)])
-        n = s.call("cancel", msgid=fut.msgid)["cancelled"]  # fut.cancel() does not wait for it
+        with compile_worker_stopped(s):  # not all 40 built before the cancel on a slow client
+            fut = s.compile_batch_async([(quick(4000 + i), "cpu") for i in range(40)])
+            n = s.call("cancel", msgid=fut.msgid)["cancelled"]  # fut.cancel() does not wait
         assert n > 0
         res = fut.result(timeout=120)
         cancelled = [r for r in res if isinstance(r, kiln.Cancelled)]
