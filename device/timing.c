@@ -16,10 +16,15 @@ void kiln_time_config_default(kiln_time_config_t *cfg) {
 }
 
 uint32_t kiln_time_grow_number(uint32_t number, double ms, uint32_t min_repeat_ms) {
-  const double golden_ratio = 1.618;
-  double a = (double)min_repeat_ms / (ms / number) + 1;
-  double b = number * golden_ratio;
-  double next = a > b ? a : b;
+  double hi = (double)number * KILN_TIME_GROW_MAX;
+  double next = hi;
+  if (ms > 0) {
+    /* Enough runs, at the rate just seen, for the target; the rate of `number` runs back to
+     * back is the best estimate of the rate of a few times more. */
+    double want = ceil((double)min_repeat_ms * KILN_TIME_TARGET / (ms / number));
+    next = want < hi ? want : hi;
+  }
+  if (next < (double)number + 1) next = (double)number + 1;
   if (next > (double)UINT32_MAX) return UINT32_MAX;
   return (uint32_t)next;
 }
