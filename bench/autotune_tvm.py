@@ -6,8 +6,9 @@
 
 Both sides measure the same configurations of kiln.topi's CPU matmul template (the template's
 default knobs, then --trials - 1 drawn from its space with --seed), in the same rounds (the
-default alone, then --batch a round), with the same measurement (number 1 grown by
-min_repeat_ms 50, repeat 3: TVM's time_evaluator rule on both sides):
+default alone, then --batch a round), with the same measurement settings (number 1 grown
+until a repeat takes min_repeat_ms 50, repeat 3; each side grows number by its own rule:
+kiln's docs/protocol.md `time`, TVM's time_evaluator):
 
 - kiln: ``kiln.autotune.tune`` on cpu:0 of a fresh kilnd (an empty artifact cache each pass),
   a tuner that proposes the list: each round lowered in the client, one ``compile_batch``, then
@@ -380,7 +381,8 @@ def main():
     out("`/usr/bin/python3 bench/autotune_tvm.py %s` — %s, %d cores; load average %s at the start, %s at the end. "
         "apache-tvm %s (apache-tvm-ffi %s); matmul %d x %d x %d float32 on cpu:0 (2 pool threads; TVM: "
         "TVM_NUM_THREADS=2, LocalBuilder with %d workers, build function %s); %d configurations (the default knobs, then %d drawn "
-        "from the space with seed %d), rounds of %d; number 1 grown by min_repeat_ms %d, repeat %d on both sides."
+        "from the space with seed %d), rounds of %d; number 1 grown until a repeat takes min_repeat_ms %d "
+        "(each side by its own rule), repeat %d on both sides."
         % (" ".join(sys.argv[1:]), cpu, os.cpu_count(), load0, load1, peer.versions[0], peer.versions[1], a.n, a.n,
            a.n, os.cpu_count(), a.tvm_build, len(cfgs), len(cfgs) - 1, a.seed, a.batch, a.min_repeat_ms, a.repeat))
     out()
@@ -430,6 +432,16 @@ def main():
         "TVM's runners measure with arguments filled at random and check nothing; kiln checks every "
         "build's output against numpy before timing it." % (
             median(kt) * 1e3, "; ".join("%s %.3f ms" % (k, median(v) * 1e3) for k, v in tt.items())))
+    out()
+    # how long kiln's repeats lasted against min_repeat_ms: `number` (the last repeat's) times
+    # each repeat's seconds per call, over every trial of every kiln pass
+    reps = [x * r["result"]["number"] * 1e3 for side in sides if side.startswith("kiln") for p in res[side]
+            for r in p["records"] if r["result"].get("ok") for x in r["result"]["times"]]
+    if reps:
+        q = sorted(reps)
+        out("kiln's repeats (number x seconds per call, %d repeats of all kiln passes; min_repeat_ms %d): "
+            "median %.1f ms, 90th percentile %.1f ms, longest %.1f ms." % (
+                len(q), a.min_repeat_ms, median(q), q[int(0.9 * (len(q) - 1))], q[-1]))
     out()
     out.write(a.out)
     return 0
