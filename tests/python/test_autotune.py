@@ -216,6 +216,17 @@ def test_apply_makes_topi_use_the_best_knobs(tmp_path):
 
 
 @pytest.mark.skipif(not at.have_sklearn(), reason="scikit-learn is not installed (Debian: python3-sklearn)")
+def test_a_trial_of_several_kernels_shares_min_repeat_ms():
+    from kiln.autotune.tune import _min_repeat_shares
+    # a packing kernel of 0.02 ms and a matmul of 1.3 ms: about min_repeat_ms for both together
+    assert _min_repeat_shares(50, [2e-5, 1.3e-3]) == [1, 50]
+    assert _min_repeat_shares(50, [1e-3, 1e-3]) == [25, 25]
+    assert _min_repeat_shares(50, [1e-3]) == [50]  # one kernel: the whole of it
+    assert _min_repeat_shares(0, [1e-3, 1e-3]) == [0, 0]  # no growth asked
+    assert _min_repeat_shares(5, [0.0, 0.0, 0.0]) == [2, 2, 2]  # no times: even shares, rounded up
+    assert _min_repeat_shares(50, [3e-3, 1e-3]) == [38, 13]  # rounded up, each at least 1 ms
+
+
 def test_model_tuner_learns_a_synthetic_cost():
     sp = topi.space("matmul", "cpu", (512, 512, 512))
 

@@ -8,6 +8,7 @@ number, min_repeat_ms, flush). Compile errors, timeouts and faults are recorded 
 """
 
 import json
+import math
 import sys
 import threading
 import time
@@ -122,15 +123,17 @@ class Runner:
         futs += [f.launch_async(*p, grid=g, block=b, device=dev, timeout_ms=opts["timeout_ms"])
                  for f, (_, p, g, b) in zip(fns, launches)]
         futs.append(args[-1].numpy_async())
-        got = _results(futs)[-1]
+        answers = _results(futs)
+        got = answers[-1]
         t1 = time.monotonic()
         why = self.wrong(got)
         t2 = time.monotonic()
         if why:
             return {"ok": False, "error": "wrong", "message": why, "stage": "check", "check_s": round(t2 - t0, 4)}
+        shares = _min_repeat_shares(opts["min_repeat_ms"], [_elapsed(a) for a in answers[1:-1]])
         futs = [f.time_async(*p, grid=g, block=b, device=dev, number=opts["number"], repeat=opts["repeat"],
-                             min_repeat_ms=opts["min_repeat_ms"], warmup=0, flush=opts["flush"],
-                             timeout_ms=opts["timeout_ms"]) for f, (_, p, g, b) in zip(fns, launches)]
+                             min_repeat_ms=ms, warmup=0, flush=opts["flush"],
+                             timeout_ms=opts["timeout_ms"]) for f, (_, p, g, b), ms in zip(fns, launches, shares)]
         bs = _results(futs)
         t3 = time.monotonic()
         per = [sum(x) for x in zip(*(b.results for b in bs))]
@@ -140,6 +143,27 @@ class Runner:
                 "cv": float(b.cv), "number": int(bs[-1].raw.get("number", opts["number"])), "repeat": len(b.results),
                 "gflops": self.task.space.flops / mean / 1e9 if mean > 0 else None,
                 "check_s": round(t1 - t0, 4), "compare_s": round(t2 - t1, 4), "time_s": round(t3 - t2, 4)}
+
+
+def _elapsed(answer):
+    try:
+        return max(0.0, float(answer.get("elapsed") or 0.0))
+    except (AttributeError, TypeError, ValueError):
+        return 0.0
+
+
+def _min_repeat_shares(min_repeat_ms, elapsed):
+    """Each kernel's ``min_repeat_ms`` in a trial of several kernels (a packing kernel and the
+    matmul): the trial's, shared in proportion to what each took in the checked run, at least
+    1 ms each, so that one repeat of all of them lasts about ``min_repeat_ms``, as one repeat
+    of the whole function does in TVM's time_evaluator (each kernel given the whole of it
+    measured a two-kernel trial twice as long)."""
+    if len(elapsed) <= 1 or not min_repeat_ms:
+        return [min_repeat_ms] * len(elapsed)
+    total = sum(elapsed)
+    if total <= 0:
+        return [max(1, -(-min_repeat_ms // len(elapsed)))] * len(elapsed)
+    return [max(1, math.ceil(round(min_repeat_ms * e / total, 9))) for e in elapsed]
 
 
 def _results(futs):
