@@ -296,8 +296,13 @@ def loadavg():
 
 
 def median(xs):
+    """The middle value; the mean of the two middle ones for an even count (2 passes: their
+    mean, not the better one)."""
     xs = sorted(xs)
-    return xs[len(xs) // 2] if xs else float("nan")
+    if not xs:
+        return float("nan")
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def main():

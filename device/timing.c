@@ -60,6 +60,15 @@ void kiln_time_stats_compute(const double *x, size_t n, kiln_time_stats_t *out) 
   free(sorted);
 }
 
+/* The most runs one launch call is planned to hold: KILN_TIME_DEADLINE_SHARE of the call's
+ * deadline at the rate just measured (a steady kernel's planned call never ends in E_TIMEOUT
+ * for growth alone; a kernel that slows down past the margin still can). */
+static uint32_t deadline_cap(const kiln_time_config_t *cfg, double ms_per_run) {
+  if (!cfg->deadline_ns || !(ms_per_run > 0)) return UINT32_MAX;
+  double runs = floor((double)cfg->deadline_ns / 1e6 * KILN_TIME_DEADLINE_SHARE / ms_per_run);
+  return runs >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)runs;
+}
+
 static bool stop(const kiln_time_config_t *cfg) { return cfg->cancelled && cfg->cancelled(cfg->cancel_ctx); }
 
 static kiln_status_t cancelled(const kiln_time_config_t *cfg, uint32_t repeat) {
@@ -86,7 +95,14 @@ kiln_status_t kiln_time_evaluate(const kiln_backend_t *backend, kiln_device_t *d
     double ms = 0;
     int zero_times = 0;
     do {
-      if (ms > 0) number = kiln_time_grow_number(number, ms, cfg->min_repeat_ms);
+      if (ms > 0) {
+        uint32_t next = kiln_time_grow_number(number, ms, cfg->min_repeat_ms);
+        uint32_t cap = deadline_cap(cfg, ms / number);
+        /* No longer call fits the deadline: the repeat stays as measured, short of
+         * min_repeat_ms, rather than ending the request with E_TIMEOUT. */
+        if (cap <= number) break;
+        number = next < cap ? next : cap;
+      }
       uint64_t ns = 0;
       s = stop(cfg) ? cancelled(cfg, r) : backend->launch(dev, mod, launch, number, cfg->deadline_ns, &ns);
       if (s) break;

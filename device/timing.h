@@ -37,6 +37,8 @@
 
 #define KILN_TIME_GROW_MAX 4
 #define KILN_TIME_TARGET 1.125
+/* Growth never plans a launch call longer than this share of its deadline (timeout_ms). */
+#define KILN_TIME_DEADLINE_SHARE 0.8
 
 #include "device/device.h"
 

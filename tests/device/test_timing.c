@@ -73,6 +73,9 @@ static kiln_status_t sim_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const k
       ms = count * sim.steady_ms;
       break;
   }
+  /* a call that outlasts its deadline ends as the backends end it */
+  if (deadline_ns && ms * 1e6 > (double)deadline_ns)
+    return KILN_STATUS(KILN_E_TIMEOUT, "sim: %u runs took %.1f ms, past the deadline", count, ms);
   if (sim.calls < 64) {
     sim.counts[sim.calls] = count;
     sim.deadlines[sim.calls] = deadline_ns;
@@ -96,7 +99,8 @@ static bool sim_cancelled(void *ctx) {
 
 static const kiln_backend_t sim_backend = {.kind = "sim", .launch = sim_launch, .flush_caches = sim_flush};
 
-static kiln_time_result_t sim_time(int scenario, uint32_t min_repeat_ms, uint32_t repeat, uint32_t warmup) {
+static kiln_time_result_t sim_time_deadline(int scenario, uint32_t min_repeat_ms, uint32_t repeat,
+                                            uint32_t warmup, uint64_t deadline_ns) {
   memset(&sim, 0, sizeof sim);
   sim.scenario = scenario;
   sim.steady_ms = 0.013;
@@ -105,12 +109,16 @@ static kiln_time_result_t sim_time(int scenario, uint32_t min_repeat_ms, uint32_
   cfg.repeat = repeat;
   cfg.min_repeat_ms = min_repeat_ms;
   cfg.warmup = warmup;
-  cfg.deadline_ns = 7000000000ull;
+  cfg.deadline_ns = deadline_ns;
   cfg.cancelled = sim_cancelled;
   kiln_time_result_t r;
   kiln_status_t s = kiln_time_evaluate(&sim_backend, NULL, NULL, NULL, &cfg, &r);
   cr_assert_null(s, "%s", s ? kiln_status_message(s) : "");
   return r;
+}
+
+static kiln_time_result_t sim_time(int scenario, uint32_t min_repeat_ms, uint32_t repeat, uint32_t warmup) {
+  return sim_time_deadline(scenario, min_repeat_ms, repeat, warmup, 7000000000ull);
 }
 
 /* Every repeat took at least min_repeat_ms and at most `bound` times it (seconds per call
@@ -161,6 +169,25 @@ Test(timing, steady_kernel_grows_fourfold_then_settles) {
     cr_expect_eq(sim.deadlines[i], 7000000000ull, "every call carries the request's deadline");
   }
   cr_expect_eq(sim.cancel_checks, sim.calls, "asked once before the warm-up and before every timed call");
+  kiln_time_result_deinit(&r);
+}
+
+Test(timing, growth_stays_inside_the_deadline) {
+  /* timeout_ms 53 for min_repeat_ms 50: growth aiming 1.125x (56 ms) would end the request
+   * with E_TIMEOUT; the planned call is capped at 0.8 of the deadline instead. 0.013 ms a
+   * run: 1, 4, ..., 1024, then 3261 (42.39 ms of 42.4), and no longer call fits: the repeats
+   * stay at 3261 runs, short of min_repeat_ms. */
+  kiln_time_result_t r = sim_time_deadline(STEADY, 50, 3, 1, 53000000ull);
+  cr_expect_eq(r.number, 3261);
+  for (uint32_t i = 0; i < r.repeat; i++) {
+    double ms = r.results[i] * 1e3 * r.number;
+    cr_expect_leq(ms, 53 * KILN_TIME_DEADLINE_SHARE + 1e-6, "repeat %u: %.2f ms past 0.8 of the deadline", i, ms);
+    cr_expect_geq(ms, 40, "repeat %u: %.2f ms, growth stopped too early", i, ms);
+  }
+  kiln_time_result_deinit(&r);
+  /* With room in the deadline nothing changes: 4096 runs (53.2 ms) fit 0.8 of 100 ms. */
+  r = sim_time_deadline(STEADY, 50, 3, 1, 100000000ull);
+  cr_expect_eq(r.number, 4096);
   kiln_time_result_deinit(&r);
 }
 

@@ -215,7 +215,6 @@ def test_apply_makes_topi_use_the_best_knobs(tmp_path):
     assert S._knobs("matmul", "cpu", {}, C)["bm"] == 8
 
 
-@pytest.mark.skipif(not at.have_sklearn(), reason="scikit-learn is not installed (Debian: python3-sklearn)")
 def test_a_trial_of_several_kernels_shares_min_repeat_ms():
     from kiln.autotune.tune import _min_repeat_shares
     # a packing kernel of 0.02 ms and a matmul of 1.3 ms: about min_repeat_ms for both together
@@ -227,6 +226,7 @@ def test_a_trial_of_several_kernels_shares_min_repeat_ms():
     assert _min_repeat_shares(50, [3e-3, 1e-3]) == [38, 13]  # rounded up, each at least 1 ms
 
 
+@pytest.mark.skipif(not at.have_sklearn(), reason="scikit-learn is not installed (Debian: python3-sklearn)")
 def test_model_tuner_learns_a_synthetic_cost():
     sp = topi.space("matmul", "cpu", (512, 512, 512))
 
