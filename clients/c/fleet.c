@@ -65,7 +65,7 @@ static void *create_string(const redisReadTask *t, char *s, size_t n) {
 }
 
 static void *create_array(const redisReadTask *t, int n) {
-  if (t->parent != NULL || n < 0 || n > MAX_HOSTS) return NULL;
+  if (t->parent != NULL || n < 0 || n > MAX_HOSTS + 3 + 2 * 16) return NULL; /* members(): head, refused */
   return afford(t, (uint64_t)n * sizeof(void *)) ? defaults.createArray(t, n) : NULL;
 }
 
@@ -335,8 +335,49 @@ static void print_json(FILE *f, const fhost_t *hs, size_t n) {
   kiln_buf_deinit(&b);
 }
 
-/* The members of the hosts set (at most MAX_HOSTS of them, sorted by the caller). */
-static kiln_status_t members(redisContext *c, redisReply **out) {
+/* The members of the hosts set, filtered in Redis: a member is a set element of any size
+ * (whoever can write to Redis can add one of hundreds of MiB), and SMEMBERS or SSCAN would
+ * send it whole, so the script walks the set with SSCAN and returns, flat: the number of
+ * members refused (empty or over MAX_MEMBER bytes), whether the walk stopped early, up to
+ * MAX_BAD_SHOWN of the refused ones as (length, their first 80 bytes), then at most
+ * MAX_HOSTS good ones. The walk stops after MAX_HOSTS good members or MAX_SCANNED members
+ * in all, so one call holds Redis for a bounded time. */
+#define MAX_MEMBER 255
+#define MAX_BAD_SHOWN 16
+#define MAX_SCANNED (16 * MAX_HOSTS)
+#define MEMBERS_HEAD 3 /* refused, stopped early, refused shown */
+static const char members_script[] =
+    "local maxlen, maxn, maxbad, maxseen = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), "
+    "tonumber(ARGV[4])\n"
+    "local good, bad, nbad, seen, cursor = {}, {}, 0, 0, '0'\n"
+    "repeat\n"
+    "  local r = redis.call('SSCAN', KEYS[1], cursor, 'COUNT', 256)\n"
+    "  cursor = r[1]\n"
+    "  for _, m in ipairs(r[2]) do\n"
+    "    seen = seen + 1\n"
+    "    if #m >= 1 and #m <= maxlen then\n"
+    "      if #good < maxn then good[#good + 1] = m end\n"
+    "    else\n"
+    "      nbad = nbad + 1\n"
+    "      if #bad < 2 * maxbad then bad[#bad + 1] = #m; bad[#bad + 1] = string.sub(m, 1, 80) end\n"
+    "    end\n"
+    "  end\n"
+    "until cursor == '0' or #good >= maxn or seen >= maxseen\n"
+    "local out = {nbad, cursor == '0' and 0 or 1, #bad / 2}\n"
+    "for _, v in ipairs(bad) do out[#out + 1] = v end\n"
+    "for _, m in ipairs(good) do out[#out + 1] = m end\n"
+    "return out\n";
+
+typedef struct members {
+  redisReply *r;          /* the script's reply */
+  size_t first, n;        /* r->element[first .. first + n): the good members */
+  long long refused, n_shown;
+  bool partial;           /* the walk stopped before the end of the set */
+} members_t;
+
+/* The members of the hosts set as the script returns them (every element checked here too:
+ * a Redis that answers something else is refused as a whole). */
+static kiln_status_t members(redisContext *c, members_t *out, long long *card) {
   redisReply *r = redisCommand(c, "SCARD %s", HOSTS_SET);
   if (!r) return failed(c, "SCARD " HOSTS_SET);
   if (r->type != REDIS_REPLY_INTEGER) {
@@ -346,17 +387,40 @@ static kiln_status_t members(redisContext *c, redisReply **out) {
     freeReplyObject(r);
     return st;
   }
-  long long n = r->integer;
+  *card = r->integer;
   freeReplyObject(r);
-  /* More members than any fleet has: a sample, said so (SMEMBERS would send them all). */
-  r = n > MAX_HOSTS ? redisCommand(c, "SRANDMEMBER %s %d", HOSTS_SET, MAX_HOSTS) : redisCommand(c, "SMEMBERS %s", HOSTS_SET);
-  if (!r) return failed(c, "SMEMBERS " HOSTS_SET);
-  if (r->type != REDIS_REPLY_ARRAY) {
+  char a1[16], a2[16], a3[16], a4[16];
+  snprintf(a1, sizeof(a1), "%d", MAX_MEMBER);
+  snprintf(a2, sizeof(a2), "%d", MAX_HOSTS);
+  snprintf(a3, sizeof(a3), "%d", MAX_BAD_SHOWN);
+  snprintf(a4, sizeof(a4), "%d", MAX_SCANNED);
+  const char *argv[] = {"EVAL", members_script, "1", HOSTS_SET, a1, a2, a3, a4};
+  r = redisCommandArgv(c, 8, argv, NULL);
+  if (!r) return failed(c, "EVAL (SSCAN of " HOSTS_SET ")");
+  bool ok = r->type == REDIS_REPLY_ARRAY && r->elements >= MEMBERS_HEAD;
+  for (size_t i = 0; ok && i < MEMBERS_HEAD; i++) ok = r->element[i]->type == REDIS_REPLY_INTEGER;
+  long long shown = ok ? r->element[2]->integer : 0;
+  ok = ok && shown >= 0 && shown <= MAX_BAD_SHOWN && r->element[0]->integer >= shown &&
+       (size_t)(MEMBERS_HEAD + 2 * shown) <= r->elements && r->elements - MEMBERS_HEAD - 2 * shown <= MAX_HOSTS;
+  for (long long i = 0; ok && i < shown; i++)
+    ok = r->element[MEMBERS_HEAD + 2 * i]->type == REDIS_REPLY_INTEGER &&
+         r->element[MEMBERS_HEAD + 2 * i + 1]->type == REDIS_REPLY_STRING &&
+         r->element[MEMBERS_HEAD + 2 * i + 1]->len <= 80;
+  for (size_t i = MEMBERS_HEAD + 2 * (size_t)shown; ok && i < r->elements; i++)
+    ok = r->element[i]->type == REDIS_REPLY_STRING && r->element[i]->len >= 1 && r->element[i]->len <= MAX_MEMBER;
+  if (!ok) {
+    kiln_status_t st = KILN_STATUS(KILN_E_UNAVAILABLE, "%s: an unexpected reply to the members script (%s)",
+                                   HOSTS_SET, r->type == REDIS_REPLY_ERROR ? r->str : "malformed");
     freeReplyObject(r);
-    return KILN_STATUS(KILN_E_UNAVAILABLE, "%s: an unexpected reply to SMEMBERS", HOSTS_SET);
+    return st;
   }
-  *out = r;
-  return n > MAX_HOSTS ? KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "%lld", n) : KILN_OK;
+  out->r = r;
+  out->refused = r->element[0]->integer;
+  out->partial = r->element[1]->integer != 0;
+  out->n_shown = shown;
+  out->first = MEMBERS_HEAD + 2 * (size_t)shown;
+  out->n = r->elements - out->first;
+  return KILN_OK;
 }
 
 /* A member as text for a note: at most 80 bytes, control bytes shown as '?'. */
@@ -384,50 +448,53 @@ kiln_status_t kiln_cli_fleet_list(const kiln_cli_fleet_opts_t *o, FILE *out, FIL
     free(keys);
     return cst;
   }
-  redisReply *ms = NULL;
-  kiln_status_t st = members(c, &ms);
-  if (st && kiln_status_code(st) == KILN_E_RESOURCE_EXHAUSTED) {
-    fprintf(err, "kiln: fleet: %s lists %s members, more than a fleet has: showing %d of them\n", HOSTS_SET,
-            kiln_status_message(st), MAX_HOSTS);
-    kiln_status_free(st);
-    st = KILN_OK;
-  }
+  members_t ms = {0};
+  long long card = 0;
+  kiln_status_t st = members(c, &ms, &card);
   if (st) {
     redisFree(c);
+    free(keys);
     return st;
   }
-  fhost_t *hs = calloc(ms->elements ? ms->elements : 1, sizeof(*hs));
+  if (card > MAX_HOSTS || ms.partial)
+    fprintf(err, "kiln: fleet: %s lists %lld members, more than a fleet has: showing %zu of them\n", HOSTS_SET,
+            card, ms.n);
+  size_t skipped = 0;
+  for (long long i = 0; i < ms.n_shown; i++) {
+    const redisReply *len = ms.r->element[MEMBERS_HEAD + 2 * i], *head = ms.r->element[MEMBERS_HEAD + 2 * i + 1];
+    char name[96];
+    fprintf(err, "kiln: fleet: skipped a member of %s of %lld bytes beginning '%s': not a host address "
+            "(1 to %d bytes)\n", HOSTS_SET, len->integer, shown(head->str, head->len, name), MAX_MEMBER);
+  }
+  if (ms.refused > ms.n_shown)
+    fprintf(err, "kiln: fleet: skipped %lld more members of %s: not host addresses\n", ms.refused - ms.n_shown,
+            HOSTS_SET);
+  skipped += (size_t)ms.refused;
+  fhost_t *hs = calloc(ms.n ? ms.n : 1, sizeof(*hs));
   if (!hs) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
   /* One GETRANGE per member, pipelined: a record longer than MAX_RECORD reads as MAX_RECORD
    * + 1 bytes and is skipped, whatever Redis holds. */
   char last[24];
   snprintf(last, sizeof(last), "%u", MAX_RECORD);
-  for (size_t i = 0; !st && i < ms->elements; i++) {
-    const redisReply *m = ms->element[i];
-    char key[sizeof(HOST_PREFIX) + 256];
-    if (m->type != REDIS_REPLY_STRING || m->len == 0 || m->len > 255) continue; /* noted below */
+  for (size_t i = 0; !st && i < ms.n; i++) {
+    const redisReply *m = ms.r->element[ms.first + i]; /* 1 to MAX_MEMBER bytes: members() checked */
+    char key[sizeof(HOST_PREFIX) + MAX_MEMBER];
     memcpy(key, HOST_PREFIX, sizeof(HOST_PREFIX) - 1);
     memcpy(key + sizeof(HOST_PREFIX) - 1, m->str, m->len);
     const char *argv[] = {"GETRANGE", key, "0", last};
     size_t lens[] = {8, sizeof(HOST_PREFIX) - 1 + m->len, 1, strlen(last)};
     if (redisAppendCommandArgv(c, 4, argv, lens) != REDIS_OK) st = failed(c, "GETRANGE");
   }
-  size_t n = 0, skipped = 0;
-  for (size_t i = 0; !st && i < ms->elements; i++) {
-    const redisReply *m = ms->element[i];
+  size_t n = 0;
+  for (size_t i = 0; !st && i < ms.n; i++) {
+    const redisReply *m = ms.r->element[ms.first + i];
     char name[96];
-    if (m->type != REDIS_REPLY_STRING || m->len == 0 || m->len > 255) {
-      fprintf(err, "kiln: fleet: skipped the member '%s' of %s: not a host address (1 to 255 bytes)\n",
-              m->type == REDIS_REPLY_STRING ? shown(m->str, m->len, name) : "?", HOSTS_SET);
-      skipped++;
-      continue;
-    }
     redisReply *r = NULL;
     if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
       st = failed(c, "GETRANGE");
       break;
     }
-    char member[256];
+    char member[MAX_MEMBER + 1];
     memcpy(member, m->str, m->len);
     member[m->len] = 0;
     const char *why = NULL;
@@ -446,7 +513,7 @@ kiln_status_t kiln_cli_fleet_list(const kiln_cli_fleet_opts_t *o, FILE *out, FIL
       hs[n].sig = sig;
     }
     if (r->type == REDIS_REPLY_STRING && r->len == 0) {
-      /* expired between SMEMBERS and GETRANGE: that host is gone */
+      /* expired between the members script and GETRANGE: that host is gone */
     } else if (why) {
       fprintf(err, "kiln: fleet: skipped %s%s: %s\n", HOST_PREFIX, shown(m->str, m->len, name), why);
       skipped++;
@@ -455,7 +522,7 @@ kiln_status_t kiln_cli_fleet_list(const kiln_cli_fleet_opts_t *o, FILE *out, FIL
     }
     freeReplyObject(r);
   }
-  freeReplyObject(ms);
+  freeReplyObject(ms.r);
   redisFree(c);
   if (!st) {
     qsort(hs, n, sizeof(*hs), by_url);

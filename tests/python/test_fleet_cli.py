@@ -6,6 +6,7 @@ skipped with a note, never a crash, and a registry that cannot be read is a clea
 import json
 import os
 import subprocess
+import tempfile
 
 import msgpack
 import pytest
@@ -171,3 +172,106 @@ def test_a_registry_set_past_the_bound_is_sampled(kiln_cli, redis_server):
     c.sadd("kiln:hosts", *["tcp:h%d:1" % i for i in range(5000)])
     p = fleet(kiln_cli, r.url)
     assert p.returncode == 0 and "showing 4096" in p.stderr, p.stderr[-500:]
+
+
+def test_a_huge_or_bad_set_member_is_skipped_and_the_good_hosts_listed(kiln_cli, kilnds, redis_server):
+    # Review finding G3: SMEMBERS sent a 303 MiB member whole; the CLI buffered it (303 MiB
+    # RSS) and failed the whole listing. Members are filtered in Redis now: the good hosts are
+    # listed, each bad member is a note (its length and first bytes), and the CLI's memory
+    # stays far below the member's size.
+    r = redis_server()
+    a = host(kilnds, r)
+    listed(kiln_cli, r, 1)
+    c = r.client()
+    good = dict(msgpack.unpackb(c.get("kiln:host:" + a.advertised), raw=False), url="tcp:good:1")
+    a.stop()  # its heartbeat prunes members without a record: the bad ones below would go
+    c.delete("kiln:host:" + a.advertised)
+    c.srem("kiln:hosts", a.advertised)
+    c.set("kiln:host:tcp:good:1", msgpack.packb(good))  # a copy of its record, with no TTL
+    c.sadd("kiln:hosts", "tcp:good:1")
+    huge = 96 << 20
+    c.eval("redis.call('SADD', KEYS[1], 'tcp:huge:' .. string.rep('\\27', tonumber(ARGV[1])))", 1, "kiln:hosts",
+           huge - 9)  # made in Redis: this process stays small (its peak RSS would pass to the CLI's)
+    c.sadd("kiln:hosts", b"", b"y" * 256, b"\xff" * 255)
+    e = dict(os.environ)
+    e.pop("KILN_FLEET", None)
+    e.pop("KILN_FLEET_AUTH_FILE", None)
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        # A child's peak RSS counts its parent's from before exec: a small python in between
+        # measures the CLI alone.
+        rss = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); _, s, ru = os.wait4(p.pid, 0); "
+               "print('maxrss_kib=%d' % ru.ru_maxrss, file=sys.stderr); sys.exit(os.waitstatus_to_exitcode(s))")
+        p = subprocess.run(["/usr/bin/python3", "-c", rss, kiln_cli, "fleet", r.url], stdout=fo, stderr=fe, env=e,
+                           timeout=60)
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read().decode(), fe.read().decode()
+    assert p.returncode == 0, err[-2000:]
+    maxrss = int(err.rsplit("maxrss_kib=", 1)[1].split()[0]) * 1024
+    assert maxrss < huge // 2, maxrss
+    assert [ln.split()[0] for ln in out.splitlines()[1:] if ln.startswith("tcp:")] == ["tcp:good:1"], out
+    notes = err.splitlines()
+    assert any("of %d bytes beginning 'tcp:huge:???" % huge in n for n in notes), err[-2000:]
+    assert any("of 256 bytes beginning 'yyy" in n for n in notes)
+    assert any("of 0 bytes beginning ''" in n for n in notes)
+    assert "\x1b" not in out + err
+    # 3 refused members; \xff * 255 has the right size, and its GETRANGE finds no record (gone)
+    assert "(3 registry entries skipped" in out, out
+    # More bad members than are shown: a count of the rest
+    c.sadd("kiln:hosts", *["x" * (300 + i) for i in range(20)])
+    p = fleet(kiln_cli, r.url)
+    assert p.returncode == 0 and "tcp:good:1" in p.stdout, p.stderr[-2000:]
+    assert "skipped 7 more members of kiln:hosts" in p.stderr and "(23 registry entries skipped" in p.stdout
+
+
+def fake_redis(path, eval_reply):
+    """A fake Redis on a unix socket answering PING, SCARD (:1) and EVAL (eval_reply), each
+    command parsed as RESP; for the members script's hostile replies."""
+    import socket
+    import threading
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(4)
+
+    def serve():
+        c, _ = srv.accept()
+        f = c.makefile("rb")
+        try:
+            while True:
+                head = f.readline()
+                if not head.startswith(b"*"):
+                    return
+                args = []
+                for _ in range(int(head[1:])):
+                    n = int(f.readline()[1:])
+                    args.append(f.read(n + 2)[:-2])
+                cmd = args[0].upper()
+                c.sendall(b"+PONG\r\n" if cmd == b"PING" else b":1\r\n" if cmd == b"SCARD" else
+                          eval_reply if cmd == b"EVAL" else b"$-1\r\n")
+        except (OSError, ValueError):
+            pass
+        finally:
+            c.close()
+            srv.close()
+    threading.Thread(target=serve, daemon=True).start()
+
+
+@pytest.mark.parametrize("reply", [
+    b"-ERR unknown command 'EVAL'\r\n",                          # no scripting, or an ACL without +eval
+    b"*1\r\n:0\r\n",                                             # not the shape
+    b"*3\r\n:0\r\n:0\r\n$1\r\n1\r\n",                            # a count that is no integer
+    b"*3\r\n:0\r\n:0\r\n:1\r\n",                                 # shows one it did not send
+    b"*3\r\n:-5\r\n:0\r\n:0\r\n",                                # a negative count
+    b"*5\r\n:1\r\n:0\r\n:1\r\n:300\r\n$81\r\n" + b"y" * 81 + b"\r\n",  # a shown head over 80 bytes
+    b"*4\r\n:0\r\n:0\r\n:0\r\n$0\r\n\r\n",                       # an empty "good" member
+    b"*4\r\n:0\r\n:0\r\n:0\r\n$256\r\n" + b"y" * 256 + b"\r\n",  # a "good" member too long
+    b"*4\r\n:0\r\n:0\r\n:0\r\n:7\r\n",                           # a "good" member not a string
+    b"*9000\r\n",                                                # an array past the bound
+    b"*4\r\n:0\r\n:0\r\n:0\r\n$200",                             # cut off
+])
+def test_a_forged_members_reply_is_refused_whole(kiln_cli, tmp_path, reply):
+    path = str(tmp_path / "fake.sock")
+    fake_redis(path, reply)
+    p = fleet(kiln_cli, "unix:" + path, "--timeout", "2000")
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    assert "kiln: fleet: E_UNAVAILABLE" in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -257,3 +257,39 @@ def test_a_forged_tcp_host_never_receives_a_token(kilnds, redis_server):
         stop.append(1)
         lst.close()
         t.join(2)
+
+
+def test_a_huge_or_bad_set_member_is_skipped_and_the_good_hosts_listed(redis_server):
+    # Review finding G3: SMEMBERS sent a member of any size whole. Members are filtered in
+    # Redis (an SSCAN in a script): the good hosts are listed, the bad members are warnings.
+    r = redis_server()
+    rc = r.client()
+    rc.set("kiln:host:tcp:good:1", fake_record("tcp:good:1", "x"))
+    rc.sadd("kiln:hosts", "tcp:good:1", b"", b"y" * 256)
+    rc.eval("redis.call('SADD', KEYS[1], 'tcp:huge:' .. string.rep('x', tonumber(ARGV[1])))", 1, "kiln:hosts",
+            64 << 20)
+    with pytest.warns(UserWarning) as ws:
+        hs = kiln.fleet.hosts(r.url)
+    assert [h.url for h in hs] == ["tcp:good:1"]
+    notes = [str(w.message) for w in ws]
+    assert any("of %d bytes beginning b'tcp:huge:xxx" % ((64 << 20) + 9) in n for n in notes), notes
+    assert any("of 256 bytes" in n for n in notes) and any("of 0 bytes" in n for n in notes), notes
+    rc.sadd("kiln:hosts", *["z" * (300 + i) for i in range(20)])
+    with pytest.warns(UserWarning, match="skipped 7 more members"):
+        assert [h.url for h in kiln.fleet.hosts(r.url)] == ["tcp:good:1"]
+
+
+@pytest.mark.parametrize("reply", [
+    None, b"x", [], [1, 0], [1, 0, "1"],                      # not the shape
+    [0, 0, 1],                                                 # shows more than it refused
+    [1, 0, 1, 5],                                              # a shown member cut off
+    [1, 0, 1, b"5", b"abc"],                                   # its length not an integer
+    [1, 0, 1, 300, b"y" * 81],                                 # its head over 80 bytes
+    [17, 0, 17] + [3, b"abc"] * 17,                            # more shown than the bound
+    [0, 0, 0, b""], [0, 0, 0, b"y" * 256], [0, 0, 0, 7],       # a good member that is not
+    [0, 0, 0] + [b"tcp:h:1"] * 4097,                           # more than MAX_HOSTS
+    [-1, 0, 0],                                                # a negative count
+])
+def test_a_forged_members_reply_is_refused_whole(reply):
+    with pytest.raises(kiln.Unavailable, match="unexpected reply to the members script"):
+        kiln.fleet._members(reply)

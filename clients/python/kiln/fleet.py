@@ -235,6 +235,65 @@ def _decode(raw, member=None, keys=None):
     return h
 
 
+# The members of the hosts set, filtered in Redis (clients/c/fleet.c has the same script): a
+# set member can be of any size (whoever writes to Redis can add one of hundreds of MiB) and
+# SMEMBERS would send it whole. SSCAN in the script; the reply, flat: how many members were
+# refused (empty or over MAX_MEMBER bytes), whether the walk stopped early, how many refused
+# ones are shown, each as (length, first 80 bytes), then at most MAX_HOSTS good members.
+MAX_MEMBER = 255
+_MAX_BAD_SHOWN = 16
+_MEMBERS_SCRIPT = """
+local maxlen, maxn, maxbad, maxseen = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local good, bad, nbad, seen, cursor = {}, {}, 0, 0, '0'
+repeat
+  local r = redis.call('SSCAN', KEYS[1], cursor, 'COUNT', 256)
+  cursor = r[1]
+  for _, m in ipairs(r[2]) do
+    seen = seen + 1
+    if #m >= 1 and #m <= maxlen then
+      if #good < maxn then good[#good + 1] = m end
+    else
+      nbad = nbad + 1
+      if #bad < 2 * maxbad then bad[#bad + 1] = #m; bad[#bad + 1] = string.sub(m, 1, 80) end
+    end
+  end
+until cursor == '0' or #good >= maxn or seen >= maxseen
+local out = {nbad, cursor == '0' and 0 or 1, #bad / 2}
+for _, v in ipairs(bad) do out[#out + 1] = v end
+for _, m in ipairs(good) do out[#out + 1] = m end
+return out
+"""
+
+
+def _members(reply):
+    """The good members (bytes, sorted) of the script's reply; a warning for the refused ones.
+    A reply of another shape is refused whole (a Redis that is not what it should be)."""
+    def bad_reply():
+        return Unavailable("%s: an unexpected reply to the members script" % HOSTS_SET)
+    if not isinstance(reply, list) or len(reply) < 3 or not all(isinstance(x, int) for x in reply[:3]):
+        raise bad_reply()
+    refused, partial, shown = reply[:3]
+    first = 3 + 2 * shown
+    if not 0 <= shown <= _MAX_BAD_SHOWN or refused < shown or len(reply) < first or len(reply) - first > MAX_HOSTS:
+        raise bad_reply()
+    for i in range(shown):
+        n, head = reply[3 + 2 * i], reply[4 + 2 * i]
+        if not isinstance(n, int) or not isinstance(head, bytes) or len(head) > 80:
+            raise bad_reply()
+        warnings.warn("kiln.fleet: skipped a member of %s of %d bytes beginning %r: not a host address "
+                      "(1 to %d bytes)" % (HOSTS_SET, n, head, MAX_MEMBER), stacklevel=3)
+    if refused > shown:
+        warnings.warn("kiln.fleet: skipped %d more members of %s: not host addresses" % (refused - shown, HOSTS_SET),
+                      stacklevel=3)
+    good = reply[first:]
+    if not all(isinstance(m, bytes) and 1 <= len(m) <= MAX_MEMBER for m in good):
+        raise bad_reply()
+    if partial:
+        warnings.warn("kiln.fleet: %s has more members than a fleet has: read %d of them" % (HOSTS_SET, len(good)),
+                      stacklevel=3)
+    return sorted(good)
+
+
 def hosts(url, password=None, username=None, timeout=5.0, trusted_keys=None):
     """The live hosts of the fleet, sorted by address. A record that does not decode (a
     foreign or damaged key) is skipped; a host whose record expired is gone. With
@@ -243,15 +302,19 @@ def hosts(url, password=None, username=None, timeout=5.0, trusted_keys=None):
     keys = _trust(trusted_keys)
     try:
         r = redis_client(url, password, username, timeout)
-        members = sorted(m.decode("utf-8", "replace") if isinstance(m, bytes) else str(m)
-                         for m in r.smembers(HOSTS_SET))[:MAX_HOSTS]
-        raws = r.mget([HOST_PREFIX + m for m in members]) if members else []
+        members = _members(r.eval(_MEMBERS_SCRIPT, 1, HOSTS_SET, MAX_MEMBER, MAX_HOSTS, _MAX_BAD_SHOWN,
+                                  16 * MAX_HOSTS))
+        p = r.pipeline(transaction=False)
+        for m in members:  # a record over MAX_RECORD reads as MAX_RECORD + 1 bytes: skipped
+            p.getrange(HOST_PREFIX.encode() + m, 0, MAX_RECORD)
+        raws = p.execute() if members else []
     except KilnError:
         raise
     except Exception as e:  # redis.exceptions.*: connection refused, AUTH, timeouts, wrong types
         raise Unavailable("the fleet registry at %s cannot be read: %s" % (url, e)) from None
     out = []
     for m, raw in zip(members, raws):
+        m = m.decode("utf-8", "replace")
         h = _decode(raw, m, keys)
         if h is not None and h.url == m:
             out.append(h)
