@@ -79,6 +79,8 @@ struct kiln_remote {
   pending_t *queue, *queue_tail; /* oldest first */
   uint32_t queue_n;
   uint64_t queue_bytes;
+  uint64_t drain_bytes; /* queued builds sent and not answered (at most REQUEUE_IN_FLIGHT) */
+  uint32_t drain_sent;  /* ... and answered OK since the connection came up, for the log */
   uv_timer_t renew;
   kiln_remote_stats_t st;
 };
@@ -387,24 +389,47 @@ static bool release(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES])
 typedef struct put_ctx {
   kiln_remote_t *rc;
   size_t len;
+  pending_t *queued; /* a build queued during an outage: kept until Redis has it */
   struct put_ctx *next, **prev; /* rc->puts: freed at destroy, whose pending callbacks never run */
 } put_ctx_t;
 
+static void drain(kiln_remote_t *rc);
+static void requeue_oldest(kiln_remote_t *rc, pending_t *q);
+
 static void on_put(void *arg, const redisReply *r) {
   put_ctx_t *p = arg;
+  kiln_remote_t *rc = p->rc;
   *p->prev = p->next;
   if (p->next) p->next->prev = p->prev;
-  if (r && r->type == REDIS_REPLY_STATUS) {
-    p->rc->st.puts++;
-    p->rc->st.bytes_written += p->len;
+  bool ok = r && r->type == REDIS_REPLY_STATUS;
+  if (ok) {
+    rc->st.puts++;
+    rc->st.bytes_written += p->len;
   } else {
-    p->rc->st.put_errors++;
+    rc->st.put_errors++;
+  }
+  bool queued = p->queued != NULL;
+  if (queued) {
+    rc->drain_bytes -= p->len;
+    if (ok) {
+      rc->st.requeue_sent++;
+      rc->drain_sent++;
+      free(p->queued);
+    } else if (!r) { /* the connection went: back to the queue, for when Redis is back */
+      requeue_oldest(rc, p->queued);
+    } else {
+      free(p->queued); /* Redis refused it (an error reply): trying again would not help */
+    }
   }
   free(p);
+  if (queued) drain(rc); /* the next ones, or the log line of the last */
 }
 
-/* Seals and SETs one build (a failure is counted in put_errors). */
-static void send_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *bytes, size_t len) {
+/* Seals and SETs one build (a failure is counted in put_errors); a queued one (q) is kept by
+ * the put until its answer. False when it could not be sent. */
+static bool send_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *bytes, size_t len,
+                     pending_t *q) {
+  bool sent = false;
   uint8_t *e = malloc(KILN_REMOTE_HEADER_BYTES + len);
   put_ctx_t *p = malloc(sizeof(*p));
   if (e && p && !kiln_remote_seal(rc->secret, rc->secret_len, key, bytes, len, e)) {
@@ -417,12 +442,14 @@ static void send_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES]
     size_t lens[] = {3, strlen(name), KILN_REMOTE_HEADER_BYTES + len};
     p->rc = rc;
     p->len = len;
+    p->queued = q;
     if (kiln_redis_command(rc->redis, on_put, p, 3, argv, lens)) { /* hiredis copied e */
       p->next = rc->puts;
       p->prev = &rc->puts;
       if (rc->puts) rc->puts->prev = &p->next;
       rc->puts = p;
       p = NULL;
+      sent = true;
     } else {
       rc->st.put_errors++;
     }
@@ -431,6 +458,7 @@ static void send_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES]
   }
   free(e);
   free(p);
+  return sent;
 }
 
 /* Keeps a build put while Redis is down, within the queue's bounds (the oldest go first). */
@@ -465,21 +493,56 @@ static void requeue(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES],
   rc->st.requeued++;
 }
 
-/* The connection is up again: the builds made during the outage go to Redis now. */
-static void on_up(void *arg) {
-  kiln_remote_t *rc = arg;
-  uint32_t n = rc->queue_n;
-  while (rc->queue && kiln_redis_up(rc->redis)) {
+/* Puts a queued build that Redis did not take (the connection went) back at the queue's
+ * head, within the queue's bounds (it is the oldest: dropped first when they are passed). */
+static void requeue_oldest(kiln_remote_t *rc, pending_t *q) {
+  if (rc->queue_n >= KILN_REMOTE_REQUEUE_ENTRIES || rc->queue_bytes + q->len > KILN_REMOTE_REQUEUE_BYTES) {
+    free(q);
+    rc->st.requeue_dropped++;
+    return;
+  }
+  q->next = rc->queue;
+  rc->queue = q;
+  if (!rc->queue_tail) rc->queue_tail = q;
+  rc->queue_n++;
+  rc->queue_bytes += q->len;
+}
+
+/* Sends queued builds while the connection is up, at most REQUEUE_IN_FLIGHT bytes of them
+ * unanswered at a time (at least one): each answer sends the next. Sent all at once, a queue
+ * at its bound (64 MiB) would sit behind itself on one connection: the later SETs' deadlines
+ * (each starts when it is sent) would pass while the earlier ones are written, the connection
+ * would drop, and every build in flight would be lost; and the look-ups of that time would
+ * wait behind all of it. Paced, a SET waits behind at most REQUEUE_IN_FLIGHT bytes. */
+#define REQUEUE_IN_FLIGHT (4u << 20)
+static void drain(kiln_remote_t *rc) {
+  while (rc->queue && kiln_redis_up(rc->redis) &&
+         (rc->drain_bytes == 0 || rc->drain_bytes + rc->queue->len <= REQUEUE_IN_FLIGHT)) {
     pending_t *q = rc->queue;
     rc->queue = q->next;
     if (!rc->queue) rc->queue_tail = NULL;
     rc->queue_n--;
     rc->queue_bytes -= q->len;
-    send_put(rc, q->key, q->bytes, q->len);
-    rc->st.requeue_sent++;
-    free(q);
+    if (!send_put(rc, q->key, q->bytes, q->len, q)) {
+      requeue_oldest(rc, q); /* not sent: Redis went down meanwhile */
+      break;
+    }
+    rc->drain_bytes += q->len;
   }
-  if (n) KILN_LOG_INFO("cache_remote_requeue", "sent=%u left=%u", n - rc->queue_n, rc->queue_n);
+  if (!rc->queue && rc->drain_bytes == 0 && rc->drain_sent) {
+    KILN_LOG_INFO("cache_remote_requeue", "sent=%u left=0", rc->drain_sent);
+    rc->drain_sent = 0;
+  }
+}
+
+/* The connection is up again: the builds made during the outage go to Redis now, paced. */
+static void on_up(void *arg) {
+  kiln_remote_t *rc = arg;
+  if (rc->queue)
+    KILN_LOG_INFO("cache_remote_requeue", "queued=%u bytes=%llu action=sending", rc->queue_n,
+                  (unsigned long long)rc->queue_bytes);
+  rc->drain_sent = 0;
+  drain(rc);
 }
 
 void kiln_remote_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *bytes,
@@ -490,7 +553,7 @@ void kiln_remote_put(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES]
     rc->st.skipped++;
     requeue(rc, key, bytes, len);
   } else {
-    send_put(rc, key, bytes, len);
+    (void)send_put(rc, key, bytes, len, NULL);
   }
   release(rc, key); /* after the SET: Redis runs one connection's commands in order */
 }
@@ -571,6 +634,7 @@ void kiln_remote_destroy(kiln_remote_t *rc) {
   rc->held = NULL;
   for (put_ctx_t *p = rc->puts, *n; p; p = n) {
     n = p->next;
+    free(p->queued);
     free(p);
   }
   rc->puts = NULL;

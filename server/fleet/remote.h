@@ -10,7 +10,8 @@
  * (then they take it, or find the entry), or until their wait is over (then they compile).
  * When Redis is down, slow or restarted, a look-up answers "compile it" at once and a put
  * is queued (a bounded queue: KILN_REMOTE_REQUEUE_ENTRIES builds, KILN_REMOTE_REQUEUE_BYTES
- * of them, the oldest dropped first) and sent when the connection is up again: nothing
+ * of them, the oldest dropped first) and sent when the connection is up again, paced (at
+ * most 4 MiB unanswered; one whose connection goes before its answer is queued again): nothing
  * waits on Redis beyond the command deadline, and builds made during an outage still reach
  * the other hosts.
  *

@@ -1,0 +1,254 @@
+/* The remote artifact tier (server/fleet/remote.c) on a libuv loop against a real
+ * redis-server this test starts on a unix socket: builds put while Redis is down reach it
+ * when it comes up, all of them, even when the queue is at its bound (256 builds, 64 MiB) and
+ * the command deadline is short; and what was put is a hit, byte for byte. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "server/fleet/remote.h"
+
+#define REDIS_SERVER "/usr/bin/redis-server"
+
+typedef struct fixture {
+  char dir[40], sock[64], secret[64], url[80];
+  pid_t redis;
+  uv_loop_t loop;
+  uv_timer_t tick; /* keeps UV_RUN_ONCE from blocking for long */
+} fixture_t;
+
+static void on_tick(uv_timer_t *t) { (void)t; }
+
+static void setup(fixture_t *f) {
+  if (access(REDIS_SERVER, X_OK) != 0) cr_skip_test("no %s", REDIS_SERVER);
+  snprintf(f->dir, sizeof(f->dir), "/tmp/kiln-fleet-redis-XXXXXX");
+  cr_assert(mkdtemp(f->dir));
+  snprintf(f->sock, sizeof(f->sock), "%s/redis.sock", f->dir);
+  snprintf(f->secret, sizeof(f->secret), "%s/secret", f->dir);
+  snprintf(f->url, sizeof(f->url), "unix:%s", f->sock);
+  int fd = open(f->secret, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  cr_assert(fd >= 0);
+  cr_assert_eq(write(fd, "0123456789abcdef0123456789abcdef", 32), 32);
+  close(fd);
+  cr_assert_eq(uv_loop_init(&f->loop), 0);
+  uv_timer_init(&f->loop, &f->tick);
+  uv_timer_start(&f->tick, on_tick, 10, 10);
+}
+
+static void redis_start(fixture_t *f, const char *maxmemory) {
+  f->redis = fork();
+  cr_assert(f->redis >= 0);
+  if (f->redis == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    execl(REDIS_SERVER, "redis-server", "--port", "0", "--unixsocket", f->sock, "--save", "", "--appendonly",
+          "no", "--dir", f->dir, "--maxmemory", maxmemory, "--maxmemory-policy", "noeviction", (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 500; i++) { /* up to 5 s for its socket to accept */
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof(a.sun_path), "%s", f->sock);
+    bool ok = connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(s);
+    if (ok) return;
+    usleep(10000);
+  }
+  cr_assert_fail("redis-server did not start");
+}
+
+static void redis_kill(fixture_t *f) {
+  if (f->redis > 0) {
+    kill(f->redis, SIGKILL);
+    waitpid(f->redis, NULL, 0);
+  }
+  f->redis = 0;
+  unlink(f->sock);
+}
+
+static void teardown(fixture_t *f) {
+  redis_kill(f);
+  uv_close((uv_handle_t *)&f->tick, NULL);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&f->loop);
+  unlink(f->secret);
+  unlink(f->sock);
+  rmdir(f->dir);
+}
+
+/* Runs the loop until *done or the deadline; true when done. */
+static bool run_until(fixture_t *f, bool (*done)(void *), void *arg, double seconds) {
+  uint64_t end = kiln_now_ns() + (uint64_t)(seconds * 1e9);
+  while (!done(arg) && kiln_now_ns() < end) uv_run(&f->loop, UV_RUN_ONCE);
+  return done(arg);
+}
+
+typedef struct drain {
+  kiln_remote_t *rc;
+  uint64_t want;
+} drain_t;
+
+static bool all_put(void *arg) {
+  drain_t *d = arg;
+  kiln_remote_stats_t s;
+  kiln_remote_stats(d->rc, &s);
+  return s.requeue_sent >= d->want;
+}
+
+static bool all_refused(void *arg) {
+  drain_t *d = arg;
+  kiln_remote_stats_t s;
+  kiln_remote_stats(d->rc, &s);
+  return s.put_errors >= d->want;
+}
+
+static bool is_up(void *arg) {
+  kiln_remote_stats_t s;
+  kiln_remote_stats(arg, &s);
+  return s.redis.up;
+}
+
+typedef struct got {
+  bool called;
+  uint8_t *bytes;
+  size_t len;
+} got_t;
+
+static void on_got(void *arg, const uint8_t *bytes, size_t len) {
+  got_t *g = arg;
+  g->called = true;
+  g->len = len;
+  g->bytes = bytes ? malloc(len) : NULL;
+  if (bytes) memcpy(g->bytes, bytes, len);
+}
+
+static bool got(void *arg) { return ((got_t *)arg)->called; }
+
+static void fill(uint8_t *p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)((i * 2654435761u + seed) >> 13);
+}
+
+/* Sets f up and makes a tier while Redis is down, puts n builds of len bytes (queued: key i
+ * holds fill(i); *buf is a scratch buffer of len bytes), then starts Redis. */
+static kiln_remote_t *queued_tier(fixture_t *f, uint32_t timeout_ms, size_t n, size_t len, const char *maxmemory,
+                                  uint8_t **buf) {
+  setup(f);
+  kiln_remote_config_t cfg = {.redis = {.url = f->url, .what = "cache_remote", .timeout_ms = timeout_ms},
+                              .secret_file = f->secret};
+  kiln_remote_t *rc = NULL;
+  cr_assert_eq(kiln_remote_create(&f->loop, &cfg, &rc), KILN_OK); /* Redis down: no error */
+  *buf = malloc(len);
+  for (uint32_t i = 0; i < n; i++) {
+    uint8_t key[KILN_REMOTE_KEY_BYTES] = {0};
+    memcpy(key, &i, sizeof(i));
+    fill(*buf, len, i);
+    kiln_remote_put(rc, key, *buf, len);
+  }
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  cr_assert_eq(s.requeued, n);
+  cr_assert_eq(s.requeue_dropped, 0);
+  redis_start(f, maxmemory);
+  return rc;
+}
+
+static void finish(fixture_t *f, kiln_remote_t *rc, uint8_t *buf) {
+  free(buf);
+  kiln_remote_destroy(rc);
+  teardown(f);
+}
+
+/* Looks key i up and expects fill(i), len bytes (0: a miss). */
+static void expect_entry(fixture_t *f, kiln_remote_t *rc, uint32_t i, size_t len) {
+  uint8_t key[KILN_REMOTE_KEY_BYTES] = {0};
+  memcpy(key, &i, sizeof(i));
+  got_t g = {0};
+  cr_assert(run_until(f, is_up, rc, 10));
+  cr_assert(kiln_remote_get(rc, key, on_got, &g));
+  cr_assert(run_until(f, got, &g, 10));
+  uint8_t *want = malloc(len ? len : 1);
+  fill(want, len, i);
+  if (len) cr_expect(g.bytes && g.len == len && memcmp(g.bytes, want, len) == 0, "entry %u", i);
+  else cr_expect(!g.bytes, "entry %u: a hit", i);
+  free(want);
+  free(g.bytes);
+}
+
+/* Review item: the re-put after an outage sent the whole queue at once, every SET under the
+ * same deadline, so a queue at its bound could time out as a whole (and every put in flight
+ * was lost). Paced, every build arrives, however short the deadline is beside the queue. */
+Test(fleet_redis, a_full_requeue_reaches_redis_under_a_short_deadline) {
+  fixture_t f = {0};
+  const size_t n = KILN_REMOTE_REQUEUE_ENTRIES, len = KILN_REMOTE_REQUEUE_BYTES / KILN_REMOTE_REQUEUE_ENTRIES;
+  uint8_t *buf;
+  kiln_remote_t *rc = queued_tier(&f, 250, n, len, "0", &buf);
+  kiln_remote_stats_t s;
+  drain_t d = {rc, n};
+  cr_assert(run_until(&f, all_put, &d, 60), "the requeue did not finish");
+  kiln_remote_stats(rc, &s);
+  cr_expect_eq(s.puts, n, "puts %llu of %zu (errors %llu, timeouts %llu)", (unsigned long long)s.puts, n,
+               (unsigned long long)s.put_errors, (unsigned long long)s.redis.timeouts);
+  cr_expect_eq(s.put_errors, 0);
+  cr_expect_eq(s.redis.timeouts, 0);
+  cr_expect_eq(s.bytes_written, (uint64_t)n * len);
+  /* The first, a middle and the last build are hits, byte for byte. */
+  expect_entry(&f, rc, 0, len);
+  expect_entry(&f, rc, (uint32_t)n / 2, len);
+  expect_entry(&f, rc, (uint32_t)n - 1, len);
+  finish(&f, rc, buf);
+}
+
+static bool some_sent(void *arg) {
+  kiln_remote_stats_t s;
+  kiln_remote_stats(arg, &s);
+  return s.requeue_sent >= 8;
+}
+
+/* Redis killed while the queue drains: the builds it had not answered go back to the queue
+ * and reach the next Redis; none is dropped. */
+Test(fleet_redis, builds_in_flight_when_redis_dies_are_queued_again) {
+  fixture_t f = {0};
+  const size_t n = 64, len = 1u << 20;
+  uint8_t *buf;
+  kiln_remote_t *rc = queued_tier(&f, 0, n, len, "0", &buf);
+  cr_assert(run_until(&f, some_sent, rc, 30));
+  redis_kill(&f);
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  cr_assert_lt(s.requeue_sent, n, "the whole queue was sent before the kill: nothing tested");
+  redis_start(&f, "0");
+  drain_t d = {rc, n};
+  cr_assert(run_until(&f, all_put, &d, 60), "the requeue did not finish");
+  kiln_remote_stats(rc, &s);
+  cr_expect_eq(s.requeue_sent, n);
+  cr_expect_eq(s.requeue_dropped, 0);
+  expect_entry(&f, rc, (uint32_t)n - 1, len); /* in the queue or in flight at the kill */
+  finish(&f, rc, buf);
+}
+
+/* A Redis that refuses the SETs (full, noeviction): each queued build is tried once, counted
+ * in put_errors and dropped; the drain ends, the connection stays up. */
+Test(fleet_redis, a_redis_that_refuses_every_put_ends_the_drain) {
+  fixture_t f = {0};
+  const size_t n = 16, len = 1u << 20;
+  uint8_t *buf;
+  kiln_remote_t *rc = queued_tier(&f, 0, n, len, "1mb", &buf);
+  drain_t d = {rc, n};
+  cr_assert(run_until(&f, all_refused, &d, 30));
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  cr_expect(s.put_errors == n && s.puts == 0 && s.requeue_sent == 0, "puts %llu errors %llu",
+            (unsigned long long)s.puts, (unsigned long long)s.put_errors);
+  cr_expect(s.redis.up && s.redis.disconnects == 0);
+  expect_entry(&f, rc, 0, 0);
+  finish(&f, rc, buf);
+}
