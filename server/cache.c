@@ -82,7 +82,7 @@ struct kiln_cache {
 
 const uint8_t *kiln_cache_entry_data(const kiln_cache_entry_t *e, size_t *out_len) {
   *out_len = e->len;
-  return e->data;
+  return e->bytes;
 }
 
 const uint8_t *kiln_cache_entry_key(const kiln_cache_entry_t *e) { return e->key; }
@@ -97,6 +97,7 @@ void kiln_cache_entry_release(kiln_cache_entry_t *e) {
   /* acq_rel: the thread that frees must see every other thread's last use */
   if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1) {
     if (e->user_free) e->user_free(e->user);
+    free(e->block);
     free(e);
   }
 }
@@ -105,7 +106,17 @@ kiln_cache_entry_t *kiln_cache_entry_new(const uint8_t key[KILN_CACHE_KEY_BYTES]
   return kiln_cache_entry_alloc(key, len);
 }
 
-uint8_t *kiln_cache_entry_bytes(kiln_cache_entry_t *e) { return e->data; }
+kiln_cache_entry_t *kiln_cache_entry_adopt(const uint8_t key[KILN_CACHE_KEY_BYTES], void *block,
+                                           uint8_t *bytes, size_t len) {
+  kiln_cache_entry_t *e = kiln_cache_entry_alloc(key, 0);
+  if (!e) return NULL;
+  e->len = len;
+  e->bytes = bytes;
+  e->block = block;
+  return e;
+}
+
+uint8_t *kiln_cache_entry_bytes(kiln_cache_entry_t *e) { return e->bytes; }
 
 void *kiln_cache_entry_user(const kiln_cache_entry_t *e) { return e->user; }
 

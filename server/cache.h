@@ -122,6 +122,12 @@ void kiln_cache_entry_release(kiln_cache_entry_t *entry);
  * its bytes and puts it (kiln_cache_put_entry) or releases it. NULL when out of memory. */
 kiln_cache_entry_t *kiln_cache_entry_new(const uint8_t key[KILN_CACHE_KEY_BYTES], size_t len);
 uint8_t *kiln_cache_entry_bytes(kiln_cache_entry_t *entry); /* before it is put */
+/* As kiln_cache_entry_new, for bytes the caller has already: the entry takes over `block` (a
+ * malloc'd block holding the len bytes at `bytes`, freed with the entry's last reference)
+ * instead of a copy (the remote tier's reply buffer, server/fleet/remote.h). NULL when out
+ * of memory: block is then still the caller's. */
+kiln_cache_entry_t *kiln_cache_entry_adopt(const uint8_t key[KILN_CACHE_KEY_BYTES], void *block, uint8_t *bytes,
+                                           size_t len);
 /* What a user of the entry keeps with it (kilnd's decoded kernel table, server/modules.h):
  * set once, on the loop thread (false when one is set already); free_fn(user) runs when the
  * last reference goes, on whichever thread releases it. */

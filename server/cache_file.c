@@ -41,6 +41,8 @@ kiln_cache_entry_t *kiln_cache_entry_alloc(const uint8_t key[KILN_CACHE_KEY_BYTE
   e->len = len;
   e->user = NULL;
   e->user_free = NULL;
+  e->bytes = e->data;
+  e->block = NULL;
   memcpy(e->key, key, KILN_CACHE_KEY_BYTES);
   return e;
 }
@@ -294,7 +296,7 @@ kiln_status_t kiln_cache_file_write(const kiln_cache_root_t *r, const kiln_cache
   put_le(h + 12, KILN_CACHE_HEADER_BYTES, 4);
   put_le(h + 16, e->len, 8);
   memcpy(h + 24, e->key, KILN_CACHE_KEY_BYTES);
-  entry_mac(r, h, e->data, e->len, h + kCheckedBytes);
+  entry_mac(r, h, e->bytes, e->len, h + kCheckedBytes);
 
   /* the first write into this subdirectory, or someone removed the tree under a running
    * kilnd: create what is missing rather than fail forever */
@@ -311,7 +313,7 @@ kiln_status_t kiln_cache_file_write(const kiln_cache_root_t *r, const kiln_cache
   const char *step = "write";
   int err = write_all(fd, h, sizeof(h));
   if (!err && fault_errno) err = fault_errno;
-  if (!err) err = write_all(fd, e->data, e->len);
+  if (!err) err = write_all(fd, e->bytes, e->len);
   if (!err && fsync(fd)) step = "fsync", err = errno;
   if (close(fd) && !err) step = "close", err = errno;
   if (!err && renameat(sub, tmp, sub, final)) step = "rename", err = errno;
@@ -377,7 +379,7 @@ kiln_status_t kiln_cache_file_read(const kiln_cache_root_t *r, const uint8_t key
       s = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "cache read %s: out of memory", path);
       goto done;
     }
-    err = read_all(fd, e->data, e->len, KILN_CACHE_HEADER_BYTES);
+    err = read_all(fd, e->bytes, e->len, KILN_CACHE_HEADER_BYTES);
     if (err > 0) {
       s = ERRNO_STATUS(err, "read", path);
       goto done;
@@ -386,7 +388,7 @@ kiln_status_t kiln_cache_file_read(const kiln_cache_root_t *r, const uint8_t key
   }
   if (!why) {
     uint8_t mac[32];
-    entry_mac(r, h, e->data, e->len, mac);
+    entry_mac(r, h, e->bytes, e->len, mac);
     if (sodium_memcmp(mac, h + kCheckedBytes, sizeof(mac)) != 0)
       why = "MAC mismatch (damaged, forged, or written under another secret)";
   }

@@ -42,6 +42,8 @@ struct kiln_cache_entry {
   size_t len;
   void *user;                  /* what the entry's user attached (kiln_cache_entry_set_user) */
   void (*user_free)(void *);   /* called with `user` when the last reference goes */
+  uint8_t *bytes;              /* the payload: `data` below, or inside `block` */
+  void *block;                 /* NULL, or the malloc'd block it adopted (freed with it) */
   uint8_t key[KILN_CACHE_KEY_BYTES];
   _Alignas(16) uint8_t data[];
 };

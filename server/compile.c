@@ -524,14 +524,15 @@ static void build_key(const kiln_compile_state_t *cs, const build_t *b, uint8_t 
 
 /* The remote tier's answer for job j: the artifact's bytes (a hit: they go into the cache
  * like a compile's, and every waiter is answered cached), or NULL: the build runs here. */
-static void on_remote(void *arg, const uint8_t *bytes, size_t len) {
+static void on_remote(void *arg, const uint8_t *bytes, size_t len, void *block) {
   job_t *j = arg;
   kiln_compile_state_t *cs = j->cs;
   j->remote_pending = false;
   kiln_module_t *m = NULL;
-  kiln_cache_entry_t *e = bytes ? kiln_cache_entry_new(j->key, len) : NULL;
+  /* The entry adopts the reply's buffer (no copy of a MiB, no fresh pages to fault in). */
+  kiln_cache_entry_t *e = block ? kiln_cache_entry_adopt(j->key, block, (uint8_t *)bytes, len) : NULL;
+  if (!e && block) free(block);
   if (e) {
-    memcpy(kiln_cache_entry_bytes(e), bytes, len);
     kiln_status_t st = kiln_module_of(e, &m);
     if (st) { /* MACed with the fleet secret, yet not an artifact: build it here */
       KILN_LOG_WARN("cache_remote_undecodable", "module=%.16s message=\"%s\"", j->hex,

@@ -20,6 +20,7 @@
 
 #include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
+#include <hiredis/sds.h>
 
 #include "base/log.h"
 #include "base/util.h"
@@ -35,6 +36,7 @@ typedef struct op {
   struct op *prev, *next;
   kiln_redis_t *r;
   kiln_redis_cb cb; /* NULL: a handshake command (AUTH, SELECT, PING) */
+  kiln_redis_progress_cb progress; /* NULL, or told of its bulk reply's bytes as they arrive */
   void *arg;
   uint64_t deadline_ns;
   int step; /* handshake: 1 AUTH, 2 SELECT, 3 PING */
@@ -68,7 +70,6 @@ struct kiln_redis {
   uint32_t npending; /* commands sent whose reply has not come */
   uint64_t reply_bytes; /* what the reply being parsed has cost so far (the create_* hooks) */
   redisReplyObjectFunctions fns;
-  char *rbuf; /* on_check's read buffer (READ_CHUNK), made on the first large reply */
   kiln_redis_stats_t st;
   int handles_open;
 };
@@ -313,7 +314,6 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     uv_freeaddrinfo(res);
     if (r->handles_open == 0) {
       explicit_bzero(r->pass, sizeof(r->pass));
-      free(r->rbuf);
       free(r);
     }
     return;
@@ -383,12 +383,31 @@ static bool over_bound(kiln_redis_t *r) {
   return true;
 }
 
+/* The head command's bulk-string reply, while hiredis 0.14's reader waits for the rest of it:
+ * its root task is a string whose type byte is consumed (pos is past the '$'), and the buffer
+ * from pos holds "<length>\r\n" and the payload so far (read.c processBulkItem: the reader
+ * leaves the buffer as it is until the whole bulk is there, then copies it out). The head of
+ * our list is the command whose reply this is: replies come in order. */
+static void report_progress(kiln_redis_t *r) {
+  redisReader *rd = r->ac ? r->ac->c.reader : NULL;
+  if (!rd || rd->err || !r->head || !r->head->progress || rd->ridx != 0 || rd->rstack[0].type != REDIS_REPLY_STRING)
+    return;
+  const char *p = rd->buf + rd->pos;
+  size_t n = rd->len - rd->pos, i = 0;
+  uint64_t total = 0;
+  for (; i < n && i < 20 && p[i] >= '0' && p[i] <= '9'; i++) total = total * 10 + (uint64_t)(p[i] - '0');
+  if (i == 0 || i + 2 > n || p[i] != '\r' || p[i + 1] != '\n' || total > r->max_reply) return;
+  size_t have = n - i - 2 < total ? n - i - 2 : (size_t)total;
+  r->head->progress(r->head->arg, (const uint8_t *)p + i + 2, have, (size_t)total);
+}
+
 /* After each poll phase: the bound on buffered input, then the rest of what the socket holds.
  * hiredis 0.14 reads 16 KiB per read(2) (a 1 MiB entry would take 64 reads and 64 turns of
- * the loop); while a reply is incomplete, what waits in the socket is read here in one read of
- * up to READ_CHUNK and fed to the reader, and redisAsyncHandleRead then parses it and answers
- * (its own read finds the socket empty or takes the tail). At most 4 MiB per turn, so one
- * connection cannot hold the loop. */
+ * the loop); while a reply is incomplete, what waits in the socket is read here straight into
+ * the reader's buffer (up to READ_CHUNK a read; the reader's redisReaderFeed would copy it
+ * there), the head command is told of its bytes so far (report_progress), and
+ * redisAsyncHandleRead then parses it and answers (its own read finds the socket empty or
+ * takes the tail). At most 4 MiB per turn, so one connection cannot hold the loop. */
 #define READ_CHUNK (1u << 20)
 #define READ_TURN (4u << 20)
 static void on_check(uv_check_t *h) {
@@ -396,13 +415,21 @@ static void on_check(uv_check_t *h) {
   size_t taken = 0;
   while (taken < READ_TURN && !over_bound(r) && r->ac && r->head) {
     redisAsyncContext *ac = r->ac;
+    redisReader *rd = ac->c.reader;
     int avail = 0;
-    if (ac->c.reader->len == ac->c.reader->pos || ioctl(ac->c.fd, FIONREAD, &avail) != 0 || avail <= 0)
-      break;
-    if (!r->rbuf && !(r->rbuf = malloc(READ_CHUNK))) break;
-    ssize_t n = read(ac->c.fd, r->rbuf, (size_t)avail < READ_CHUNK ? (size_t)avail : READ_CHUNK);
+    report_progress(r); /* what hiredis's own read brought */
+    if (rd->err || rd->len == rd->pos || ioctl(ac->c.fd, FIONREAD, &avail) != 0 || avail <= 0) break;
+    size_t want = (size_t)avail < READ_CHUNK ? (size_t)avail : READ_CHUNK;
+    sds buf = sdsMakeRoomFor(rd->buf, want);
+    if (!buf) break;
+    rd->buf = buf;
+    ssize_t n = read(ac->c.fd, buf + sdslen(buf), want);
     /* A read error or EOF is left to hiredis's own read below, which sees it and drops. */
-    if (n > 0 && redisReaderFeed(ac->c.reader, r->rbuf, (size_t)n) != REDIS_OK) n = 0;
+    if (n > 0) {
+      sdsIncrLen(buf, (int)n);
+      rd->len = sdslen(buf);
+      report_progress(r);
+    }
     taken += n > 0 ? (size_t)n : READ_TURN;
     redisAsyncHandleRead(ac); /* may answer commands, or free ac (then r->ac is NULL) */
   }
@@ -447,7 +474,6 @@ static void on_handle_closed(uv_handle_t *h) {
   if (--r->handles_open == 0) {
     if (r->gai_busy) return; /* on_resolved frees */
     explicit_bzero(r->pass, sizeof(r->pass));
-    free(r->rbuf);
     free(r);
   }
 }
@@ -471,11 +497,26 @@ bool kiln_redis_up(const kiln_redis_t *r) { return r && r->state == ST_UP && r->
 
 bool kiln_redis_command(kiln_redis_t *r, kiln_redis_cb cb, void *arg, int argc, const char **argv,
                         const size_t *lens) {
+  return kiln_redis_command_progress(r, cb, NULL, arg, argc, argv, lens);
+}
+
+char *kiln_redis_take_str(const redisReply *reply) {
+  if (!reply || reply->type != REDIS_REPLY_STRING) return NULL;
+  redisReply *mut = (redisReply *)reply; /* ours to change in the callback: hiredis frees it after */
+  char *s = mut->str;
+  mut->str = NULL; /* freeReplyObject frees str with free(): NULL is fine */
+  mut->len = 0;
+  return s;
+}
+
+bool kiln_redis_command_progress(kiln_redis_t *r, kiln_redis_cb cb, kiln_redis_progress_cb progress, void *arg,
+                                 int argc, const char **argv, const size_t *lens) {
   if (!kiln_redis_up(r)) return false;
   op_t *o = calloc(1, sizeof(*o));
   if (!o) return false;
   o->r = r;
   o->cb = cb;
+  o->progress = progress;
   o->arg = arg;
   o->deadline_ns = kiln_now_ns() + (uint64_t)r->timeout_ms * 1000000ull;
   op_link(r, o);

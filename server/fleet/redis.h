@@ -6,6 +6,10 @@
  * connection), so a hostile or broken Redis costs the
  * caller a failed command and nothing else.
  *
+ * A large reply is read in few reads, straight into hiredis's reader buffer, and a command
+ * may watch its bulk reply arrive (kiln_redis_command_progress) and keep its buffer
+ * (kiln_redis_take_str).
+ *
  * Commands are accepted only while the connection is up (connected, AUTH and SELECT done);
  * otherwise kiln_redis_command returns false at once and the caller carries on without Redis.
  *
@@ -62,6 +66,21 @@ bool kiln_redis_up(const kiln_redis_t *r);
  * once, from the loop, never inside this call. */
 bool kiln_redis_command(kiln_redis_t *r, kiln_redis_cb cb, void *arg, int argc, const char **argv,
                         const size_t *lens);
+
+/* The bytes of a bulk-string reply as they arrive, before the reply is whole: payload[0, have)
+ * of its `total` bytes (have grows from call to call; bytes once shown never change, and the
+ * reply cb then gets exactly these bytes). Not called for other replies, nor for the part
+ * of one that arrives with its end. For work that can overlap the transfer (a MAC). */
+typedef void (*kiln_redis_progress_cb)(void *arg, const uint8_t *payload, size_t have, size_t total);
+
+/* kiln_redis_command with a progress callback (NULL: none), called with the same arg. */
+bool kiln_redis_command_progress(kiln_redis_t *r, kiln_redis_cb cb, kiln_redis_progress_cb progress, void *arg,
+                                 int argc, const char **argv, const size_t *lens);
+
+/* Inside a reply callback: takes the string of a string reply (malloc'd, `reply->len` bytes
+ * and a NUL): the caller owns it and frees it with free(); the reply is left without it.
+ * NULL for a reply of another type. */
+char *kiln_redis_take_str(const redisReply *reply);
 
 void kiln_redis_stats(const kiln_redis_t *r, kiln_redis_stats_t *out);
 

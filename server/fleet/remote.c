@@ -46,6 +46,10 @@ typedef struct lookup {
   void *arg;
   uint64_t wait_deadline_ns;
   uint64_t sent_ns, sent_cpu_ns; /* the last GETRANGE: wall clock, the loop thread's CPU clock */
+  uint64_t first_ns;             /* its reply's first bytes seen (0: it came whole) */
+  EVP_MAC_CTX *mac;              /* the MAC of its reply, fed as the reply arrives (on_progress) */
+  size_t mac_upto;               /* ... over this many payload bytes so far */
+  bool mac_failed;               /* ... could not be computed: on_get MACs the whole entry */
   bool waited;   /* found the lock held at least once */
   bool locked;   /* this host holds the build lock: a last look, then the build */
   bool in_redis; /* a command of ours is pending */
@@ -97,23 +101,40 @@ static uint64_t get_u64(const uint8_t *p) {
   return v;
 }
 
-/* HMAC-SHA256 through OpenSSL 3's EVP_MAC (the HMAC_CTX calls are deprecated). False when it
- * cannot be computed (no HMAC in the provider configuration, out of memory, a secret shorter than
- * read_secret allows): the caller must then refuse the entry or skip the put, never compare
- * against or store a placeholder (a forger could write that placeholder). */
-static bool mac(const uint8_t *secret, size_t secret_len, const uint8_t *head, const uint8_t *payload,
-                size_t len, uint8_t out[32]) {
+/* HMAC-SHA256 through OpenSSL 3's EVP_MAC (the HMAC_CTX calls are deprecated), over the
+ * entry's first 48 bytes and then its payload, in one call (mac) or as the payload arrives
+ * (mac_begin, EVP_MAC_update, mac_end). False or NULL when it cannot be computed (no HMAC in
+ * the provider configuration, out of memory, a secret shorter than read_secret allows): the
+ * caller must then refuse the entry or skip the put, never compare against or store a
+ * placeholder (a forger could write that placeholder). */
+static EVP_MAC_CTX *mac_begin(const uint8_t *secret, size_t secret_len, const uint8_t *head) {
   static EVP_MAC *hmac; /* fetched once; the loop thread is the only caller */
-  if (!secret || secret_len < 32) return false;
+  if (!secret || secret_len < 32) return NULL;
   if (!hmac) hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
   char digest[] = "SHA256";
   OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
   EVP_MAC_CTX *c = hmac ? EVP_MAC_CTX_new(hmac) : NULL;
+  if (c && EVP_MAC_init(c, secret, secret_len, params) && EVP_MAC_update(c, head, 48)) return c;
+  EVP_MAC_CTX_free(c);
+  return NULL;
+}
+
+/* Ends c (freed either way) and writes the MAC. */
+static bool mac_end(EVP_MAC_CTX *c, uint8_t out[32]) {
   size_t n = 0;
-  bool ok = c && EVP_MAC_init(c, secret, secret_len, params) && EVP_MAC_update(c, head, 48) &&
-            EVP_MAC_update(c, payload, len) && EVP_MAC_final(c, out, &n, 32) && n == 32;
+  bool ok = c && EVP_MAC_final(c, out, &n, 32) && n == 32;
   EVP_MAC_CTX_free(c);
   return ok;
+}
+
+static bool mac(const uint8_t *secret, size_t secret_len, const uint8_t *head, const uint8_t *payload,
+                size_t len, uint8_t out[32]) {
+  EVP_MAC_CTX *c = mac_begin(secret, secret_len, head);
+  if (c && !EVP_MAC_update(c, payload, len)) {
+    EVP_MAC_CTX_free(c);
+    return false;
+  }
+  return mac_end(c, out);
 }
 
 bool kiln_remote_seal(const uint8_t *secret, size_t secret_len, const uint8_t key[KILN_REMOTE_KEY_BYTES],
@@ -125,37 +146,59 @@ bool kiln_remote_seal(const uint8_t *secret, size_t secret_len, const uint8_t ke
   return mac(secret, secret_len, out, out + KILN_REMOTE_HEADER_BYTES, len, out + 48);
 }
 
-const uint8_t *kiln_remote_open(const uint8_t *secret, size_t secret_len,
-                                const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *e,
-                                size_t n, uint64_t max_bytes, size_t *out_len, const char **why) {
+/* kiln_remote_open; with `streamed` (a MAC begun on these bytes' head and fed their first
+ * `upto` payload bytes as they arrived, consumed here), only the rest is MACed now. */
+static const uint8_t *open_entry(const uint8_t *secret, size_t secret_len, const uint8_t key[KILN_REMOTE_KEY_BYTES],
+                                 const uint8_t *e, size_t n, uint64_t max_bytes, EVP_MAC_CTX *streamed, size_t upto,
+                                 size_t *out_len, const char **why) {
+  const uint8_t *p = NULL;
+  uint64_t len = 0;
   if (n < KILN_REMOTE_HEADER_BYTES) {
     *why = "shorter than its header";
-    return NULL;
+    goto out;
   }
   if (memcmp(e, "KILNRMT1", 8) != 0) {
     *why = "not a kiln entry (magic)";
-    return NULL;
+    goto out;
   }
-  uint64_t len = get_u64(e + 8);
+  len = get_u64(e + 8);
   if (len == 0 || len > max_bytes || len != n - KILN_REMOTE_HEADER_BYTES) {
     *why = "its length is wrong or over the bound";
-    return NULL;
+    goto out;
   }
   if (memcmp(e + 16, key, KILN_REMOTE_KEY_BYTES) != 0) {
     *why = "it names another key";
-    return NULL;
+    goto out;
   }
   uint8_t m[32];
-  if (!mac(secret, secret_len, e, e + KILN_REMOTE_HEADER_BYTES, (size_t)len, m)) {
+  bool ok;
+  if (streamed && upto <= len) {
+    ok = EVP_MAC_update(streamed, e + KILN_REMOTE_HEADER_BYTES + upto, (size_t)len - upto);
+    if (ok) ok = mac_end(streamed, m); /* frees it */
+    else EVP_MAC_CTX_free(streamed);
+    streamed = NULL;
+  } else {
+    ok = mac(secret, secret_len, e, e + KILN_REMOTE_HEADER_BYTES, (size_t)len, m);
+  }
+  if (!ok) {
     *why = "cannot compute the MAC (libcrypto failed): refused";
-    return NULL;
+    goto out;
   }
   if (CRYPTO_memcmp(m, e + 48, 32) != 0) {
     *why = "its MAC does not match (forged, corrupt, or another fleet secret)";
-    return NULL;
+    goto out;
   }
   *out_len = (size_t)len;
-  return e + KILN_REMOTE_HEADER_BYTES;
+  p = e + KILN_REMOTE_HEADER_BYTES;
+out:
+  EVP_MAC_CTX_free(streamed);
+  return p;
+}
+
+const uint8_t *kiln_remote_open(const uint8_t *secret, size_t secret_len,
+                                const uint8_t key[KILN_REMOTE_KEY_BYTES], const uint8_t *e,
+                                size_t n, uint64_t max_bytes, size_t *out_len, const char **why) {
+  return open_entry(secret, secret_len, key, e, n, max_bytes, NULL, 0, out_len, why);
 }
 
 static void key_name(const char *prefix, const uint8_t key[KILN_REMOTE_KEY_BYTES], char *out) {
@@ -198,9 +241,21 @@ static void send_get(lookup_t *l);
 static void send_lock(lookup_t *l);
 static bool release(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES]);
 
-static void lookup_closed(uv_handle_t *h) { free(h->data); }
+static void mac_reset(lookup_t *l) {
+  EVP_MAC_CTX_free(l->mac);
+  l->mac = NULL;
+  l->mac_upto = 0;
+  l->mac_failed = false;
+  l->first_ns = 0;
+}
 
-static void lookup_end(lookup_t *l, const uint8_t *bytes, size_t len) {
+static void lookup_closed(uv_handle_t *h) {
+  mac_reset(h->data);
+  free(h->data);
+}
+
+/* A hit hands `block` (the malloc'd reply holding bytes, or NULL) to the callback. */
+static void lookup_end(lookup_t *l, const uint8_t *bytes, size_t len, void *block) {
   kiln_remote_t *rc = l->rc;
   if (l->prev) l->prev->next = l->next;
   else rc->lookups = l->next;
@@ -212,7 +267,7 @@ static void lookup_end(lookup_t *l, const uint8_t *bytes, size_t len) {
   } else {
     rc->st.misses++;
   }
-  l->cb(l->arg, bytes, len);
+  l->cb(l->arg, bytes, len, block);
   uv_close((uv_handle_t *)&l->poll, lookup_closed);
 }
 
@@ -242,27 +297,38 @@ static void on_get(void *arg, const redisReply *r) {
   kiln_remote_t *rc = l->rc;
   l->in_redis = false;
   if (!r) { /* Redis went away: build it here */
-    lookup_end(l, NULL, 0);
+    lookup_end(l, NULL, 0, NULL);
     return;
   }
   if (r->type == REDIS_REPLY_STRING && r->len > 0) {
     const char *why = NULL;
     size_t len = 0;
     uint64_t t0 = kiln_now_ns();
-    const uint8_t *p = kiln_remote_open(rc->secret, rc->secret_len, l->key, (const uint8_t *)r->str,
-                                        r->len, rc->max_bytes, &len, &why);
+    /* The MAC fed as the reply arrived (on_progress) covers its first mac_upto payload bytes;
+     * the rest is MACed now. Without one (a small entry, or it came in one read), all of it. */
+    size_t streamed = l->mac && !l->mac_failed ? l->mac_upto : 0;
+    EVP_MAC_CTX *c = l->mac_failed ? NULL : l->mac;
+    l->mac = NULL; /* open_entry consumes it */
+    const uint8_t *p = open_entry(rc->secret, rc->secret_len, l->key, (const uint8_t *)r->str, r->len,
+                                  rc->max_bytes, c, streamed, &len, &why);
     if (p) {
       if (l->locked) release(rc, l->key); /* the entry came before our lock: no build */
-      /* Where a hit's time goes: Redis (the round trip and reading the reply), the MAC, and
-       * the caller's hand-off (decode, the local cache put, the answer). */
+      /* Where a hit's time goes: Redis (the round trip to the first reply bytes, then reading
+       * the rest; the MAC overlaps the reading), what is left of the MAC, and the caller's
+       * hand-off (decode, the answer, the local cache put). */
       char hex[2 * KILN_REMOTE_KEY_BYTES + 1];
       kiln_hex(l->key, KILN_REMOTE_KEY_BYTES, hex);
-      uint64_t sent = l->sent_ns, sent_cpu = l->sent_cpu_ns, t1 = kiln_now_ns();
-      lookup_end(l, p, len);
+      uint64_t sent = l->sent_ns, sent_cpu = l->sent_cpu_ns, first = l->first_ns ? l->first_ns : t0,
+               t1 = kiln_now_ns();
+      /* The reply's buffer becomes the caller's (the local cache entry adopts it: no copy). */
+      char *block = kiln_redis_take_str(r);
+      lookup_end(l, p, len, block);
       uint64_t t2 = kiln_now_ns(), c2 = thread_cpu_ns();
-      KILN_LOG_DEBUG("cache_remote_hit", "key=%.16s bytes=%zu redis_ms=%.3f mac_ms=%.3f handoff_ms=%.3f cpu_ms=%.3f",
-                     hex, len, (double)(t0 - sent) / 1e6, (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6,
-                     (double)(c2 - sent_cpu) / 1e6);
+      KILN_LOG_DEBUG("cache_remote_hit",
+                     "key=%.16s bytes=%zu first_ms=%.3f redis_ms=%.3f mac_ms=%.3f mac_streamed=%zu handoff_ms=%.3f "
+                     "cpu_ms=%.3f",
+                     hex, len, (double)(first - sent) / 1e6, (double)(t0 - sent) / 1e6, (double)(t1 - t0) / 1e6,
+                     streamed, (double)(t2 - t1) / 1e6, (double)(c2 - sent_cpu) / 1e6);
       return;
     }
     if (strncmp(why, "cannot compute", 14) != 0) drop_entry(rc, l->key, why);
@@ -271,7 +337,7 @@ static void on_get(void *arg, const redisReply *r) {
     drop_entry(rc, l->key, r->type == REDIS_REPLY_ERROR ? "Redis answered an error (a key of another type?)"
                                                        : "Redis answered a value of another type");
   }
-  if (l->locked) lookup_end(l, NULL, 0); /* build it here, under our lock */
+  if (l->locked) lookup_end(l, NULL, 0, NULL); /* build it here, under our lock */
   else send_lock(l);
 }
 
@@ -296,7 +362,7 @@ static void on_lock(void *arg, const redisReply *r) {
     return;
   }
   if (!r || r->type != REDIS_REPLY_NIL) { /* down, or an answer SET NX cannot give */
-    lookup_end(l, NULL, 0);
+    lookup_end(l, NULL, 0, NULL);
     return;
   }
   /* Another host builds it: wait for its entry, within bounds. */
@@ -308,23 +374,54 @@ static void on_lock(void *arg, const redisReply *r) {
   } else if (now >= l->wait_deadline_ns) {
     rc->st.wait_timeouts++;
     KILN_LOG_WARN("cache_remote_wait_timeout", "wait_ms=%u action=compile_here", rc->wait_ms);
-    lookup_end(l, NULL, 0);
+    lookup_end(l, NULL, 0, NULL);
     return;
   }
   uv_timer_start(&l->poll, on_poll, rc->poll_ms, 0);
 }
 
-static void send_get(lookup_t *l) {
+/* The GETRANGE reply as it arrives (redis.h kiln_redis_progress_cb): the MAC of an entry of
+ * STREAM_MIN bytes or more is computed over what has come, while the rest is still on its
+ * way, so that on_get has only the tail left. Its first 48 bytes start it; nothing here
+ * decides anything (a reply that is no entry fails its MAC, or open_entry's checks, in on_get). */
+#define STREAM_MIN (64u << 10)
+static void on_progress(void *arg, const uint8_t *s, size_t have, size_t total) {
+  lookup_t *l = arg;
+  kiln_remote_t *rc = l->rc;
+  if (!l->first_ns) l->first_ns = kiln_now_ns();
+  if (l->mac_failed || total < STREAM_MIN || have < KILN_REMOTE_HEADER_BYTES ||
+      total - KILN_REMOTE_HEADER_BYTES > rc->max_bytes)
+    return;
+  if (!l->mac && !(l->mac = mac_begin(rc->secret, rc->secret_len, s))) {
+    l->mac_failed = true;
+    return;
+  }
+  size_t pay = have - KILN_REMOTE_HEADER_BYTES;
+  if (pay <= l->mac_upto) return;
+  if (!EVP_MAC_update(l->mac, s + KILN_REMOTE_HEADER_BYTES + l->mac_upto, pay - l->mac_upto)) {
+    l->mac_failed = true;
+    return;
+  }
+  l->mac_upto = pay;
+}
+
+/* Sends the look-up's GETRANGE (a new one each poll). False when it could not be sent. */
+static bool get_send(lookup_t *l) {
   kiln_remote_t *rc = l->rc;
   char name[sizeof(ART_PREFIX) + 64], last[24];
   key_name(ART_PREFIX, l->key, name);
   /* GETRANGE bounds what even a well-behaved Redis sends for an oversized value. */
   snprintf(last, sizeof(last), "%llu", (unsigned long long)(rc->max_bytes + KILN_REMOTE_HEADER_BYTES));
   const char *argv[] = {"GETRANGE", name, "0", last};
+  mac_reset(l);
   l->sent_ns = kiln_now_ns();
   l->sent_cpu_ns = thread_cpu_ns();
-  l->in_redis = kiln_redis_command(rc->redis, on_get, l, 4, argv, NULL);
-  if (!l->in_redis) lookup_end(l, NULL, 0);
+  return kiln_redis_command_progress(rc->redis, on_get, on_progress, l, 4, argv, NULL);
+}
+
+static void send_get(lookup_t *l) {
+  l->in_redis = get_send(l);
+  if (!l->in_redis) lookup_end(l, NULL, 0, NULL);
 }
 
 static void send_lock(lookup_t *l) {
@@ -334,7 +431,7 @@ static void send_lock(lookup_t *l) {
   snprintf(ttl, sizeof(ttl), "%u", rc->lock_ttl_ms);
   const char *argv[] = {"SET", name, rc->token, "NX", "PX", ttl};
   l->in_redis = kiln_redis_command(rc->redis, on_lock, l, 6, argv, NULL);
-  if (!l->in_redis) lookup_end(l, NULL, 0);
+  if (!l->in_redis) lookup_end(l, NULL, 0, NULL);
 }
 
 bool kiln_remote_get(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES], kiln_remote_get_cb cb,
@@ -349,13 +446,8 @@ bool kiln_remote_get(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES]
   memcpy(l->key, key, KILN_REMOTE_KEY_BYTES);
   l->cb = cb;
   l->arg = arg;
-  char name[sizeof(ART_PREFIX) + 64], last[24];
-  key_name(ART_PREFIX, key, name);
-  snprintf(last, sizeof(last), "%llu", (unsigned long long)(rc->max_bytes + KILN_REMOTE_HEADER_BYTES));
-  const char *argv[] = {"GETRANGE", name, "0", last};
-  l->sent_ns = kiln_now_ns();
-  l->sent_cpu_ns = thread_cpu_ns();
-  if (!kiln_redis_command(rc->redis, on_get, l, 4, argv, NULL)) {
+  if (!get_send(l)) {
+    mac_reset(l);
     free(l);
     rc->st.skipped++;
     return false;

@@ -57,8 +57,10 @@ typedef struct kiln_remote_stats {
   uint64_t wait_timeouts;/* ... and gave up waiting (the build ran here too) */
 } kiln_remote_stats_t;
 
-/* The artifact's bytes (borrowed: valid during the call only), or NULL: build it here. */
-typedef void (*kiln_remote_get_cb)(void *arg, const uint8_t *bytes, size_t len);
+/* The artifact's bytes, or NULL: build it here. On a hit, block is the malloc'd buffer
+ * holding them (Redis's reply), now the callee's: it frees it with free() or hands it on (a
+ * cache entry adopts it, server/cache.h kiln_cache_entry_adopt); bytes are valid while it is. */
+typedef void (*kiln_remote_get_cb)(void *arg, const uint8_t *bytes, size_t len, void *block);
 
 KILN_MUST_USE kiln_status_t kiln_remote_create(uv_loop_t *loop, const kiln_remote_config_t *cfg,
                                                kiln_remote_t **out);
