@@ -176,13 +176,23 @@ static void proc_net_address(const struct sockaddr_storage *ss, bool mapped, cha
            (unsigned)w[3], ntohs(port));
 }
 
+static bool is_loopback(const struct sockaddr_storage *ss) {
+  if (ss->ss_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+  const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
 /* The uid of the daemon's end of connected TCP socket fd (the listener's owner: an accepted
- * socket inherits it), from the kernel's table of this network namespace. -1 if not found. */
-static long tcp_peer_uid(int fd) {
+ * socket inherits it), from the kernel's table of this network namespace. -1 if not found:
+ * *remote says whether the daemon is on another machine (not loopback, not in the table). */
+static long tcp_peer_uid(int fd, bool *remote) {
   struct sockaddr_storage mine, theirs;
   socklen_t ml = sizeof(mine), tl = sizeof(theirs);
+  *remote = false;
   if (getsockname(fd, (struct sockaddr *)&mine, &ml) || getpeername(fd, (struct sockaddr *)&theirs, &tl))
     return -1;
+  *remote = !is_loopback(&theirs);
   for (int pass = 0; pass < 2; pass++) {
     bool six = mine.ss_family == AF_INET6 || pass == 1;
     if (mine.ss_family == AF_INET6 && pass == 1) break;
@@ -198,15 +208,19 @@ static long tcp_peer_uid(int fd) {
           !strcasecmp(local, want_local) && !strcasecmp(remote, want_remote))
         uid = (long)u;
     fclose(f);
-    if (uid >= 0) return uid;
+    if (uid >= 0) {
+      *remote = false;
+      return uid;
+    }
   }
   return -1;
 }
 
-/* A daemon found by searching (not named by the user) must run as someone the user trusts
- * with their work: root, the user, or the `kiln` system user. Anyone may listen on a
- * loopback port or on a socket in a directory they own first and wait for another user's
- * kernels, inputs and token (docs/protocol.md §1). Checked before a byte is sent. */
+/* A daemon found by searching (not named by the user) on this machine must run as someone
+ * the user trusts with their work: root, the user, or the `kiln` system user. Anyone may
+ * listen on a loopback port or on a socket in a directory they own first and wait for another
+ * user's kernels, inputs and token (docs/protocol.md §1). Checked before a byte is sent. A
+ * host of $KILN_SEARCH on another machine has no local owner: it is the user's choice. */
 kiln_status_t kiln_url_check_owner(int fd, const char *url) {
   long uid = -1;
   if (strncmp(url, "unix:", 5) == 0) {
@@ -214,7 +228,9 @@ kiln_status_t kiln_url_check_owner(int fd, const char *url) {
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) uid = (long)cred.uid;
   } else if (strncmp(url, "tcp:", 4) == 0) {
-    uid = tcp_peer_uid(fd);
+    bool remote;
+    uid = tcp_peer_uid(fd, &remote);
+    if (remote) return KILN_OK;
   } else {
     return KILN_OK; /* tls: the certificate says who it is */
   }

@@ -8,6 +8,7 @@ which needs root: those tests skip otherwise."""
 import os
 import pathlib
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -298,3 +299,30 @@ def test_discovery_uses_the_users_own_daemons(tcp_url, unix_url):
         r = subprocess.run([sys.executable, "-c", CONNECT], env=client_env(KILN_SEARCH=url),
                            capture_output=True, text=True, timeout=60)
         assert r.stdout.strip() == "CONNECTED " + url, r.stdout + r.stderr
+
+
+def test_a_search_host_on_another_machine_has_no_local_owner_to_check():
+    # (no second machine here: a socket that says where it is connected)
+    from kiln import _rpc
+
+    class Connected:
+        def __init__(self, family, mine, theirs):
+            self.family, self._mine, self._theirs = family, mine, theirs
+
+        def getsockname(self):
+            return self._mine
+
+        def getpeername(self):
+            return self._theirs
+
+    v4, v6 = socket.AF_INET, socket.AF_INET6
+    # another machine: the user listed it in KILN_SEARCH, it is their choice
+    assert _rpc._tcp_peer_uid(Connected(v4, ("10.1.2.3", 40000), ("10.9.8.7", 7070))) == "remote"
+    assert _rpc._tcp_peer_uid(Connected(v6, ("fd00::1", 40000, 0, 0), ("fd00::2", 7070, 0, 0))) == "remote"
+    # loopback with no owner in the table (it went away) is refused, not waved through
+    for fam, mine, theirs in ((v4, ("127.0.0.1", 1), ("127.0.0.1", 2)),
+                              (v6, ("::1", 1, 0, 0), ("::1", 2, 0, 0)),
+                              (v6, ("::ffff:127.0.0.1", 1, 0, 0), ("::ffff:127.0.0.2", 2, 0, 0))):
+        assert _rpc._tcp_peer_uid(Connected(fam, mine, theirs)) is None
+        with pytest.raises(kiln.Unavailable, match="cannot tell which user runs it"):
+            _rpc.check_owner(Connected(fam, mine, theirs), "tcp:127.0.0.1:2")

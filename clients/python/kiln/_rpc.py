@@ -119,9 +119,13 @@ def _proc_net_address(sockaddr, family, mapped):
 
 def _tcp_peer_uid(sock):
     """The uid of the daemon's end of a connected TCP socket (an accepted socket has its
-    listener's owner), from the kernel's table of this network namespace; None if not found."""
+    listener's owner), from the kernel's table of this network namespace; None if not found,
+    "remote" for a daemon on another machine (not loopback, not in the table)."""
+    import ipaddress
     fam = sock.family
     mine, theirs = sock.getsockname(), sock.getpeername()
+    ip = ipaddress.ip_address(theirs[0])
+    loopback = ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)
     for six in ((True,) if fam == socket.AF_INET6 else (False, True)):
         want = (_proc_net_address(theirs, fam, six), _proc_net_address(mine, fam, six))
         try:
@@ -132,7 +136,7 @@ def _tcp_peer_uid(sock):
                         return int(p[7])
         except OSError:
             pass
-    return None
+    return None if loopback else "remote"
 
 
 def check_owner(sock, url):
@@ -141,11 +145,13 @@ def check_owner(sock, url):
     port's owner in /proc/net/tcp). Anyone may listen first on a loopback port, or on a socket
     in a directory they own, and wait for another user's kernels, inputs and token
     (docs/protocol.md §1). Called before anything is sent; tls: URLs are left to their
-    certificate."""
+    certificate, a ``$KILN_SEARCH`` host on another machine to the user who listed it."""
     if url.startswith("unix:"):
         uid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
     elif url.startswith("tcp:"):
         uid = _tcp_peer_uid(sock)
+        if uid == "remote":
+            return
     else:
         return
     import pwd
