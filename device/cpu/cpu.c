@@ -60,7 +60,9 @@ static kiln_status_t cpu_open(uint32_t index, const int *cpus, size_t ncpus,
     return s;
   }
   dev->info.compute_units = kiln_cpu_pool_size(dev->pool);
-  dev->mem = calloc(kiln_cpu_pool_size(dev->pool), sizeof *dev->mem);
+  size_t n = kiln_cpu_pool_size(dev->pool);
+  dev->mem = aligned_alloc(_Alignof(cpu_thread_mem_t), n * sizeof *dev->mem);
+  if (dev->mem) memset(dev->mem, 0, n * sizeof *dev->mem);
   if (!dev->mem) {
     cpu_close(dev);
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");

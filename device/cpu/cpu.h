@@ -2,17 +2,25 @@
 #ifndef KILN_DEVICE_CPU_CPU_H
 #define KILN_DEVICE_CPU_CPU_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 #include "device/cpu/pool.h"
 #include "device/device.h"
 #include "protocol/cpu_abi.h"
 
-/* Per-thread work-group memory, grown before a launch by the owner thread only. */
+/* Per pool thread: its work-group memory, grown before a launch by the owner thread only,
+ * and its share of the current launch's grid (launch.c): groups [next, end) not yet taken.
+ * One cache line each, so that a thread taking groups from its own share does not disturb
+ * the others' lines. */
 typedef struct cpu_thread_mem {
   void *shared;
   size_t shared_cap;
   void *scratch;
   size_t scratch_cap;
-} cpu_thread_mem_t;
+  _Atomic uint64_t next;
+  uint64_t end;
+} __attribute__((aligned(64))) cpu_thread_mem_t;
 
 struct kiln_device {
   kiln_device_info_t info;

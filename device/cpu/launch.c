@@ -1,7 +1,9 @@
-/* Running a launch on the cpu: work-groups are handed out to the pool's threads through
- * one atomic counter (dynamic scheduling, since groups can differ in cost), in chunks of
- * consecutive groups, each thread calling the work-group function with its own shared and
- * scratch memory. */
+/* Running a launch on the cpu. The grid is cut into one contiguous share per pool thread
+ * (thread 0, the launching thread, first); each thread takes its own share's groups in
+ * chunks from its own counter, then helps the others through theirs (dynamic balancing:
+ * groups can differ in cost, and a thread can lose its core to another process). Each
+ * thread calls the work-group function with its own shared and scratch memory. Which thread
+ * runs a group never changes what the group computes. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,15 +14,15 @@
 
 #define ALIGN 64
 #define MAX_STRIDE 64 /* work-groups at most between two reads of the deadline clock */
+#define CHUNKS 8      /* chunks per share */
 
 typedef struct run {
   kiln_device_t *dev;
   kiln_cpu_wg_fn_t fn;
   const kiln_launch_t *launch;
-  uint64_t total; /* work-groups in the grid */
-  uint64_t chunk; /* groups taken per visit to the counter */
+  unsigned nthreads;
+  uint64_t chunk; /* groups taken per visit to a share's counter */
   uint64_t deadline; /* absolute CLOCK_MONOTONIC_COARSE ns, 0 = none */
-  _Atomic uint64_t next;
   _Atomic bool timed_out;
 } run_t;
 
@@ -30,6 +32,13 @@ static uint64_t coarse_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Thread t's share of `total` groups over n threads: [t * total / n rounded up, the same for
+ * t + 1). Shares differ by at most one group and the larger ones come first, so a grid with
+ * fewer groups than threads runs on the launching thread and the lowest helpers. */
+static uint64_t share_begin(uint64_t total, unsigned t, unsigned n) {
+  return (uint64_t)(((unsigned __int128)total * t + n - 1) / n);
 }
 
 static void run_groups(void *arg, unsigned thread) {
@@ -51,33 +60,39 @@ static void run_groups(void *arg, unsigned thread) {
    * groups of like cost a new group starts at most about two ticks past the deadline. */
   uint32_t stride = 1, until_check = 0;
   uint64_t last_read = 0;
-  for (;;) {
-    uint64_t first = atomic_fetch_add_explicit(&r->next, r->chunk, memory_order_relaxed);
-    if (first >= r->total) break;
-    uint64_t last = first + r->chunk < r->total ? first + r->chunk : r->total;
-    uint32_t x = (uint32_t)(first % gx), y = (uint32_t)((first / gx) % l->grid[1]), z = (uint32_t)(first / gxy);
-    for (uint64_t i = first; i < last; i++) {
-      /* A running work-group cannot be stopped; past the deadline no new one starts. */
-      if (r->deadline && until_check-- == 0) {
-        uint64_t now = coarse_now_ns();
-        if (now > r->deadline) {
-          atomic_store(&r->timed_out, true);
-          atomic_store_explicit(&r->next, r->total, memory_order_relaxed);
-          return;
+  /* Its own share first, then the others' in turn from the next thread on. */
+  for (unsigned k = 0; k < r->nthreads; k++) {
+    cpu_thread_mem_t *share = &r->dev->mem[(thread + k) % r->nthreads];
+    for (;;) {
+      /* Relaxed: the pool's start and end of a job order everything else. */
+      uint64_t first = atomic_fetch_add_explicit(&share->next, r->chunk, memory_order_relaxed);
+      if (first >= share->end) break;
+      uint64_t last = first + r->chunk < share->end ? first + r->chunk : share->end;
+      uint32_t x = (uint32_t)(first % gx), y = (uint32_t)((first / gx) % l->grid[1]), z = (uint32_t)(first / gxy);
+      for (uint64_t i = first; i < last; i++) {
+        /* A running work-group cannot be stopped; past the deadline no new one starts. */
+        if (r->deadline && until_check-- == 0) {
+          uint64_t now = coarse_now_ns();
+          if (now > r->deadline) {
+            atomic_store(&r->timed_out, true);
+            for (unsigned t = 0; t < r->nthreads; t++)
+              atomic_store_explicit(&r->dev->mem[t].next, r->dev->mem[t].end, memory_order_relaxed);
+            return;
+          }
+          stride = now == last_read ? (stride < MAX_STRIDE ? stride * 2 : MAX_STRIDE) : 1;
+          last_read = now;
+          until_check = stride - 1;
         }
-        stride = now == last_read ? (stride < MAX_STRIDE ? stride * 2 : MAX_STRIDE) : 1;
-        last_read = now;
-        until_check = stride - 1;
-      }
-      ctx.group_id[0] = x;
-      ctx.group_id[1] = y;
-      ctx.group_id[2] = z;
-      r->fn(&ctx, l->args);
-      if (++x == gx) {
-        x = 0;
-        if (++y == l->grid[1]) {
-          y = 0;
-          z++;
+        ctx.group_id[0] = x;
+        ctx.group_id[1] = y;
+        ctx.group_id[2] = z;
+        r->fn(&ctx, l->args);
+        if (++x == gx) {
+          x = 0;
+          if (++y == l->grid[1]) {
+            y = 0;
+            z++;
+          }
         }
       }
     }
@@ -117,17 +132,22 @@ kiln_status_t kiln_cpu_launch(kiln_device_t *dev, kiln_dmodule_t *mod, const kil
   r.dev = dev;
   r.fn = fn;
   r.launch = l;
-  r.total = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
-  /* Each thread's visit to the shared counter costs a cache-line transfer between cores
-   * (~100 ns): a row-per-group kernel of 8,000 small groups spent more time there than in
-   * its groups. Eight chunks per thread keep the balance of dynamic scheduling. */
-  r.chunk = r.total / ((uint64_t)nthreads * 8);
+  r.nthreads = nthreads;
+  uint64_t total = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
+  /* A visit to another thread's counter costs a cache-line transfer between cores (~100
+   * ns): when every thread took single groups from one shared counter, a row-per-group
+   * kernel of 8,000 small groups spent more time there than in its groups. Chunks of an
+   * eighth of a share keep the end of a launch balanced to an eighth of a share. */
+  r.chunk = total / ((uint64_t)nthreads * CHUNKS);
   if (r.chunk < 1) r.chunk = 1;
   uint64_t start = kiln_now_ns();
   r.deadline = deadline_ns ? coarse_now_ns() + deadline_ns : 0;
   for (uint32_t c = 0; c < count; c++) {
     /* Runs are ordered like launches on one GPU queue: each one ends before the next. */
-    atomic_store_explicit(&r.next, 0, memory_order_relaxed);
+    for (unsigned t = 0; t < nthreads; t++) {
+      atomic_store_explicit(&dev->mem[t].next, share_begin(total, t, nthreads), memory_order_relaxed);
+      dev->mem[t].end = share_begin(total, t + 1, nthreads);
+    }
     kiln_cpu_pool_run(dev->pool, run_groups, &r);
     if (atomic_load(&r.timed_out))
       return KILN_STATUS(KILN_E_TIMEOUT, "kernel \"%s\" ran past its deadline of %.3f ms (run %u of %u)",

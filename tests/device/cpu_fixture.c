@@ -51,3 +51,13 @@ __attribute__((visibility("default"))) void __kiln_wg_empty(const kiln_cpu_wg_ct
   (void)ctx;
   (void)args;
 }
+
+/* count(out, thread_seen): out[linear group id] += 1, atomically; a grid run with every group
+ * exactly once leaves 1 everywhere, whichever threads ran which groups. */
+__attribute__((visibility("default"))) void __kiln_wg_count(const kiln_cpu_wg_ctx_t *ctx,
+                                                            void *const *args) {
+  uint32_t *out = *(uint32_t *const *)args[0];
+  uint64_t id = ctx->group_id[0] +
+                (uint64_t)ctx->num_groups[0] * (ctx->group_id[1] + (uint64_t)ctx->num_groups[1] * ctx->group_id[2]);
+  __atomic_fetch_add(&out[id], 1, __ATOMIC_RELAXED);
+}

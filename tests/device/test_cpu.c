@@ -1,6 +1,7 @@
 /* The cpu backend's own parts: its pool, memory, and modules built by hand to the cpu ABI
  * (cpu_fixture.c), so they are checked without the compiler. */
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,7 @@ static kiln_kernel_t fixture_kernels[] = {
     {.name = "groups", .num_args = 1, .args = groups_args, .group_segment_size = 4096},
     {.name = "spin", .num_args = 0},
     {.name = "empty", .num_args = 0},
+    {.name = "count", .num_args = 1, .args = groups_args},
 };
 
 static void fixture_artifact(const char *file, kiln_artifact_t *art) {
@@ -85,7 +87,7 @@ static void fixture_artifact(const char *file, kiln_artifact_t *art) {
   art->format = KILN_FORMAT_CPU_SO;
   strcpy(art->target, "cpu");
   art->code = kiln_test_read_data(file, &art->code_size);
-  art->num_kernels = 4;
+  art->num_kernels = KILN_ARRAY_SIZE(fixture_kernels);
   art->kernels = fixture_kernels;
 }
 
@@ -219,4 +221,126 @@ Test(cpu_module, refuses_foreign_and_wrong_version_modules) {
   cr_expect_null(mod);
   free(art.code);
   b->close(dev);
+}
+
+/* The first core this process may run on: pools of several threads on one core stand for
+ * more threads than cores on any machine. */
+static int first_cpu(void) {
+  cpu_set_t set;
+  cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) return c;
+  cr_assert_fail("no core");
+  return 0;
+}
+
+Test(cpu_pool, more_threads_than_cores) {
+  int c = first_cpu(), cpus[4] = {c, c, c, c};
+  kiln_cpu_pool_t *pool;
+  cr_assert_eq(kiln_cpu_pool_create(cpus, 4, &pool), KILN_OK);
+  cr_assert_eq(kiln_cpu_pool_size(pool), 4);
+  for (int i = 0; i < 200; i++) {
+    atomic_store(&ran_mask, 0);
+    kiln_cpu_pool_run(pool, mark, NULL);
+    cr_assert_eq(atomic_load(&ran_mask), 0xfu, "run %d", i);
+  }
+  kiln_cpu_pool_destroy(pool);
+}
+
+/* Every group of the grid exactly `runs` times (the count kernel adds 1 per visit), on pools
+ * of 1, 2 and 4 threads: grids of one group, fewer groups than threads, counts not divisible
+ * by the thread count, 3-D grids, and one large enough to be handed out in chunks. */
+Test(cpu_module, every_group_exactly_once_on_pools_of_1_2_and_4) {
+  const kiln_backend_t *b = &kiln_backend_cpu;
+  int c = first_cpu(), cpus[4] = {c, c, c, c};
+  static const uint32_t grids[][3] = {{1, 1, 1}, {2, 1, 1}, {3, 1, 1}, {5, 1, 1}, {7, 5, 3},
+                                      {33, 1, 7}, {1000, 3, 1}, {1, 1, 9}};
+  for (size_t n = 1; n <= 4; n *= 2) {
+    kiln_device_t *dev;
+    cr_assert_eq(b->open(0, cpus, n, &dev), KILN_OK);
+    cr_assert_eq(b->info(dev)->compute_units, n);
+    kiln_artifact_t art;
+    fixture_artifact("cpu_fixture.so", &art);
+    kiln_dmodule_t *mod;
+    cr_assert_eq(b->module_load(dev, &art, &mod), KILN_OK);
+    for (size_t gi = 0; gi < KILN_ARRAY_SIZE(grids); gi++) {
+      const uint32_t *g = grids[gi];
+      uint32_t groups = g[0] * g[1] * g[2], *host = calloc(groups, sizeof *host);
+      kiln_dmem_t *out;
+      cr_assert_eq(b->mem_alloc(dev, groups * sizeof *host, &out), KILN_OK);
+      cr_assert_eq(b->copy_in(dev, out, 0, host, groups * sizeof *host), KILN_OK);
+      kiln_launch_arg_t in[1] = {{.kind = KILN_LAUNCH_ARG_TENSOR, .tensor_addr = b->mem_address(dev, out)}};
+      kiln_launch_values_t v;
+      cr_assert_eq(kiln_launch_values_init(&v, &art.kernels[4], in, 1), KILN_OK);
+      uint32_t grid[3] = {g[0], g[1], g[2]}, block[3] = {1, 1, 1};
+      kiln_launch_t l;
+      cr_assert_eq(kiln_launch_prepare(&art.kernels[4], b->info(dev), grid, block, 0, v.ptrs, &l), KILN_OK);
+      for (uint32_t runs = 1; runs <= 3; runs += 2) {
+        cr_assert_eq(b->launch(dev, mod, &l, runs, 0, NULL), KILN_OK);
+        cr_assert_eq(b->copy_out(dev, out, 0, host, groups * sizeof *host), KILN_OK);
+        for (uint32_t i = 0; i < groups; i++)
+          cr_assert_eq(host[i], runs == 1 ? 1 : 4, "pool of %zu, grid %ux%ux%u: group %u ran %u times", n, g[0],
+                       g[1], g[2], i, host[i]);
+      }
+      kiln_launch_values_deinit(&v);
+      b->mem_free(dev, out);
+      free(host);
+    }
+    b->module_unload(dev, mod);
+    free(art.code);
+    b->close(dev);
+  }
+}
+
+/* A graph's pattern: hundreds of tiny launches back to back, each reading what the one
+ * before wrote (x <- x + 1, ping-ponging between two buffers), with 1 and 13 work-groups, on
+ * pools of 1, 2 and 4 threads. Exact in float: every value stays a small integer. */
+Test(cpu_module, tiny_launches_back_to_back) {
+  const kiln_backend_t *b = &kiln_backend_cpu;
+  int c = first_cpu(), cpus[4] = {c, c, c, c};
+  enum { LAUNCHES = 300 };
+  static const int32_t sizes[] = {5, 100};
+  for (size_t n = 1; n <= 4; n *= 2) {
+    kiln_device_t *dev;
+    cr_assert_eq(b->open(0, cpus, n, &dev), KILN_OK);
+    kiln_artifact_t art;
+    fixture_artifact("cpu_fixture.so", &art);
+    kiln_dmodule_t *mod;
+    cr_assert_eq(b->module_load(dev, &art, &mod), KILN_OK);
+    for (size_t si = 0; si < KILN_ARRAY_SIZE(sizes); si++) {
+      int32_t len = sizes[si];
+      float host[100], ones[100];
+      for (int i = 0; i < len; i++) host[i] = (float)i, ones[i] = 1.0f;
+      kiln_dmem_t *buf[2], *one;
+      for (int k = 0; k < 2; k++) cr_assert_eq(b->mem_alloc(dev, sizeof host, &buf[k]), KILN_OK);
+      cr_assert_eq(b->mem_alloc(dev, sizeof ones, &one), KILN_OK);
+      cr_assert_eq(b->copy_in(dev, buf[0], 0, host, sizeof host), KILN_OK);
+      cr_assert_eq(b->copy_in(dev, one, 0, ones, sizeof ones), KILN_OK);
+      kiln_launch_values_t v[2];
+      kiln_launch_t l[2];
+      uint32_t grid[3] = {(uint32_t)(len + 7) / 8, 1, 1}, block[3] = {8, 1, 1};
+      for (int k = 0; k < 2; k++) {
+        kiln_launch_arg_t in[4] = {
+            {.kind = KILN_LAUNCH_ARG_TENSOR, .tensor_addr = b->mem_address(dev, buf[k])},
+            {.kind = KILN_LAUNCH_ARG_TENSOR, .tensor_addr = b->mem_address(dev, one)},
+            {.kind = KILN_LAUNCH_ARG_TENSOR, .tensor_addr = b->mem_address(dev, buf[1 - k])},
+            {.kind = KILN_LAUNCH_ARG_UINT, .u = (uint64_t)len},
+        };
+        cr_assert_eq(kiln_launch_values_init(&v[k], &art.kernels[0], in, 4), KILN_OK);
+        cr_assert_eq(kiln_launch_prepare(&art.kernels[0], b->info(dev), grid, block, 0, v[k].ptrs, &l[k]), KILN_OK);
+      }
+      for (int i = 0; i < LAUNCHES; i++) cr_assert_eq(b->launch(dev, mod, &l[i % 2], 1, 0, NULL), KILN_OK);
+      cr_assert_eq(b->copy_out(dev, buf[LAUNCHES % 2], 0, host, sizeof host), KILN_OK);
+      for (int i = 0; i < len; i++)
+        cr_assert_eq(host[i], (float)(i + LAUNCHES), "pool of %zu, %d floats: x[%d] = %g", n, len, i, host[i]);
+      for (int k = 0; k < 2; k++) {
+        kiln_launch_values_deinit(&v[k]);
+        b->mem_free(dev, buf[k]);
+      }
+      b->mem_free(dev, one);
+    }
+    b->module_unload(dev, mod);
+    free(art.code);
+    b->close(dev);
+  }
 }
