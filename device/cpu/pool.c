@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,9 @@
  * variable: long enough to cover the gap between back-to-back launches of the worker's
  * loop (a futex wake costs tens of microseconds), short enough not to burn a core. */
 #define SPIN_ITERATIONS 20000
+
+#define CLOSED (1ull << 31)
+#define ENTERED_MASK (CLOSED - 1)
 
 typedef struct helper {
   kiln_cpu_pool_t *pool;
@@ -27,7 +31,10 @@ struct kiln_cpu_pool {
   kiln_cpu_pool_job_cb job;
   void *ctx;
   _Atomic unsigned long generation; /* bumped once per job; helpers run when it changes */
-  _Atomic unsigned remaining;       /* helpers still running the current job */
+  /* The current job's entry: its generation (low 32 bits) << 32, CLOSED, and the number of
+   * helpers that entered it. A helper runs the job only if it enters while it is open. */
+  _Atomic uint64_t entry;
+  _Atomic unsigned finished; /* helpers that entered the current job and returned from it */
   _Atomic int sleepers;
   _Atomic bool stop;
   pthread_mutex_t mu;
@@ -61,6 +68,16 @@ static unsigned long wait_for_job(kiln_cpu_pool_t *p, unsigned long seen) {
   return g;
 }
 
+/* Enters job `g` if it is still the current job and open: the caller then waits for this
+ * helper before it returns. A helper that comes later (descheduled, or asleep) skips it. */
+static bool enter(kiln_cpu_pool_t *p, unsigned long g) {
+  uint64_t e = atomic_load(&p->entry);
+  for (;;) {
+    if (e >> 32 != (uint32_t)g || (e & CLOSED)) return false;
+    if (atomic_compare_exchange_weak(&p->entry, &e, e + 1)) return true;
+  }
+}
+
 static void *helper_main(void *arg) {
   helper_t *h = arg;
   kiln_cpu_pool_t *p = h->pool;
@@ -68,8 +85,9 @@ static void *helper_main(void *arg) {
   for (;;) {
     seen = wait_for_job(p, seen);
     if (atomic_load(&p->stop)) break;
+    if (!enter(p, seen)) continue;
     p->job(p->ctx, h->index);
-    atomic_fetch_sub_explicit(&p->remaining, 1, memory_order_release);
+    atomic_fetch_add_explicit(&p->finished, 1, memory_order_release);
   }
   return NULL;
 }
@@ -160,16 +178,22 @@ unsigned kiln_cpu_pool_size(const kiln_cpu_pool_t *p) { return p->size; }
 void kiln_cpu_pool_run(kiln_cpu_pool_t *p, kiln_cpu_pool_job_cb job, void *ctx) {
   p->job = job;
   p->ctx = ctx;
-  atomic_store(&p->remaining, p->size - 1);
-  atomic_fetch_add(&p->generation, 1); /* seq_cst: publishes job/ctx and pairs with sleepers */
+  atomic_store(&p->finished, 0);
+  unsigned long g = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+  atomic_store(&p->entry, (uint64_t)(uint32_t)g << 32); /* open, nobody in */
+  atomic_store(&p->generation, g); /* seq_cst: publishes job/ctx and pairs with sleepers */
   if (atomic_load(&p->sleepers) > 0) {
     pthread_mutex_lock(&p->mu);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
   }
   job(ctx, 0);
+  /* Wait only for the helpers already in the job: one still waking up (a futex wake costs
+   * tens of microseconds) or without a core (the machine's other load) is shut out rather
+   * than waited for; the job leaves nothing undone to thread 0. */
+  unsigned entered = (unsigned)(atomic_fetch_or(&p->entry, CLOSED) & ENTERED_MASK);
   /* A helper descheduled by another process would make a pure spin burn our time slice. */
-  for (unsigned long i = 0; atomic_load_explicit(&p->remaining, memory_order_acquire) != 0; i++) {
+  for (unsigned long i = 0; atomic_load_explicit(&p->finished, memory_order_acquire) != entered; i++) {
     if (i < SPIN_ITERATIONS)
       cpu_relax();
     else
