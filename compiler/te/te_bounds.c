@@ -157,13 +157,15 @@ static int follow_attach_var(te_program_t *p, te_tensor_t *t) {
 }
 
 /* The vars that range over a whole iteration of the attach var: the consumer's inner leaves,
- * and for shared storage every bound threadIdx of the kernel (the region serves the group). */
+ * and for shared storage every bound threadIdx and vthread of the kernel (the region serves
+ * the group; TVM relaxes vthread for shared and global storage, not for local). */
 static void relaxed_vars(te_program_t *p, const te_tensor_t *t, int apos, bool *relax) {
   const te_tensor_t *c = &p->tensors[t->attach_stage];
   for (int i = apos + 1; i < c->nleaves; i++) relax[c->leaves[i]] = true;
   if (t->eff_scope == TE_SCOPE_SHARED)
     for (int v = 0; v < p->nvars; v++)
-      if (p->vars[v].bind >= 3 && p->vars[v].stage >= 0 && p->tensors[p->vars[v].stage].in_kernel && p->vars[v].leaf)
+      if ((p->vars[v].bind >= 3 || p->vars[v].vthread) && p->vars[v].stage >= 0 &&
+          p->tensors[p->vars[v].stage].in_kernel && p->vars[v].leaf)
         relax[v] = true;
 }
 
@@ -276,6 +278,61 @@ static kiln_status_t check_double_buffer(te_program_t *p, const te_tensor_t *t) 
     return KC_COMPILE_ERROR("te: double_buffer of %s: a work-item would prefetch %s elements; at most %d (bind more "
                             "of its loops to threads, split by constants)",
                             t->name, n < 0 ? "a non-constant number of" : "too many", TE_DB_MAX_STAGED);
+  return KILN_OK;
+}
+
+/* ---- vthread ------------------------------------------------------------------------ */
+
+static bool uses_ref(const te_expr_t *e, int v) {
+  if (!e) return false;
+  if (e->kind == TE_VAR && e->ref == v) return true;
+  for (int i = 0; i < e->nargs; i++)
+    if (uses_ref(e->args[i], v)) return true;
+  return false;
+}
+
+static bool region_uses(const te_tensor_t *t, int v) {
+  for (int d = 0; d < t->ndim; d++)
+    if (uses_ref(t->rmin[d], v)) return true;
+  return false;
+}
+
+/* The vthread vars whose values stage t's statements are copied over (docs/te.md §5 bind):
+ * its own vthread leaves, and for an attached stage those its region depends on (storage per
+ * work-item: a region, and a copy of the storage, per value). copy_off is the offset of the
+ * copy in use. */
+static kiln_status_t vthread_set(te_program_t *p, te_tensor_t *t, bool attached) {
+  int64_t copies = 1, store = 1;
+  te_expr_t *off = NULL;
+  int dt = p->index_dtype;
+  t->nvt = 0;
+  t->vt_store = 1;
+  t->copy_off = NULL;
+  for (int v = 0; v < p->nvars; v++) {
+    const te_var_t *x = &p->vars[v];
+    if (!x->vthread || !x->leaf) continue;
+    bool region = x->stage != (int)(t - p->tensors) && attached && region_uses(t, v);
+    if (x->stage != (int)(t - p->tensors) && !region) continue;
+    if (x->cext < 1 || x->cext > TE_VT_MAX_COPIES)
+      return KC_COMPILE_ERROR("te: %s.%s is bound to vthread with extent %s: it must be a constant from 1 to %d (split "
+                              "by a constant first)",
+                              p->tensors[x->stage].name, x->name, x->cext < 0 ? "not a constant" : x->cext ? "too large" : "0",
+                              TE_VT_MAX_COPIES);
+    copies *= x->cext;
+    if (t->nvt == TE_MAX_VT || copies > TE_VT_MAX_COPIES)
+      return KC_COMPILE_ERROR("te: %s would be copied %s times for its vthread vars; at most %d", t->name,
+                              t->nvt == TE_MAX_VT ? "too many" : "more than the limit of", TE_VT_MAX_COPIES);
+    t->vt[t->nvt++] = v;
+    if (!region) continue;
+    off = off ? te_bin(p, TE_ADD, te_bin(p, TE_MUL, off, te_int(p, x->cext, dt)), te_varref(p, v)) : te_varref(p, v);
+    store *= x->cext;
+  }
+  if (off) {
+    t->vt_store = store;
+    t->copy_off = simp(p, te_bin(p, TE_MUL, off, te_int(p, t->storage, dt)));
+  }
+  if (t->nvt && t->double_buffer)
+    return KC_COMPILE_ERROR("te: double_buffer of %s: its statements are copied per vthread value", t->name);
   return KILN_OK;
 }
 
@@ -401,7 +458,13 @@ static kiln_status_t bound_stage(te_program_t *p, te_kernel_t *k, int st, int i,
   KILN_RETURN_IF_ERROR(derive(p, st));
   for (int l = 0; l < t->nleaves; l++)
     if (p->vars[t->leaves[l]].bind >= 0) KILN_RETURN_IF_ERROR(check_binding(p, k, t, i, t->leaves[l], used));
+  KILN_RETURN_IF_ERROR(vthread_set(p, t, i > 0));
   if (t->double_buffer && i) KILN_RETURN_IF_ERROR(check_double_buffer(p, t));
+  if (i && t->min_blocks)
+    return KC_COMPILE_ERROR("te: launch_bounds of %s: it is computed inside kernel %s; give it to the kernel's output "
+                            "stage",
+                            t->name, k->name);
+  if (!i) k->min_blocks = t->min_blocks;
   return KILN_OK;
 }
 

@@ -10,16 +10,41 @@
 
 /* The block is known: GPU back ends get it as the launch bound (more registers per work-item
  * than the 1024 default allows), unless the request sets max_block. */
+static void fn_attr(te_em_t *m, const char *attr, const char *val) {
+  LLVMAddAttributeAtIndex(m->fn, LLVMAttributeFunctionIndex,
+                          LLVMCreateStringAttribute(m->ctx, attr, (unsigned)strlen(attr), val, (unsigned)strlen(val)));
+}
+
+/* launch_bounds' min_blocks (docs/te.md §5): NVPTX nvvm.minctasm (.minnctapersm), which ptxas
+ * meets by capping registers at 64K / (min_blocks * block); AMDGPU the waves per SIMD that many
+ * work-groups make, amdgpu-waves-per-eu (4 SIMDs a CU on gfx9, 2 on gfx10+ in CU mode; at
+ * most 8, what every gfx9+ SIMD holds). */
+static void occupancy_hint(te_em_t *m, int64_t threads) {
+  char v[32];
+  int64_t b = m->k->min_blocks;
+  if (!b) return;
+  if (m->job->target.kind == KILN_TARGET_NVPTX) {
+    snprintf(v, sizeof(v), "%lld", (long long)b);
+    fn_attr(m, "nvvm.minctasm", v);
+    return;
+  }
+  int64_t wave = m->job->target.wave_size ? m->job->target.wave_size : 64;
+  int64_t simds = strncmp(m->job->target.cpu, "gfx9", 4) == 0 ? 4 : 2;
+  int64_t w = (b * ((threads + wave - 1) / wave) + simds - 1) / simds;
+  snprintf(v, sizeof(v), "%lld", (long long)(w < 1 ? 1 : w > 8 ? 8 : w));
+  fn_attr(m, "amdgpu-waves-per-eu", v);
+}
+
 static void launch_bound(te_em_t *m) {
   const te_kernel_t *k = m->k;
   int64_t threads = k->block[0] * k->block[1] * k->block[2];
-  if (m->job->target.kind == KILN_TARGET_CPU || m->job->req->options.max_block) return;
+  if (m->job->target.kind == KILN_TARGET_CPU) return;
+  occupancy_hint(m, m->job->req->options.max_block ? m->job->req->options.max_block : threads);
+  if (m->job->req->options.max_block) return;
   bool amd = m->job->target.kind == KILN_TARGET_AMDGPU;
-  const char *attr = amd ? "amdgpu-flat-work-group-size" : "nvvm.maxntid";
   char bound[32];
   snprintf(bound, sizeof(bound), amd ? "1,%lld" : "%lld", (long long)threads);
-  LLVMAddAttributeAtIndex(m->fn, LLVMAttributeFunctionIndex,
-                          LLVMCreateStringAttribute(m->ctx, attr, (unsigned)strlen(attr), bound, (unsigned)strlen(bound)));
+  fn_attr(m, amd ? "amdgpu-flat-work-group-size" : "nvvm.maxntid", bound);
 }
 
 static void name_params(te_em_t *m) {
@@ -66,7 +91,9 @@ kiln_status_t te_emit_kernel(kc_job_t *job, te_program_t *p, int kernel) {
   m.buf = calloc((size_t)p->ntensors + 1, sizeof(*m.buf));
   m.half = calloc((size_t)p->ntensors + 1, sizeof(*m.half));
   m.regs = calloc((size_t)p->ntensors + 1, sizeof(*m.regs));
-  kiln_status_t s = !m.sub || !m.val || !m.buf || !m.half || !m.regs
+  m.vtvar = calloc((size_t)p->nvars + 1, sizeof(*m.vtvar));
+  for (int v = 0; m.vtvar && v < p->nvars; v++) m.vtvar[v] = p->vars[v].vthread && p->vars[v].leaf;
+  kiln_status_t s = !m.sub || !m.val || !m.buf || !m.half || !m.regs || !m.vtvar
                         ? KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory")
                         : KILN_OK;
   if (!s) s = kernel_function(&m);
@@ -91,5 +118,6 @@ kiln_status_t te_emit_kernel(kc_job_t *job, te_program_t *p, int kernel) {
   free(m.buf);
   free(m.half);
   free(m.regs);
+  free(m.vtvar);
   return s;
 }

@@ -30,6 +30,7 @@ typedef struct te_em {
   LLVMValueRef *half; /* per tensor: element offset of the double buffer's half in use, or NULL */
   LLVMValueRef *regs; /* per tensor: a double-buffered stage's prefetch registers (an alloca) */
   int db_mode;        /* TE_DB_*: how the statements of the stage being emitted store */
+  bool *vtvar;        /* per var: a vthread leaf of this kernel, valued only inside statements */
   te_expr_t **sub;   /* scratch substitution (p->nvars + 1) */
   uint64_t shared_bytes;
   LLVMValueRef vmask; /* vector lanes whose loads may be read (a lazy select's side), or NULL: all */

@@ -69,6 +69,7 @@ te_expr_t *te_em_flat(te_em_t *m, int tid, te_expr_t **idx) {
       flat = flat ? te_bin(p, TE_ADD, flat, rel) : rel;
     }
   }
+  if (flat && t->kernel_arg < 0 && t->copy_off) flat = te_bin(p, TE_ADD, flat, t->copy_off); /* its vthread copy */
   return flat;
 }
 

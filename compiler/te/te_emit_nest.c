@@ -224,7 +224,8 @@ static te_expr_t *tighten(te_em_t *m, const te_tensor_t *t, int pos, te_expr_t *
   int v = t->leaves[pos];
   te_expr_t *d = te_simplify(p, te_bin(p, TE_SUB, g->args[0], g->args[1]));
   te_expr_t *bound = te_simplify(p, te_bin(p, TE_SUB, te_varref(p, v), d));
-  return bound && !uses_leaves_from(m, t, pos, bound) ? bound : NULL;
+  /* vthread vars have values only inside statements (their copies) */
+  return bound && !uses_leaves_from(m, t, pos, bound) && !te_uses_var(bound, m->vtvar) ? bound : NULL;
 }
 
 /* `g` (lo or hi of a guard's difference) compared with 0 as the guard compares. */
@@ -251,6 +252,7 @@ static te_expr_t *full_tile(te_em_t *m, const te_tensor_t *t, int pos, int mode,
     relax[t->leaves[i]] = p->vars[t->leaves[i]].bind < 0;
     bound[t->leaves[i]] = p->vars[t->leaves[i]].bind >= 0;
   }
+  for (int v = 0; v < p->nvars; v++) relax[v] |= m->vtvar[v]; /* the tile holds every vthread copy */
   te_expr_t *cond = NULL;
   for (int i = 0; i < t->nguards; i++) {
     te_expr_t *g = t->guards[i], *d, *lo, *hi;
@@ -314,7 +316,9 @@ static bool hoist_guards(te_em_t *m, const te_tensor_t *t, int st, int pos, int 
   te_expr_t *g = NULL;
   if (attached_inside(m, st, pos + 1)) return true;
   for (int i = 0; i < t->nguards; i++) {
-    if (!te_em_guard_open(t, i, mode, *consumed) || uses_leaves_from(m, t, pos + 1, t->guards[i])) continue;
+    if (!te_em_guard_open(t, i, mode, *consumed) || uses_leaves_from(m, t, pos + 1, t->guards[i]) ||
+        te_uses_var(t->guards[i], m->vtvar))
+      continue;
     g = g ? te_bin(p, TE_AND, g, t->guards[i]) : t->guards[i];
     *consumed |= 1u << i;
   }
@@ -443,10 +447,11 @@ static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool 
     return;
   }
   loop_t l = {0};
-  bool db = mode != TE_MODE_INIT && v->bind < 0 && db_at(m, st, var);
+  bool db = mode != TE_MODE_INIT && v->bind < 0 && !v->vthread && db_at(m, st, var);
   if (db) db_prologue(m, st, var);
   if (v->bind >= 0 && v->ann == TE_ANN_PARALLEL) parallel_begin(m, var, loop_extent(m, t, pos, st, mode, &consumed), &l);
   else if (v->bind >= 0) m->val[var] = te_em_id(m, v->bind);
+  else if (v->vthread) l.var = -1; /* no loop: the statements inside are copied per value (te_emit_stmt.c) */
   else loop_begin(m, var, NULL, loop_extent(m, t, pos, st, mode, &consumed), &l);
   if (db) db_step(m, st, var, false);
   if (mode != TE_MODE_INIT) attached_at(m, st, var);
@@ -456,7 +461,7 @@ static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool 
   nest(m, st, pos + 1, mode, consumed, versioned);
   te_em_close_guard(m, merge);
   if (db) db_step(m, st, var, true);
-  if (v->bind < 0 || v->ann == TE_ANN_PARALLEL) loop_close(m, &l);
+  if ((v->bind < 0 && !v->vthread) || v->ann == TE_ANN_PARALLEL) loop_close(m, &l);
 }
 
 /* ---- stages ------------------------------------------------------------------------- */
@@ -465,7 +470,7 @@ static void nest(te_em_t *m, int st, int pos, int mode, uint32_t consumed, bool 
  * limits), an alloca for local. */
 static void stage_storage(te_em_t *m, int st) {
   te_tensor_t *t = &m->p->tensors[st];
-  int64_t n = t->double_buffer ? 2 * t->storage : t->storage; /* te_bounds.c: at most 2^24 a half */
+  int64_t n = t->double_buffer ? 2 * t->storage : t->storage * t->vt_store; /* te_bounds.c: at most 2^24 a copy */
   LLVMTypeRef et = te_em_type(m, t->dtype, true), at = LLVMArrayType2(et, (uint64_t)n);
   if (t->double_buffer) { /* the prefetch registers (te_bounds.c bounds them) */
     int64_t r = 1;

@@ -162,10 +162,30 @@ static void statement(te_em_t *m, int st, int mode, uint32_t consumed, const te_
   te_em_close_guard(m, merge);
 }
 
-void te_em_statement(te_em_t *m, int st, int mode, uint32_t consumed) { statement(m, st, mode, consumed, NULL); }
+/* The statement once per combination of its stage's vthread values (TVM's InjectVirtualThread,
+ * unrolled at the innermost point): each copy sees its vthread vars as constants, writes its
+ * own elements (its own storage copy for per-work-item stages), and the loops around it,
+ * barriers included, run once for all copies. */
+static void copies(te_em_t *m, int st, int mode, uint32_t consumed, const te_vec_t *v) {
+  const te_tensor_t *t = &m->p->tensors[st];
+  int64_t n = 1;
+  for (int i = 0; i < t->nvt; i++) n *= m->p->vars[t->vt[i]].cext;
+  for (int64_t c = 0; c < n && !m->err; c++) {
+    int64_t r = c;
+    for (int i = t->nvt - 1; i >= 0; i--) {
+      int64_t e = m->p->vars[t->vt[i]].cext;
+      m->val[t->vt[i]] = LLVMConstInt(m->ity, (unsigned long long)(r % e), 0);
+      r /= e;
+    }
+    statement(m, st, mode, consumed, v);
+  }
+  for (int i = 0; i < t->nvt; i++) m->val[t->vt[i]] = NULL;
+}
+
+void te_em_statement(te_em_t *m, int st, int mode, uint32_t consumed) { copies(m, st, mode, consumed, NULL); }
 
 void te_em_vec_statement(te_em_t *m, int st, int mode, uint32_t consumed, const te_vec_t *v) {
-  statement(m, st, mode, consumed, v);
+  copies(m, st, mode, consumed, v);
 }
 
 bool te_em_vec_ok(te_em_t *m, int st, int mode, uint32_t consumed, int var) {

@@ -78,8 +78,9 @@ static kiln_status_t read_bind(const msgpack_object *o, te_prim_t *m) {
   if (te_mp_str(te_mp_get(o, "thread"), th, sizeof(th)))
     for (int i = 0; i < 6; i++)
       if (strcmp(th, te_thread_names[i]) == 0) m->thread = i;
+  if (m->thread < 0 && strcmp(th, "vthread") == 0) m->thread = TE_THREAD_VTHREAD;
   if (m->thread < 0)
-    return KC_COMPILE_ERROR("te: bind of %s.%s: thread must be blockIdx.x/y/z or threadIdx.x/y/z", m->stage,
+    return KC_COMPILE_ERROR("te: bind of %s.%s: thread must be blockIdx.x/y/z, threadIdx.x/y/z or vthread", m->stage,
                             m->vars[0]);
   return KILN_OK;
 }
@@ -147,6 +148,13 @@ static kiln_status_t read_storage_align(const msgpack_object *o, te_prim_t *m) {
   return KILN_OK;
 }
 
+static kiln_status_t read_launch_bounds(const msgpack_object *o, te_prim_t *m) {
+  if (!te_mp_int(te_mp_get(o, "min_blocks"), &m->factor[0]) || m->factor[0] < 1 || m->factor[0] > TE_MAX_MIN_BLOCKS)
+    return KC_COMPILE_ERROR("te: launch_bounds of %s needs min_blocks, an integer from 1 to %d", m->stage,
+                            TE_MAX_MIN_BLOCKS);
+  return KILN_OK;
+}
+
 #define KEYS(...) ((const char *const[]){"op", __VA_ARGS__, NULL})
 
 static const struct {
@@ -172,6 +180,7 @@ static const struct {
     {"rfactor", TE_P_RFACTOR, "stage", KEYS("stage", "var", "name", "factor_axis"), read_rfactor},
     {"storage_align", TE_P_STORAGE_ALIGN, "stage", KEYS("stage", "var", "factor", "offset"), read_storage_align},
     {"double_buffer", TE_P_DOUBLE_BUFFER, "stage", KEYS("stage"), read_no_fields},
+    {"launch_bounds", TE_P_LAUNCH_BOUNDS, "stage", KEYS("stage", "min_blocks"), read_launch_bounds},
 };
 
 kiln_status_t te_parse_prim(const msgpack_object *o, te_prim_t *m) {

@@ -20,6 +20,9 @@
 #define TE_MAX_SHAPE_VARS 64
 #define TE_MAX_GUARDS 32
 #define TE_DB_MAX_STAGED 256 /* elements a work-item prefetches for a double-buffered stage */
+#define TE_MAX_VT 8           /* vthread vars whose copies one stage's statements make */
+#define TE_VT_MAX_COPIES 64   /* copies of one statement (the product of their extents) */
+#define TE_MAX_MIN_BLOCKS 32  /* launch_bounds: work-groups per SM / CU asked for */
 
 typedef enum te_dtype {
   TE_BOOL = 1, TE_I8, TE_I16, TE_I32, TE_I64, TE_U8, TE_U16, TE_U32, TE_U64, TE_F16, TE_F32, TE_F64,
@@ -61,6 +64,7 @@ typedef enum te_var_kind {
 } te_var_kind_t;
 
 enum { TE_BIND_NONE = -1 }; /* else 0..2 blockIdx.x..z, 3..5 threadIdx.x..z */
+enum { TE_THREAD_VTHREAD = 6 }; /* te_prim_t.thread of bind to "vthread" (te_var_t.vthread, bind stays NONE) */
 enum { TE_ANN_NONE = 0, TE_ANN_UNROLL, TE_ANN_VECTORIZE, TE_ANN_PARALLEL };
 
 typedef struct te_var {
@@ -68,6 +72,7 @@ typedef struct te_var {
   int stage; /* -1 for shape vars */
   uint8_t kind;
   bool leaf, reduce;
+  bool vthread; /* bound to "vthread": no loop, the statements under it are copied per value */
   int bind, ann;
   int64_t chunk;           /* parallel: iterations per work-group the schedule set, 0: the pool's share */
   te_expr_t *min, *extent; /* root vars: declared (reduce) or inferred; others: derived */
@@ -107,6 +112,7 @@ typedef struct te_tensor {
   int64_t align_factor[TE_MAX_DIMS]; /* storage_align: stride of dim d % factor == offset (0: none) */
   int64_t align_offset[TE_MAX_DIMS];
   bool double_buffer;                /* double_buffer: two halves, the next region prefetched */
+  int min_blocks;                    /* launch_bounds: work-groups per SM / CU (0: no hint) */
   /* bound inference (per kernel) */
   int kernel_arg; /* parameter index in the current kernel, or -1 */
   te_expr_t *rmin[TE_MAX_DIMS];
@@ -117,6 +123,10 @@ typedef struct te_tensor {
   te_expr_t *guards[TE_MAX_GUARDS];
   bool guard_red[TE_MAX_GUARDS];   /* uses reduce vars: not around the initialisation */
   te_expr_t *val[TE_MAX_DIMS * 2]; /* axis then reduce values in terms of leaves (with min) */
+  int nvt;                          /* vthread vars its statements are copied over (own leaves, region) */
+  int vt[TE_MAX_VT];
+  int64_t vt_store;                 /* attached stages: copies of the storage (region per vthread value) */
+  te_expr_t *copy_off;              /* element offset of the copy in use (over vthread vars), or NULL */
   int eff_scope;
   bool in_kernel;
 } te_tensor_t;
@@ -129,6 +139,7 @@ typedef struct te_kernel {
   te_expr_t *grid[3];
   int64_t block[3];
   uint8_t parallel; /* grid dimensions (bit d) of parallel loops that run in shares of any grid */
+  int min_blocks;   /* launch_bounds of the output stage: work-groups per SM / CU, 0: none */
   uint8_t *launch; /* the encoded launch recipe (docs/te.md §7) */
   size_t launch_size;
 } te_kernel_t;

@@ -51,7 +51,7 @@ static kiln_status_t do_split(te_program_t *p, int st, int v, int64_t factor, bo
   te_tensor_t *t = &p->tensors[st];
   if (factor < 1 || factor > (1 << 30))
     return KC_COMPILE_ERROR("te: split of %s.%s needs a factor or nparts of at least 1", t->name, p->vars[v].name);
-  if (p->vars[v].bind != TE_BIND_NONE || p->vars[v].ann)
+  if (p->vars[v].bind != TE_BIND_NONE || p->vars[v].vthread || p->vars[v].ann)
     return KC_COMPILE_ERROR("te: %s.%s is bound or annotated; split it before", t->name, p->vars[v].name);
   int o, i;
   KILN_RETURN_IF_ERROR(te_new_var(p, st, on, TE_V_OUTER, &o));
@@ -120,7 +120,7 @@ static kiln_status_t tile(te_program_t *p, const te_prim_t *m, int st) {
 }
 
 static kiln_status_t check_fusable(te_program_t *p, const te_tensor_t *t, const int *vars, int i) {
-  if (p->vars[vars[i]].bind != TE_BIND_NONE)
+  if (p->vars[vars[i]].bind != TE_BIND_NONE || p->vars[vars[i]].vthread)
     return KC_COMPILE_ERROR("te: fuse of %s.%s, which is bound", t->name, p->vars[vars[i]].name);
   if (i && te_leaf_pos(t, vars[i]) != te_leaf_pos(t, vars[i - 1]) + 1)
     return KC_COMPILE_ERROR("te: fuse on %s: %s and %s are not consecutive leaves (reorder first)", t->name,
@@ -170,7 +170,15 @@ static kiln_status_t bind_var(te_program_t *p, const te_prim_t *m, int st) {
   KILN_RETURN_IF_ERROR(find_leaf(p, st, m->vars[0], &v));
   if (p->vars[v].reduce)
     return KC_COMPILE_ERROR("te: bind of %s.%s, a reduce axis: only data axes can be bound", t->name, p->vars[v].name);
-  if (p->vars[v].bind != TE_BIND_NONE) return KC_COMPILE_ERROR("te: %s.%s is already bound", t->name, p->vars[v].name);
+  if (p->vars[v].bind != TE_BIND_NONE || p->vars[v].vthread)
+    return KC_COMPILE_ERROR("te: %s.%s is already bound", t->name, p->vars[v].name);
+  if (m->thread == TE_THREAD_VTHREAD) {
+    if (p->vars[v].ann)
+      return KC_COMPILE_ERROR("te: bind of %s.%s to vthread: it is unrolled, vectorized or parallel", t->name,
+                              p->vars[v].name); /* several vthread vars per stage: each its own (TVM's thread_axis per name) */
+    p->vars[v].vthread = true;
+    return KILN_OK;
+  }
   for (int i = 0; i < t->nleaves; i++)
     if (p->vars[t->leaves[i]].bind == m->thread)
       return KC_COMPILE_ERROR("te: %s binds %s twice", t->name, te_thread_names[m->thread]);
@@ -183,6 +191,9 @@ static kiln_status_t annotate(te_program_t *p, const te_prim_t *m, int st) {
   KILN_RETURN_IF_ERROR(find_leaf(p, st, m->vars[0], &v));
   if (m->op == TE_P_PARALLEL && p->vars[v].reduce)
     return KC_COMPILE_ERROR("te: parallel on %s.%s, a reduce axis", p->tensors[st].name, p->vars[v].name);
+  if (p->vars[v].vthread)
+    return KC_COMPILE_ERROR("te: %s.%s is bound to vthread: its copies are unrolled already, nothing else applies",
+                            p->tensors[st].name, p->vars[v].name);
   p->vars[v].ann = m->op == TE_P_UNROLL ? TE_ANN_UNROLL : m->op == TE_P_VECTORIZE ? TE_ANN_VECTORIZE : TE_ANN_PARALLEL;
   if (m->op == TE_P_PARALLEL) p->vars[v].chunk = m->factor[0];
   return KILN_OK;
@@ -238,6 +249,13 @@ static kiln_status_t double_buffer(te_program_t *p, const te_prim_t *m, int st) 
   te_tensor_t *t = &p->tensors[st];
   if (t->nred) return KC_COMPILE_ERROR("te: double_buffer of %s, a reduction: only copies and element-wise stages", t->name);
   t->double_buffer = true;
+  return KILN_OK;
+}
+
+/* The occupancy hint of the kernel computing this stage (te_emit.c: nvvm.minctasm on NVPTX,
+ * amdgpu-waves-per-eu on AMDGPU; nothing on the CPU). */
+static kiln_status_t launch_bounds(te_program_t *p, const te_prim_t *m, int st) {
+  p->tensors[st].min_blocks = (int)m->factor[0];
   return KILN_OK;
 }
 
@@ -476,6 +494,7 @@ static const stage_prim_fn stage_prims[TE_P_COUNT] = {
     [TE_P_VECTORIZE] = annotate,    [TE_P_PARALLEL] = annotate, [TE_P_COMPUTE_AT] = compute_at,
     [TE_P_COMPUTE_INLINE] = compute_inline, [TE_P_RFACTOR] = rfactor,
     [TE_P_STORAGE_ALIGN] = storage_align, [TE_P_DOUBLE_BUFFER] = double_buffer,
+    [TE_P_LAUNCH_BOUNDS] = launch_bounds,
 };
 
 kiln_status_t te_sched_apply(te_program_t *p, const te_prim_t *m) {

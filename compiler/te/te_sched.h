@@ -10,7 +10,7 @@
 typedef enum te_prim_op {
   TE_P_SPLIT = 1, TE_P_TILE, TE_P_FUSE, TE_P_REORDER, TE_P_BIND, TE_P_UNROLL, TE_P_VECTORIZE, TE_P_PARALLEL,
   TE_P_COMPUTE_AT, TE_P_COMPUTE_INLINE, TE_P_CACHE_READ, TE_P_CACHE_WRITE, TE_P_RFACTOR,
-  TE_P_STORAGE_ALIGN, TE_P_DOUBLE_BUFFER,
+  TE_P_STORAGE_ALIGN, TE_P_DOUBLE_BUFFER, TE_P_LAUNCH_BOUNDS,
   TE_P_COUNT
 } te_prim_op_t;
 
@@ -22,7 +22,7 @@ typedef enum te_prim_op {
  *   tile:       stage, vars[0..1] x, y, factor[0..1], names[0..3] x_outer, x_inner, y_outer, y_inner
  *   fuse:       stage, vars[0..nvars-1], names[0] fused
  *   reorder:    stage, vars[0..nvars-1]
- *   bind:       stage, vars[0], thread (0..5: blockIdx.x..threadIdx.z)
+ *   bind:       stage, vars[0], thread (0..5: blockIdx.x..threadIdx.z, TE_THREAD_VTHREAD)
  *   unroll, vectorize: stage, vars[0]
  *   parallel:   stage, vars[0], factor[0] (iterations per work-group; 0: unset)
  *   compute_at: stage, parent, vars[0] (a var of parent)
@@ -31,7 +31,8 @@ typedef enum te_prim_op {
  *   cache_write: stage (the tensor), scope, names[0] (the new stage)
  *   rfactor:    stage, vars[0] (a reduce leaf), names[0] (the new stage), factor[0] (factor_axis)
  *   storage_align: stage, vars[0] (an axis of the stage), factor[0] factor, factor[1] offset
- *   double_buffer: stage */
+ *   double_buffer: stage
+ *   launch_bounds: stage, factor[0] (min_blocks) */
 typedef struct te_prim {
   int op;
   char stage[TE_NAME];

@@ -411,6 +411,16 @@ Test(te, inline_select_cast_reorder) {
   "{'op': 'bind', 'stage': 'AS', 'var': 'ax0', 'thread': 'threadIdx.y'},"                                 \
   "{'op': 'bind', 'stage': 'AS', 'var': 'ax1', 'thread': 'threadIdx.x'}"
 
+/* AS and BS filled at CL's ko; AS by 8 x 8 work-items over its fused elements. */
+#define GEMM_TILES_AT_KO                                                                                     \
+  "{'op': 'compute_at', 'stage': 'AS', 'parent': 'CL', 'var': 'ko'},"                                     \
+  "{'op': 'compute_at', 'stage': 'BS', 'parent': 'CL', 'var': 'ko'},"                                     \
+  "{'op': 'fuse', 'stage': 'AS', 'vars': ['ax0', 'ax1'], 'fused': 'af'},"                                  \
+  "{'op': 'split', 'stage': 'AS', 'var': 'af', 'factor': 8, 'outer': 'ao', 'inner': 'ax'},"               \
+  "{'op': 'split', 'stage': 'AS', 'var': 'ao', 'factor': 8, 'outer': 'aoo', 'inner': 'ay'},"              \
+  "{'op': 'bind', 'stage': 'AS', 'var': 'ay', 'thread': 'threadIdx.y'},"                                  \
+  "{'op': 'bind', 'stage': 'AS', 'var': 'ax', 'thread': 'threadIdx.x'}"
+
 /* Each work-item accumulates a 2x2 block in local memory (cache_write), reading A and B
  * tiles of 16 rows/columns that the 8x8 work-items load together. */
 #define GEMM_LOCAL                                                                                           \
@@ -428,13 +438,7 @@ Test(te, inline_select_cast_reorder) {
   "{'op': 'compute_at', 'stage': 'CL', 'parent': 'C', 'var': 'tj'},"                                      \
   "{'op': 'split', 'stage': 'CL', 'var': 'k', 'factor': 4, 'outer': 'ko', 'inner': 'ki'},"                \
   "{'op': 'reorder', 'stage': 'CL', 'vars': ['ko', 'ki', 'i', 'j']},"                                      \
-  "{'op': 'compute_at', 'stage': 'AS', 'parent': 'CL', 'var': 'ko'},"                                     \
-  "{'op': 'compute_at', 'stage': 'BS', 'parent': 'CL', 'var': 'ko'},"                                     \
-  "{'op': 'fuse', 'stage': 'AS', 'vars': ['ax0', 'ax1'], 'fused': 'af'},"                                  \
-  "{'op': 'split', 'stage': 'AS', 'var': 'af', 'factor': 8, 'outer': 'ao', 'inner': 'ax'},"               \
-  "{'op': 'split', 'stage': 'AS', 'var': 'ao', 'factor': 8, 'outer': 'aoo', 'inner': 'ay'},"              \
-  "{'op': 'bind', 'stage': 'AS', 'var': 'ay', 'thread': 'threadIdx.y'},"                                  \
-  "{'op': 'bind', 'stage': 'AS', 'var': 'ax', 'thread': 'threadIdx.x'},"                                  \
+  GEMM_TILES_AT_KO ","                                                                                      \
   "{'op': 'split', 'stage': 'BS', 'var': 'ax0', 'factor': 8, 'outer': 'b0o', 'inner': 'b0i'},"            \
   "{'op': 'split', 'stage': 'BS', 'var': 'ax1', 'factor': 8, 'outer': 'b1o', 'inner': 'b1i'},"            \
   "{'op': 'bind', 'stage': 'BS', 'var': 'b0i', 'thread': 'threadIdx.y'},"                                 \
@@ -1188,4 +1192,128 @@ Test(te, double_buffer_and_storage_align_errors) {
                "  {'op': 'double_buffer', 'stage': 'AS'}],"
                " 'kernels': [{'name': 'c', 'args': ['A', 'C']}]}",
                "at most 256");
+}
+
+/* ---- vthread and launch_bounds -------------------------------------------------------------- */
+
+/* TVM's classic GPU GEMM: a 32 x 32 tile per work-group of 8 x 8 work-items, each work-item 2 x 2
+ * virtual threads of 2 x 2 elements strided 16 apart (vi, vj), accumulated in CL (local: one
+ * region, and one copy of its storage, per vthread value), A and B tiles in shared memory
+ * (their regions serve every vthread, as every work-item). */
+#define GEMM_VT_SPLITS                                                                                       \
+  "{'op': 'cache_write', 'tensor': 'C', 'scope': 'local', 'name': 'CL'},"                                  \
+  "{'op': 'cache_read', 'tensor': 'A', 'scope': 'shared', 'readers': ['CL'], 'name': 'AS'},"              \
+  "{'op': 'cache_read', 'tensor': 'B', 'scope': 'shared', 'readers': ['CL'], 'name': 'BS'},"              \
+  "{'op': 'split', 'stage': 'C', 'var': 'i', 'factor': 32, 'outer': 'bi', 'inner': 'ii'},"                \
+  "{'op': 'split', 'stage': 'C', 'var': 'j', 'factor': 32, 'outer': 'bj', 'inner': 'jj'},"                \
+  "{'op': 'split', 'stage': 'C', 'var': 'ii', 'nparts': 2, 'outer': 'vi', 'inner': 'i2'},"                \
+  "{'op': 'split', 'stage': 'C', 'var': 'jj', 'nparts': 2, 'outer': 'vj', 'inner': 'j2'},"                \
+  "{'op': 'split', 'stage': 'C', 'var': 'i2', 'nparts': 8, 'outer': 'ti', 'inner': 'ri'},"                \
+  "{'op': 'split', 'stage': 'C', 'var': 'j2', 'nparts': 8, 'outer': 'tj', 'inner': 'rj'},"                \
+  "{'op': 'reorder', 'stage': 'C', 'vars': ['bi', 'bj', 'vi', 'vj', 'ti', 'tj', 'ri', 'rj']},"              \
+  "{'op': 'bind', 'stage': 'C', 'var': 'bi', 'thread': 'blockIdx.y'},"                                    \
+  "{'op': 'bind', 'stage': 'C', 'var': 'bj', 'thread': 'blockIdx.x'},"                                    \
+  "{'op': 'bind', 'stage': 'C', 'var': 'ti', 'thread': 'threadIdx.y'},"                                   \
+  "{'op': 'bind', 'stage': 'C', 'var': 'tj', 'thread': 'threadIdx.x'}"
+#define GEMM_VT_REST                                                                                         \
+  "{'op': 'compute_at', 'stage': 'CL', 'parent': 'C', 'var': 'tj'},"                                      \
+  "{'op': 'split', 'stage': 'CL', 'var': 'k', 'factor': 4, 'outer': 'ko', 'inner': 'ki'},"                \
+  "{'op': 'reorder', 'stage': 'CL', 'vars': ['ko', 'ki', 'i', 'j']},"                                      \
+  "{'op': 'unroll', 'stage': 'CL', 'var': 'ki'},"                                                         \
+  GEMM_TILES_AT_KO ","                                                                                      \
+  "{'op': 'fuse', 'stage': 'BS', 'vars': ['ax0', 'ax1'], 'fused': 'bf'},"                                  \
+  "{'op': 'split', 'stage': 'BS', 'var': 'bf', 'factor': 8, 'outer': 'bo', 'inner': 'bx'},"               \
+  "{'op': 'split', 'stage': 'BS', 'var': 'bo', 'factor': 8, 'outer': 'boo', 'inner': 'by'},"              \
+  "{'op': 'bind', 'stage': 'BS', 'var': 'by', 'thread': 'threadIdx.y'},"                                  \
+  "{'op': 'bind', 'stage': 'BS', 'var': 'bx', 'thread': 'threadIdx.x'}"
+#define GEMM_VT_BINDS                                                                                        \
+  "{'op': 'bind', 'stage': 'C', 'var': 'vi', 'thread': 'vthread'},"                                       \
+  "{'op': 'bind', 'stage': 'C', 'var': 'vj', 'thread': 'vthread'}"
+#define GEMM_VT GEMM_VT_SPLITS "," GEMM_VT_BINDS "," GEMM_VT_REST
+
+/* A vthread of the accumulating stage itself: CL's rows in two strided halves. */
+#define GEMM_VT_ATTACHED                                                                                     \
+  GEMM_VT_SPLITS "," GEMM_VT_REST ","                                                                        \
+  "{'op': 'split', 'stage': 'CL', 'var': 'i', 'nparts': 2, 'outer': 'cv', 'inner': 'ci'},"                \
+  "{'op': 'reorder', 'stage': 'CL', 'vars': ['cv', 'ko', 'ki', 'ci', 'j']},"                               \
+  "{'op': 'bind', 'stage': 'CL', 'var': 'cv', 'thread': 'vthread'}"
+
+Test(te, vthread_gemm_runs_on_cpu) {
+  gemm_check(GEMM(GEMM_VT), 64, 64, 32);  /* every tile whole */
+  gemm_check(GEMM(GEMM_VT), 37, 50, 19);  /* partial tiles: guards per copy */
+  gemm_check(GEMM(GEMM_VT), 5, 3, 1);     /* less than one tile */
+  gemm_check(GEMM_FIXED(64, 32, 16, GEMM_VT), 64, 32, 16);
+  gemm_check(GEMM_FIXED(40, 24, 12, GEMM_VT), 40, 24, 12);
+  gemm_check(GEMM(GEMM_VT_ATTACHED), 48, 40, 23);
+}
+
+/* The copies are explicit: the local accumulators of all four vthreads (4 x 2 x 2 floats) are
+ * one array (unoptimised: 64 bytes of local memory); the PTX assembles, and optimised LLVM
+ * keeps them in registers (no local memory). */
+Test(te, vthread_gemm_on_gpus) {
+  kiln_artifact_t a;
+  opt_level = 0;
+  te_compile(GEMM_FIXED(64, 64, 32, GEMM_VT), "sm_90", &a);
+  cr_assert(strstr((const char *)a.code, "__local_depot0[64]"), "four copies of CL's 2 x 2 region:\n%s",
+            (const char *)a.code);
+  kiln_artifact_deinit(&a);
+  opt_level = 3;
+  te_compile(GEMM_FIXED(64, 64, 32, GEMM_VT), "sm_90", &a);
+  cr_assert(!strstr((const char *)a.code, ".local"), "accumulators in registers:\n%s", (const char *)a.code);
+  kiln_artifact_deinit(&a);
+  gpu_build(GEMM(GEMM_VT), "sm_90", "gemm");
+  gpu_build(GEMM(GEMM_VT), "gfx942", "gemm");
+  gpu_build(GEMM(GEMM_VT_ATTACHED), "sm_90", "gemm");
+}
+
+Test(te, vthread_errors) {
+  expect_error(GEMM(GEMM_VT ",{'op': 'bind', 'stage': 'C', 'var': 'vi', 'thread': 'vthread'}"), "already bound");
+  expect_error(GEMM(GEMM_VT ",{'op': 'bind', 'stage': 'C', 'var': 'vi', 'thread': 'threadIdx.z'}"), "already bound");
+  expect_error(GEMM(GEMM_VT ",{'op': 'unroll', 'stage': 'C', 'var': 'vi'}"), "bound to vthread");
+  expect_error(GEMM(GEMM_VT ",{'op': 'split', 'stage': 'C', 'var': 'vi', 'factor': 2}"), "bound or annotated");
+  expect_error(GEMM("{'op': 'bind', 'stage': 'C', 'var': 'k', 'thread': 'vthread'}"), "a reduce axis");
+  expect_error(GEMM(GEMM_VT ",{'op': 'bind', 'stage': 'CL', 'var': 'ki', 'thread': 'vthread'}"), "a reduce axis");
+  expect_error(GEMM("{'op': 'bind', 'stage': 'C', 'var': 'i', 'thread': 'cthread'}"), "or vthread");
+  /* extents: symbolic, 0, more than 64 copies */
+  expect_error(GEMM("{'op': 'bind', 'stage': 'C', 'var': 'i', 'thread': 'vthread'}"), "not a constant");
+  expect_error(GEMM_FIXED(0, 8, 8, "{'op': 'bind', 'stage': 'C', 'var': 'i', 'thread': 'vthread'}"), "extent 0");
+  expect_error(GEMM("{'op': 'split', 'stage': 'C', 'var': 'i', 'nparts': 65, 'outer': 'v', 'inner': 'r'},"
+                    "{'op': 'bind', 'stage': 'C', 'var': 'v', 'thread': 'vthread'}"),
+               "too large");
+  expect_error(GEMM("{'op': 'split', 'stage': 'C', 'var': 'i', 'nparts': 1073741824, 'outer': 'v', 'inner': 'r'},"
+                    "{'op': 'bind', 'stage': 'C', 'var': 'v', 'thread': 'vthread'}"),
+               "too large");
+  expect_error(GEMM("{'op': 'split', 'stage': 'C', 'var': 'i', 'nparts': 16, 'outer': 'v', 'inner': 'r'},"
+                    "{'op': 'split', 'stage': 'C', 'var': 'j', 'nparts': 8, 'outer': 'w', 'inner': 's'},"
+                    "{'op': 'bind', 'stage': 'C', 'var': 'v', 'thread': 'vthread'},"
+                    "{'op': 'bind', 'stage': 'C', 'var': 'w', 'thread': 'vthread'}"),
+               "at most 64");
+}
+
+/* launch_bounds: .minnctapersm on NVPTX, the waves per SIMD that many groups make on AMDGPU
+ * (8 groups of 64 work-items, one wave64 each, over 4 SIMDs: 2), nothing on the CPU. */
+#define GEMM_VT_MIN(N) GEMM_VT ",{'op': 'launch_bounds', 'stage': 'C', 'min_blocks': " #N "}"
+Test(te, launch_bounds_hint) {
+  kiln_artifact_t a;
+  te_compile(GEMM(GEMM_VT_MIN(2)), "sm_90", &a);
+  cr_assert(strstr((const char *)a.code, ".minnctapersm 2") && strstr((const char *)a.code, ".maxntid 64"), "%s",
+            (const char *)a.code);
+  kiln_artifact_deinit(&a);
+  te_compile(GEMM(GEMM_VT_MIN(8)), "gfx942", &a);
+  cr_assert(strstr(a.llvm_ir, "\"amdgpu-waves-per-eu\"=\"2\""), "%s", a.llvm_ir);
+  kiln_artifact_deinit(&a);
+  te_compile(GEMM(GEMM_VT_MIN(2)), "cpu", &a);
+  cr_assert(!strstr(a.llvm_ir, "minctasm") && !strstr(a.llvm_ir, "waves-per-eu"));
+  kiln_artifact_deinit(&a);
+  gemm_check(GEMM(GEMM_VT_MIN(32)), 33, 31, 7);
+  gpu_build(GEMM(GEMM_VT_MIN(2)), "sm_90", "gemm");
+  gpu_build(GEMM(GEMM_VT_MIN(4)), "gfx942", "gemm");
+  expect_error(GEMM(GEMM_VT_MIN(0)), "from 1 to 32");
+  expect_error(GEMM(GEMM_VT_MIN(33)), "from 1 to 32");
+  expect_error(GEMM(GEMM_VT_MIN(-1)), "from 1 to 32");
+  expect_error(GEMM(GEMM_VT ",{'op': 'launch_bounds', 'stage': 'C', 'min_blocks': 'two'}"), "from 1 to 32");
+  expect_error(GEMM(GEMM_VT ",{'op': 'launch_bounds', 'stage': 'C'}"), "min_blocks");
+  expect_error(GEMM(GEMM_VT ",{'op': 'launch_bounds', 'stage': 'C', 'min_blocks': 2, 'max': 1}"), "unknown key");
+  expect_error(GEMM(GEMM_VT ",{'op': 'launch_bounds', 'stage': 'CL', 'min_blocks': 2}"), "kernel's output stage");
+  expect_error(GEMM(GEMM_VT ",{'op': 'launch_bounds', 'stage': 'A', 'min_blocks': 2}"), "placeholder");
 }
