@@ -375,8 +375,8 @@ def _encode_schedule(s, tensor_names, top):
             m = {"op": "reorder", "stage": sname, "vars": [nm(iv) for iv in entry[2]]}
         elif kind == "bind":
             tag = entry[3].thread_tag
-            if not (tag.startswith("blockIdx.") or tag.startswith("threadIdx.")):
-                raise InvalidArgument("bind to %s: kiln binds blockIdx.x/y/z and threadIdx.x/y/z only" % tag)
+            if not (tag.startswith("blockIdx.") or tag.startswith("threadIdx.") or tag == "vthread"):
+                raise InvalidArgument("bind to %s: kiln binds blockIdx.x/y/z, threadIdx.x/y/z and vthread only" % tag)
             m = {"op": "bind", "stage": sname, "var": nm(entry[2]), "thread": tag}
         elif kind in ("unroll", "vectorize", "parallel"):
             m = {"op": kind, "stage": sname, "var": nm(entry[2])}
@@ -393,6 +393,8 @@ def _encode_schedule(s, tensor_names, top):
             m = {"op": "storage_align", "stage": sname, "var": nm(entry[2]), "factor": entry[3], "offset": entry[4]}
         elif kind == "double_buffer":
             m = {"op": "double_buffer", "stage": sname}
+        elif kind == "launch_bounds":
+            m = {"op": "launch_bounds", "stage": sname, "min_blocks": entry[2]}
         else:
             raise InvalidArgument("schedule primitive %s is not supported by kiln" % kind)
         out.append(m)

@@ -55,7 +55,8 @@ def _stage_values(st, leaves=None):
     val = {}
     for iv in (st.leaf_iter_vars if leaves is None else leaves):
         a = st.attrs.get(iv)
-        val[iv] = X.Var(a[1].thread_tag, iv.var.dtype) if a and a[0] == "bind" else iv.var
+        val[iv] = (X.Var(a[1].var.name if a[1].thread_tag == "vthread" else a[1].thread_tag, iv.var.dtype)
+                   if a and a[0] == "bind" else iv.var)
     parent_of = {}
     loose = set()
     for r in reversed(st.relations):
@@ -277,6 +278,8 @@ def _emit_stage(st, sched, attached, out, depth, bodies, moved):
         ext = expr_str(extents[iv] if iv in extents else st._extent(iv))
         if _single(extents.get(iv)) and not a:
             pass
+        elif a and a[0] == "bind" and a[1].thread_tag == "vthread":
+            out.append("%s// attr [iter_var(%s, , vthread)] virtual_thread = %s" % (pad, a[1].var.name, ext))
         elif a and a[0] == "bind":
             out.append("%s// attr [iter_var(%s, , %s)] thread_extent = %s" % (pad, a[1].thread_tag,
                                                                             a[1].thread_tag, ext))

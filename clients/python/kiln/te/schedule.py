@@ -159,17 +159,35 @@ class Stage:
         self.schedule.log.append((what, self, iv) + tuple(value[1:]))
 
     def bind(self, iv, thread_iv):
-        """Binds a loop to ``te.thread_axis("blockIdx.x")`` etc."""
+        """Binds a loop to ``te.thread_axis("blockIdx.x")`` etc., or to a virtual thread
+        (``te.thread_axis("vthread", name="vx")``: each value of the loop becomes a copy of
+        the statements inside it, unrolled in the work-item; docs/te.md §5)."""
         if not isinstance(thread_iv, IterVar) or thread_iv.iter_type != IterVar.THREAD:
             raise InvalidArgument("bind: the second argument is a te.thread_axis, not %r" % (thread_iv,))
         if iv.iter_type == IterVar.REDUCE:
             raise InvalidArgument("bind: %s is a reduction loop; kiln binds data-parallel loops only"
                                   % iv.var.name)
+        if iv in self.attrs and self.attrs[iv][0] == "bind":
+            raise InvalidArgument("bind: %s of %s is already bound to %s"
+                                  % (iv.var.name, self.op.name, self.attrs[iv][1].thread_tag))
+        vthread = thread_iv.thread_tag == "vthread"
         for other, a in self.attrs.items():
-            if a[0] == "bind" and a[1].thread_tag == thread_iv.thread_tag and other is not iv:
+            if a[0] == "bind" and other is not iv and (a[1] is thread_iv if vthread
+                                                        else a[1].thread_tag == thread_iv.thread_tag):
                 raise InvalidArgument("bind: %s of %s is already bound to %s"
                                       % (other.var.name, self.op.name, thread_iv.thread_tag))
         self._annotate(iv, "bind", ("bind", thread_iv))
+
+    def launch_bounds(self, min_blocks):
+        """kiln's occupancy hint for the kernel that computes this stage (its output stage):
+        at least ``min_blocks`` work-groups resident per SM (NVPTX ``.minnctapersm``: ptxas
+        caps registers to fit them) or per CU (AMDGPU ``amdgpu-waves-per-eu``); ignored on
+        the CPU. docs/te.md §5."""
+        if not isinstance(min_blocks, int) or isinstance(min_blocks, bool) or not 1 <= min_blocks <= 32:
+            raise InvalidArgument("launch_bounds: min_blocks is an int from 1 to 32, not %r" % (min_blocks,))
+        self._no_inline("launch_bounds")
+        self.launch_min_blocks = min_blocks
+        self.schedule.log.append(("launch_bounds", self, min_blocks))
 
     def unroll(self, iv):
         self._annotate(iv, "unroll", ("unroll",))

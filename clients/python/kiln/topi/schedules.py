@@ -17,7 +17,7 @@ KNOBS = {
     "matmul": {
         "cpu": {"bm": 8, "bn": 32, "bk": 4, "order": "ji", "unroll_k": False},
         "gpu": {"block_m": 64, "block_n": 64, "thread_m": 16, "thread_n": 16, "k_tile": 8, "vec": 1,
-                "double_buffer": False},
+                "double_buffer": False, "vthread_m": 1, "vthread_n": 1, "min_blocks": 0},
     },
     "batch_matmul": {
         "cpu": {"bm": 8, "bn": 32},
@@ -135,7 +135,11 @@ def schedule_matmul(C, target="cpu", **kw):
     A and B tiles staged in shared memory per k_tile step, accumulators in registers;
     ``vec`` elements per global load and shared store of the staging copies (4: 128-bit),
     ``double_buffer``: the next k step's tiles are loaded into registers while this one
-    computes, into the other half of two shared tiles (one barrier a step)."""
+    computes, into the other half of two shared tiles (one barrier a step); ``vthread_m`` x
+    ``vthread_n`` virtual threads: a work-item's tile is that many sub-tiles strided across
+    the block (te's vthread: its shared reads and global stores are those of a block
+    vthread times smaller, adjacent across work-items); ``min_blocks`` (0: none): the
+    occupancy hint, te's launch_bounds (ptxas caps registers to fit that many blocks an SM)."""
     gpu = is_gpu(target)
     k = _knobs("matmul", target, kw, C)
     A, B = C.op.input_tensors
@@ -196,21 +200,38 @@ def _matmul_gpu(s, C, A, B, k):
     CC = s.cache_write(C, "local")
     AA = s.cache_read(A, "shared", [CC])
     BB = s.cache_read(B, "shared", [CC])
+    vm, vn = k["vthread_m"], k["vthread_n"]
     y, x = C.op.axis
     by, yi = s[C].split(y, factor=bm)
     bx, xi = s[C].split(x, factor=bn)
+    # vthread_m x vthread_n virtual threads outside the work-items: a work-item's rows are
+    # vm runs of (bm / vm / tm), bm / vm apart (TVM's classic GPU GEMM)
+    virt = []
+    if vm > 1 or vn > 1:
+        vy, yi = s[C].split(yi, nparts=vm)
+        vx, xi = s[C].split(xi, nparts=vn)
+        virt = [vy, vx]
     ty, yi = s[C].split(yi, nparts=tm)
     tx, xi = s[C].split(xi, nparts=tn)
-    s[C].reorder(by, bx, ty, tx, yi, xi)
+    s[C].reorder(by, bx, *virt, ty, tx, yi, xi)
     s[C].bind(by, te.thread_axis("blockIdx.y"))
     s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    for v, n, name in zip(virt, (vm, vn), ("vy", "vx")):
+        s[C].bind(v, te.thread_axis((0, n), "vthread", name=name))
     s[C].bind(ty, te.thread_axis("threadIdx.y"))
     s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    if k["min_blocks"]:
+        s[C].launch_bounds(k["min_blocks"])
     if k["vec"] > 1:
         # the thread tile's copy-out unrolled: the accumulators stay registers for every tile
         # shape (LLVM left a 16 x 4 tile's loops, and its accumulators went to local memory)
         s[C].unroll(yi)
-        s[C].unroll(xi)
+        if virt and (bn // tn // vn) % k["vec"] == 0:
+            # a run's columns stored as whole vectors (128-bit stores where the index proves
+            # the alignment; a partial tile's guard keeps it a loop)
+            s[C].vectorize(xi)
+        else:
+            s[C].unroll(xi)
     s[CC].compute_at(s[C], tx)
     yc, xc = s[CC].op.axis
     (kaxis,) = s[CC].op.reduce_axis

@@ -35,7 +35,9 @@ OPS = {
 }
 
 # Limits assumed for a GPU target named without a device (the smaller of AMD's and NVIDIA's).
-GPU_DEFAULTS = {"max_block": 1024, "max_shared": 48 * 1024, "wave_size": 32}
+GPU_DEFAULTS = {"max_block": 1024, "max_shared": 48 * 1024, "wave_size": 32,
+                # an SM's (NVIDIA sm_80/sm_90: 2048 work-items, 227 KiB of shared memory for blocks)
+                "max_threads_sm": 2048, "max_shared_sm": 227 * 1024}
 
 
 def signature(out):
@@ -64,6 +66,16 @@ def _registers(c):
     addresses and indices."""
     rows, cols = c["block_m"] // c["thread_m"], c["block_n"] // c["thread_n"]
     return rows * cols + 2 * rows + cols + _staged(c) + 40
+
+
+def _hint_ok(c, L, esize):
+    """Does min_blocks make a different, still reasonable build (space rule "occupancy")?"""
+    threads = c["thread_m"] * c["thread_n"]
+    shared = (c["block_m"] + c["block_n"]) * c["k_tile"] * esize * (2 if c["double_buffer"] else 1)
+    if c["min_blocks"] * threads > L["max_threads_sm"] or c["min_blocks"] * shared > L["max_shared_sm"]:
+        return False
+    cap, est = min(255, 65536 // (c["min_blocks"] * threads)), _registers(c)
+    return 0.7 * est <= cap < est
 
 
 def _fit(cands, n):
@@ -138,7 +150,9 @@ class Space:
         self.knobs = {"block_m": _fit([16, 32, 64, 128, 256], M), "block_n": _fit([16, 32, 64, 128, 256], N),
                       "thread_m": [4, 8, 16, 32], "thread_n": [4, 8, 16, 32], "k_tile": _fit([4, 8, 16, 32], K),
                       # 128-bit staging copies; double-buffered shared tiles (issue 15 item 6)
-                      "vec": [1, 16 // esize] if esize < 16 else [1], "double_buffer": [False, True]}
+                      "vec": [1, 16 // esize] if esize < 16 else [1], "double_buffer": [False, True],
+                      # strided thread tiles (te's vthread) and the occupancy hint (launch_bounds)
+                      "vthread_m": [1, 2], "vthread_n": [1, 2], "min_blocks": [0, 2, 3, 4]}
         self._rule("divisible", "block_m % thread_m == 0 and block_n % thread_n == 0 (whole thread tiles)",
                    lambda c: c["block_m"] % c["thread_m"] == 0 and c["block_n"] % c["thread_n"] == 0)
         self._rule("threads", "thread_m * thread_n <= max_block (%d) and >= wave_size (%d)"
@@ -160,6 +174,19 @@ class Space:
                    and _registers(c) <= min(255, 65536 // (c["thread_m"] * c["thread_n"])) if c["vec"] > 1
                    else (c["block_m"] // c["thread_m"]) * (c["block_n"] // c["thread_n"]) <= 64
                    and max(c["block_m"], c["block_n"]) <= 128)
+        # ptxas on sm_90: column runs of 2 turn the B fragments' 128-bit shared loads into
+        # 64-bit ones; runs of 4 keep them and make neighbouring work-items' reads adjacent
+        self._rule("vthread", "thread tile rows % vthread_m == 0 and columns % vthread_n == 0; with vthreads, runs "
+                   "of at least 2 rows and 4 columns (a tile is vthread_m x vthread_n sub-tiles strided across "
+                   "the block; 4 columns keep the 128-bit fragment loads)",
+                   lambda c: all(t % v == 0 and (v == 1 or t // v >= least) for t, v, least in
+                                 ((c["block_m"] // c["thread_m"], c["vthread_m"], 2),
+                                  (c["block_n"] // c["thread_n"], c["vthread_n"], 4))))
+        self._rule("occupancy", "min_blocks 0, or: min_blocks * threads <= %d (work-items an SM holds), min_blocks "
+                   "times the shared tiles <= %d bytes, and the register cap it sets, 65536 / (min_blocks * threads), "
+                   "below the estimate (else the hint changes nothing) and at least 0.7 of it (else it spills much)"
+                   % (L["max_threads_sm"], L["max_shared_sm"]),
+                   lambda c: not c["min_blocks"] or _hint_ok(c, L, esize))
         self._rule("prefetch", "double-buffered: (block_m + block_n) * k_tile / threads <= 32 elements a thread "
                    "prefetches in registers",
                    lambda c: not c["double_buffer"] or _staged(c) <= 32)
