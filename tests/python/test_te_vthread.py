@@ -216,3 +216,21 @@ def test_vthread_hostile_schedules(s):
     for bad in (0, 33, -1, 2.0, True, "2"):
         with pytest.raises(kiln.InvalidArgument, match="min_blocks"):
             st.launch_bounds(bad)
+
+
+@pytest.mark.parametrize("kind", ["cuda", "rocm"])
+def test_vthread_gemm_runs_on_gpu(s, kind):
+    """On the daemon's first GPU of each kind (ROCm in CI: the software GPU, .ci/softgpu): the
+    vthread GEMM with the occupancy hint, a partial shape, against numpy."""
+    dev = getattr(s, kind)(0)
+    if not dev.exist:
+        pytest.skip("the daemon has no %s device" % kind)
+    M, N, K = 70, 45, 19
+    sched, args = gemm(M, N, K, min_blocks=2)
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, size=(M, K)).astype("float32")
+    b = rng.uniform(-1, 1, size=(K, N)).astype("float32")
+    f = kiln.build(sched, args, dev, session=s)
+    c = kiln.nd.array(np.full((M, N), np.nan, "float32"), dev)
+    f(kiln.nd.array(a, dev), kiln.nd.array(b, dev), c)
+    np.testing.assert_allclose(c.numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
