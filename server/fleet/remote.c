@@ -61,8 +61,15 @@ typedef struct pending {
   struct pending *next;
   uint8_t key[KILN_REMOTE_KEY_BYTES];
   size_t len;
+  unsigned drops; /* connections that went while its SET was in flight */
   uint8_t bytes[];
 } pending_t;
+
+/* A queued build whose connection goes this many times while its SET is in flight is
+ * dropped: a SET that cannot finish within the deadline (a slow link, a large build, a
+ * stalled Redis) would otherwise be sent first at every reconnect and time out again,
+ * forever, failing every other command on the connection each time. */
+#define REQUEUE_MAX_DROPS 2u
 
 typedef struct held {
   struct held *prev, *next;
@@ -507,8 +514,13 @@ static void on_put(void *arg, const redisReply *r) {
       rc->st.requeue_sent++;
       rc->drain_sent++;
       free(p->queued);
-    } else if (!r) { /* the connection went: back to the queue, for when Redis is back */
-      requeue_oldest(rc, p->queued);
+    } else if (!r && ++p->queued->drops < REQUEUE_MAX_DROPS) {
+      requeue_oldest(rc, p->queued); /* the connection went: back to the queue, for when Redis is back */
+    } else if (!r) {
+      KILN_LOG_WARN("cache_remote_requeue", "bytes=%zu drops=%u action=dropped (its SET did not finish within the deadline)",
+                    p->len, p->queued->drops);
+      rc->st.requeue_dropped++;
+      free(p->queued);
     } else {
       free(p->queued); /* Redis refused it (an error reply): trying again would not help */
     }
@@ -576,6 +588,7 @@ static void requeue(kiln_remote_t *rc, const uint8_t key[KILN_REMOTE_KEY_BYTES],
   q->next = NULL;
   memcpy(q->key, key, KILN_REMOTE_KEY_BYTES);
   q->len = len;
+  q->drops = 0;
   memcpy(q->bytes, bytes, len);
   if (rc->queue_tail) rc->queue_tail->next = q;
   else rc->queue = q;

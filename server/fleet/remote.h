@@ -11,7 +11,7 @@
  * When Redis is down, slow or restarted, a look-up answers "compile it" at once and a put
  * is queued (a bounded queue: KILN_REMOTE_REQUEUE_ENTRIES builds, KILN_REMOTE_REQUEUE_BYTES
  * of them, the oldest dropped first) and sent when the connection is up again, paced (at
- * most 4 MiB unanswered; one whose connection goes before its answer is queued again): nothing
+ * most 4 MiB unanswered; one whose connection goes before its answer is queued again, once): nothing
  * waits on Redis beyond the command deadline, and builds made during an outage still reach
  * the other hosts.
  *
@@ -47,7 +47,8 @@ typedef struct kiln_remote_stats {
   uint64_t hits, misses; /* look-ups answered from Redis / not (the build runs here) */
   uint64_t skipped;      /* look-ups and puts not tried: Redis was down */
   uint64_t requeued;     /* ... of those puts, queued for when Redis is back */
-  uint64_t requeue_dropped; /* queued puts dropped for the queue's bound */
+  uint64_t requeue_dropped; /* queued puts dropped for the queue's bound, or after their
+                               connection went twice while they were in flight */
   uint64_t requeue_sent; /* queued puts sent when Redis came back */
   uint64_t corrupt;      /* entries refused (MAC, size, key, type) and deleted */
   uint64_t bytes_read, bytes_written; /* artifact bytes of hits and of puts */

@@ -235,6 +235,54 @@ Test(fleet_redis, builds_in_flight_when_redis_dies_are_queued_again) {
   finish(&f, rc, buf);
 }
 
+/* Review item H6: a queued build whose SET cannot finish within the deadline was put back at
+ * the head of the queue at every drop and sent first at every reconnect: the tier timed out
+ * forever. Redis stopped (SIGSTOP) past the deadline while the queued SET is in flight, twice:
+ * the first drop queues it again, the second drops it, and the tier comes back up and works. */
+static void stop_while_in_flight(fixture_t *f, kiln_remote_t *rc, uint64_t drops) {
+  cr_assert(run_until(f, is_up, rc, 10));
+  /* on_up sent the queued SET; its bytes leave on a later turn of the loop, unanswered */
+  cr_assert_eq(kill(f->redis, SIGSTOP), 0);
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  cr_assert_eq(s.requeue_sent, 0, "the SET was answered before the stop: nothing tested");
+  want_t d = WANT(rc, redis.disconnects, drops);
+  cr_assert(run_until(f, reached, &d, 10), "the stalled SET did not time out");
+  cr_assert_eq(kill(f->redis, SIGCONT), 0);
+}
+
+Test(fleet_redis, a_queued_build_that_times_out_twice_is_dropped_and_the_tier_recovers) {
+  fixture_t f = {0};
+  const size_t len = 1u << 20;
+  uint8_t *buf;
+  kiln_remote_t *rc = queued_tier(&f, 300, 1, len, "0", &buf);
+  stop_while_in_flight(&f, rc, 1);
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  cr_expect(s.put_errors == 1 && s.requeue_dropped == 0, "first drop: errors %llu dropped %llu",
+            (unsigned long long)s.put_errors, (unsigned long long)s.requeue_dropped);
+  stop_while_in_flight(&f, rc, 2); /* sent again at the reconnect, stalled again */
+  want_t dropped = WANT(rc, requeue_dropped, 1);
+  cr_assert(run_until(&f, reached, &dropped, 10));
+  /* Up again, and it stays up: nothing is sent first at the reconnect any more. */
+  cr_assert(run_until(&f, is_up, rc, 10));
+  uint32_t k = 7;
+  uint8_t key[KILN_REMOTE_KEY_BYTES] = {0};
+  memcpy(key, &k, sizeof(k));
+  fill(buf, 4096, k);
+  kiln_remote_put(rc, key, buf, 4096);
+  want_t stored = WANT(rc, puts, 1);
+  cr_assert(run_until(&f, reached, &stored, 10));
+  expect_entry(&f, rc, k, 4096);
+  kiln_remote_stats(rc, &s);
+  cr_expect(s.requeue_dropped == 1 && s.requeue_sent == 0 && s.put_errors == 2 && s.puts == 1,
+            "dropped %llu sent %llu errors %llu puts %llu", (unsigned long long)s.requeue_dropped,
+            (unsigned long long)s.requeue_sent, (unsigned long long)s.put_errors, (unsigned long long)s.puts);
+  cr_expect_eq(s.redis.disconnects, 2);
+  cr_expect(s.redis.up);
+  finish(&f, rc, buf);
+}
+
 /* A Redis that refuses the SETs (full, noeviction): each queued build is tried once, counted
  * in put_errors and dropped; the drain ends, the connection stays up. */
 Test(fleet_redis, a_redis_that_refuses_every_put_ends_the_drain) {
