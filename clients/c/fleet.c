@@ -28,7 +28,7 @@
 
 #define HOSTS_SET "kiln:hosts"
 #define HOST_PREFIX "kiln:host:"
-#define MAX_RECORD (1u << 20) /* bytes of one record; kilnd's are a few KiB */
+#define MAX_RECORD (64u << 10) /* bytes of one record; kilnd's are a few KiB */
 #define MAX_HOSTS 4096
 #define MAX_DEVICES 64     /* per host; more are counted, not listed */
 #define MAX_REPLY (64u << 20) /* bytes of one reply in all (strings and objects) */
@@ -500,7 +500,7 @@ kiln_status_t kiln_cli_fleet_list(const kiln_cli_fleet_opts_t *o, FILE *out, FIL
     const char *why = NULL;
     if (r->type == REDIS_REPLY_ERROR) why = "Redis answered an error (a key of another type?)";
     else if (r->type != REDIS_REPLY_STRING) why = "an unexpected reply";
-    else if (r->len > MAX_RECORD) why = "larger than 1 MiB";
+    else if (r->len > MAX_RECORD) why = "larger than 64 KiB";
     else {
       const uint8_t *rec;
       size_t rlen;

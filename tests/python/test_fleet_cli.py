@@ -93,7 +93,7 @@ def test_hostile_registry_entries_are_skipped_with_a_note(kiln_cli, kilnds, redi
         return msgpack.packb(d)
     bad = {
         "tcp:garbage:1": b"\xc1\xff not msgpack",
-        "tcp:huge:1": b"\x80" * (3 << 20),                          # 3 MiB: read as 1 MiB + 1, skipped
+        "tcp:huge:1": b"\x80" * (3 << 20),                          # 3 MiB: read as 64 KiB + 1, skipped
         "tcp:twovalues:1": msgpack.packb(1) + msgpack.packb(2),
         "tcp:notamap:1": msgpack.packb([1, 2, 3]),
         "tcp:v2:1": rec("tcp:v2:1", v=2),
@@ -102,7 +102,7 @@ def test_hostile_registry_entries_are_skipped_with_a_note(kiln_cli, kilnds, redi
         "tcp:baddevs:1": rec("tcp:baddevs:1", devices={"id": 1}),
         "tcp:baddev:1": rec("tcp:baddev:1", devices=[{"id": 7, "kind": None}]),
         "tcp:longid:1": rec("tcp:longid:1", identity="x" * 100000),
-        "tcp:deep:1": b"\x91" * 100000,                             # arrays in arrays
+        "tcp:deep:1": b"\x91" * 60000,                              # arrays in arrays
     }
     for k, v in bad.items():
         c.set("kiln:host:" + k, v)
@@ -122,7 +122,7 @@ def test_hostile_registry_entries_are_skipped_with_a_note(kiln_cli, kilnds, redi
         assert any(k in n and "skipped" in n for n in notes), (k, p.stderr)
     assert any("not a host address" in n for n in notes)
     assert not any("tcp:gone:1" in n for n in notes)  # expired: gone, not an error
-    assert "larger than 1 MiB" in p.stderr and "another type" in p.stderr
+    assert "larger than 64 KiB" in p.stderr and "another type" in p.stderr
     hosts = [ln.split()[0] for ln in p.stdout.splitlines()[1:] if ln.startswith("tcp:")]
     assert sorted(hosts) == sorted([a.advertised, "tcp:ctl:1"]), p.stdout
     assert "1?[31m" in p.stdout

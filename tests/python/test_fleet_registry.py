@@ -295,3 +295,30 @@ def test_a_huge_or_bad_set_member_is_skipped_and_the_good_hosts_listed(redis_ser
 def test_a_forged_members_reply_is_refused_whole(reply):
     with pytest.raises(kiln.Unavailable, match="unexpected reply to the members script"):
         kiln.fleet._members(reply)
+
+
+def test_many_huge_records_are_read_in_batches(redis_server):
+    """Review H7: hosts() held every record's raw bytes at once (400 x 1 MiB: 841 MiB). Read
+    32 a pipeline, each at most 64 KiB, a child's max RSS stays small; good hosts are listed."""
+    r = redis_server()
+    rc = r.client()
+    huge = b"\x80" * (1 << 20)
+    p = rc.pipeline(transaction=False)
+    for i in range(400):
+        p.set("kiln:host:tcp:huge:%d" % i, huge)
+        p.sadd("kiln:hosts", "tcp:huge:%d" % i)
+    for u in ("tcp:good:1", "tcp:good:2"):
+        p.set("kiln:host:" + u, fake_record(u, "x"))
+        p.sadd("kiln:hosts", u)
+    p.execute()
+    code = ("import resource, sys, kiln.fleet\n"
+            "hs = kiln.fleet.hosts(sys.argv[1])\n"
+            "print(sorted(h.url for h in hs), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    out = subprocess.run([sys.executable, "-c", code, r.url], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=PKG_PYTHONPATH or os.environ.get("PYTHONPATH", "")))
+    assert out.returncode == 0, out.stderr
+    urls, rss_kib = out.stdout.rsplit(" ", 1)
+    assert urls == "['tcp:good:1', 'tcp:good:2']"
+    # 862 MiB before (1 MiB records, all at once); 52 MiB measured alone, 228 MiB once inside the
+    # whole fleet run (not understood yet: the bound is loose, still far below the old figure)
+    assert int(rss_kib) < 400 << 10, rss_kib

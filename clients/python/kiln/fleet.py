@@ -44,7 +44,8 @@ from .errors import InvalidArgument, KilnError, Unavailable
 
 HOSTS_SET = "kiln:hosts"
 HOST_PREFIX = "kiln:host:"
-MAX_RECORD = 1 << 20  # bytes of one host's record; larger ones are skipped
+MAX_RECORD = 64 << 10  # bytes of one host's record (kilnd's are a few KiB); larger ones are skipped
+_RECORD_BATCH = 32  # records read a pipeline: memory is at most this many x MAX_RECORD
 MAX_HOSTS = 4096
 SIG_MAGIC = b"KILNSIG1"  # server/fleet/record.h: magic, public key, signature, record
 SIG_CONTEXT = b"kiln fleet record v1\n"
@@ -304,20 +305,23 @@ def hosts(url, password=None, username=None, timeout=5.0, trusted_keys=None):
         r = redis_client(url, password, username, timeout)
         members = _members(r.eval(_MEMBERS_SCRIPT, 1, HOSTS_SET, MAX_MEMBER, MAX_HOSTS, _MAX_BAD_SHOWN,
                                   16 * MAX_HOSTS))
-        p = r.pipeline(transaction=False)
-        for m in members:  # a record over MAX_RECORD reads as MAX_RECORD + 1 bytes: skipped
-            p.getrange(HOST_PREFIX.encode() + m, 0, MAX_RECORD)
-        raws = p.execute() if members else []
+        out = []
+        for i in range(0, len(members), _RECORD_BATCH):  # decoded a batch at a time: the raw
+            batch = members[i:i + _RECORD_BATCH]        # bytes of all at once could be 4096 x 64 KiB
+            p = r.pipeline(transaction=False)
+            for m in batch:  # a record over MAX_RECORD reads as MAX_RECORD + 1 bytes: skipped
+                p.getrange(HOST_PREFIX.encode() + m, 0, MAX_RECORD)
+            raws = p.execute()
+            for m, raw in zip(batch, raws):
+                m = m.decode("utf-8", "replace")
+                h = _decode(raw, m, keys)
+                if h is not None and h.url == m:
+                    out.append(h)
+            del raws, p
     except KilnError:
         raise
     except Exception as e:  # redis.exceptions.*: connection refused, AUTH, timeouts, wrong types
         raise Unavailable("the fleet registry at %s cannot be read: %s" % (url, e)) from None
-    out = []
-    for m, raw in zip(members, raws):
-        m = m.decode("utf-8", "replace")
-        h = _decode(raw, m, keys)
-        if h is not None and h.url == m:
-            out.append(h)
     ids = collections.Counter(h.identity for h in out)
     if len(ids) > 1:
         common = ids.most_common(1)[0][0]
