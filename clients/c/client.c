@@ -18,7 +18,7 @@ kiln_status_t kiln_client_create(const char *url, kiln_client_t **out_client) {
 }
 
 /* Without a URL and without $KILN_URL: the first of the places a daemon is looked for that
- * answers (kiln_client_search_list) and runs as root, this user or kiln
+ * answers (kiln_client_search_list) and runs as root or this user
  * (kiln_url_check_owner), else an error saying why each did not. */
 static kiln_status_t connect_searching(kiln_client_t *c, const kiln_client_options_t *opts,
                                        char *url, size_t cap) {

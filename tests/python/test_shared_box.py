@@ -268,7 +268,7 @@ def test_discovery_uses_no_daemon_another_user_runs(kilnd_bin, squatter, kind, w
     r = subprocess.run([sys.executable, "-c", CONNECT], env=client_env(KILN_SEARCH=url, KILN_TOKEN="secret-token"),
                        capture_output=True, text=True, timeout=60)
     assert r.stdout.startswith("REFUSED"), r.stdout + r.stderr
-    assert "%s: not used: it runs as uid %d (nobody), not as you (uid 0), root or kiln" % (url, NOBODY) in r.stdout
+    assert "%s: not used: it runs as uid %d (nobody), not as you (uid 0), or root" % (url, NOBODY) in r.stdout
     assert "set KILN_URL=%s to use it anyway" % url in r.stdout
     # the C client and CLI alike
     cli = cli_path(kilnd_bin)
