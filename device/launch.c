@@ -205,6 +205,10 @@ kiln_status_t kiln_launch_prepare(const kiln_kernel_t *kernel, const kiln_device
     items *= block[d];
     if (grid[d] > 1 || block[d] > 1) dims = (uint32_t)d + 1;
   }
+  uint64_t groups; /* a backend counts work-groups in 64 bits: a grid past that would wrap */
+  if (__builtin_mul_overflow((uint64_t)grid[0] * grid[1], (uint64_t)grid[2], &groups))
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "grid of %u x %u x %u work-groups exceeds 2^64 work-groups", grid[0], grid[1], grid[2]);
   if (kernel->max_block && items > kernel->max_block)
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                        "block %ux%ux%u = %" PRIu64 " work-items exceeds kernel \"%s\"'s maximum of %u",

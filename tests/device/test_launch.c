@@ -167,6 +167,23 @@ static void expect_geometry_error(uint32_t gx, uint32_t gy, uint32_t gz, uint32_
   kiln_status_free(s);
 }
 
+/* Review H3: the cpu device allows UINT32_MAX per dimension, so the count of work-groups
+ * wrapped at 2^64 (2^31 x 2^31 x 4 ran none and answered OK): refused. */
+Test(launch_geometry, a_grid_of_more_than_2_64_groups_is_refused) {
+  kiln_device_info_t d = dev_info();
+  memset(d.max_grid, 0, sizeof(d.max_grid));
+  d.max_grid_items = 0;
+  uint32_t grid[3] = {1u << 31, 1u << 31, 4}, block[3] = {1, 1, 1};
+  kiln_launch_t l;
+  kiln_status_t s = kiln_launch_prepare(&kernel, &d, grid, block, 0, NULL, &l);
+  cr_assert_eq(kiln_status_code(s), KILN_E_INVALID_ARGUMENT);
+  cr_expect(strstr(kiln_status_message(s), "grid of 2147483648 x 2147483648 x 4 work-groups"), "%s",
+            kiln_status_message(s));
+  kiln_status_free(s);
+  grid[2] = 3; /* 3 x 2^62 fits */
+  cr_expect_eq(kiln_launch_prepare(&kernel, &d, grid, block, 0, NULL, &l), KILN_OK);
+}
+
 Test(launch_geometry, fills_the_launch_and_its_dims) {
   kiln_device_info_t d = dev_info();
   void *argv[1] = {NULL};
