@@ -83,7 +83,8 @@ ct systemctl stop kilnd
 [ "$(ct systemctl show -P Result kilnd)" = success ] || fail "kilnd did not stop cleanly: $(ct journalctl -u kilnd --no-pager | tail -n 10)"
 left=$(ct pgrep -a kiln || true)
 [ -z "$left" ] || fail "processes left after stop: $left"
-ct journalctl -u kilnd --no-pager | grep -q "event=exit" || fail "kilnd's exit line is not in the journal"
+journal=$(ct journalctl -u kilnd --no-pager)  # whole, then searched: no SIGPIPE under pipefail
+grep -q "event=exit" <<<"$journal" || fail "kilnd's exit line is not in the journal"
 ct systemctl poweroff || true
 wait "$ns" || true
 trap - EXIT

@@ -50,8 +50,12 @@ cflags=$(pkg-config --cflags kiln) libs=$(pkg-config --libs kiln) slibs=$(pkg-co
 cc -Wall -Werror "$work/hello_kiln.c" $cflags $libs -Wl,-rpath,"$libdir" -o "$work/hello_shared"
 cc -Wall -Werror "$work/hello_kiln.c" $cflags -Wl,-Bstatic -lkiln -Wl,-Bdynamic \
   $(sed 's/-lkiln\b//' <<<"$slibs") -o "$work/hello_static"
-ldd "$work/hello_shared" | grep -q "$libdir/libkiln.so" || fail "hello_shared does not use the installed libkiln.so"
-! ldd "$work/hello_static" | grep -q libkiln || fail "hello_static links libkiln.so"
+# ldd's output is read whole before it is searched: `ldd | grep -q` under pipefail fails when
+# grep, having matched, exits while ldd is still writing (SIGPIPE; seen in CI under load)
+deps=$(ldd "$work/hello_shared")
+grep -q "$libdir/libkiln.so" <<<"$deps" || fail "hello_shared does not use the installed libkiln.so: $deps"
+deps=$(ldd "$work/hello_static")
+! grep -q libkiln <<<"$deps" || fail "hello_static links libkiln.so: $deps"
 
 # against the installed kilnd and workers
 sock=$work/kiln.sock
