@@ -141,3 +141,45 @@ def test_storage_align_and_double_buffer_from_python(s, dev):
     with pytest.raises(kiln.KilnError) as e:
         kiln.build(s2, [A, B], "cpu", session=s)
     assert "storage_align" in str(e.value)
+
+
+H200 = {"max_block": 1024, "max_shared": 232448, "wave_size": 32, "arch": "sm_90"}  # opt-in maximum
+
+
+def test_space_shared_rule_is_the_static_limit_of_the_target():
+    """A device's opt-in maximum (227 KiB on sm_90) is not te's static limit (48 KiB on sm_*,
+    64 KiB on gfx*): the space caps it, and counts both halves of double-buffered tiles."""
+    from kiln.topi.space import _shared_bytes, static_shared
+    assert static_shared("sm_90") == static_shared("cuda:0") == static_shared("gpu") == 48 * 1024
+    assert static_shared("gfx942") == static_shared("hsa:0") == 64 * 1024 and static_shared("cpu") is None
+    sp = topi.space("matmul", "cuda:0", (4096, 4096, 4096), device=H200)
+    assert sp.limits["max_shared"] == 48 * 1024
+    big = dict(sp.default(), block_m=128, block_n=128, k_tile=32, thread_m=16, thread_n=16, vec=4,
+               double_buffer=True)
+    assert _shared_bytes(big, 4) == 64 * 1024 and "shared" in sp.check(big)
+    assert all(_shared_bytes(c, 4) <= 48 * 1024 for c in sp.configs())
+    amd = topi.space("matmul", "hsa:0", (4096, 4096, 4096), device=dict(H200, arch="gfx942", max_shared=65536))
+    assert amd.limits["max_shared"] == 64 * 1024 and amd.check(dict(big, thread_m=8, thread_n=32)) is None
+    # odd tiles: each half of a double-buffered tile is a whole 16 elements
+    assert _shared_bytes(dict(big, block_m=16, block_n=16, k_tile=4), 4) == 2 * (2 * 64 * 4)
+    assert _shared_bytes(dict(big, block_m=16, block_n=16, k_tile=4, double_buffer=False), 4) == 2 * 64 * 4
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx942"])
+def test_space_largest_shared_configurations_compile(s, target):
+    """The configurations of the most shared memory the space keeps compile within te's limit,
+    and the PTX declares exactly the bytes the rule counts."""
+    from kiln.topi.space import _shared_bytes
+    info = dict(H200, arch=target, max_shared=65536 if target.startswith("gfx") else 232448)
+    sp = topi.space("matmul", target, (4096, 4096, 4096), device=info)
+    cfgs = sorted(sp.configs(), key=lambda c: -_shared_bytes(c, 4))
+    top = _shared_bytes(cfgs[0], 4)
+    pick = [c for c in cfgs if _shared_bytes(c, 4) == top]
+    pick = random.Random(3).sample(pick, min(4, len(pick))) + [c for c in cfgs if c["block_m"] == 16][:1]
+    builds = te.build_batch([sp.build(c) for c in pick], target, session=s)
+    for c, f in zip(pick, builds):
+        assert not isinstance(f, kiln.KilnError), (c, f)
+        if target.startswith("sm_"):
+            ptx = f.get_source("ptx")
+            declared = sum(int(x) for x in re.findall(r"\.shared \.align 16 \.b8 \S+\[(\d+)\]", ptx))
+            assert declared == _shared_bytes(c, 4) <= 48 * 1024, c

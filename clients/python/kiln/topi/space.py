@@ -71,11 +71,33 @@ def _registers(c):
 def _hint_ok(c, L, esize):
     """Does min_blocks make a different, still reasonable build (space rule "occupancy")?"""
     threads = c["thread_m"] * c["thread_n"]
-    shared = (c["block_m"] + c["block_n"]) * c["k_tile"] * esize * (2 if c["double_buffer"] else 1)
+    shared = _shared_bytes(c, esize)
     if c["min_blocks"] * threads > L["max_threads_sm"] or c["min_blocks"] * shared > L["max_shared_sm"]:
         return False
     cap, est = min(255, 65536 // (c["min_blocks"] * threads)), _registers(c)
     return 0.7 * est <= cap < est
+
+
+def _shared_bytes(c, esize):
+    """Bytes of shared memory the GPU matmul's kernel declares (te_bounds.c's storage): the
+    block_m x k_tile tile of A and the k_tile x block_n tile of B; double-buffered, each tile
+    twice, each half rounded up to a whole 16 elements (2 for 8-byte ones)."""
+    q = 2 if esize >= 8 else 16
+    total = 0
+    for n in (c["block_m"] * c["k_tile"], c["k_tile"] * c["block_n"]):
+        total += (-(-n // q) * q * 2 if c["double_buffer"] else n) * esize
+    return total
+
+
+def static_shared(target):
+    """Static work-group memory te allows a kernel on target (te_emit_nest.c): 48 KiB on NVIDIA
+    (no opt-in), 64 KiB on AMD; the smaller for a GPU named without its kind; None on the CPU."""
+    t = str(getattr(target, "id", target) or "cpu").split()[0]
+    if t.startswith(("gfx", "hsa:")) or t in ("rocm", "amdgpu"):
+        return 64 * 1024
+    if _sch.is_gpu(t):
+        return 48 * 1024
+    return None
 
 
 def _fit(cands, n):
@@ -160,10 +182,10 @@ class Space:
                    lambda c: L["wave_size"] <= c["thread_m"] * c["thread_n"] <= L["max_block"])
         self._rule("vector", "k_tile % vec == 0 and block_n % vec == 0 (the staging copies in whole vectors)",
                    lambda c: c["k_tile"] % c["vec"] == 0 and c["block_n"] % c["vec"] == 0)
-        self._rule("shared", "(block_m + block_n) * k_tile * %d bytes, twice when double-buffered, <= max_shared (%d)"
-                   % (esize, L["max_shared"]),
-                   lambda c: (c["block_m"] + c["block_n"]) * c["k_tile"] * esize * (2 if c["double_buffer"] else 1)
-                   <= L["max_shared"])
+        self._rule("shared", "(block_m + block_n) * k_tile * %d bytes (double-buffered: each tile twice, its halves "
+                   "rounded up to 16 elements) <= max_shared (%d: the device's, at most the static work-group memory "
+                   "te allows the target)" % (esize, L["max_shared"]),
+                   lambda c: _shared_bytes(c, esize) <= L["max_shared"])
         # vec 1 keeps the old space's bound (blocks up to 128, 64 accumulators); with vec the
         # estimate of _registers() within what the block leaves a thread (ptxas -v, sm_90:
         # 8 x 16 tiles fit 255 registers without spills, 32-row tiles and 1024-thread blocks do not)
@@ -491,7 +513,9 @@ def space(op, target="cpu", shapes=(), dtype="float32", device=None):
     "pool", "softmax") on ``target`` ("cpu", "gpu", TVM's "llvm"/"cuda"/"rocm", a kiln target
     or a Device) for ``shapes`` (``OPS[op][1]`` says what they are). GPU limits (work-items per
     group, shared memory, wave size) come from ``device`` (a kiln Device, or its info map) or
-    from the target when it is a Device; else the common ones (GPU_DEFAULTS)."""
+    from the target when it is a Device; else the common ones (GPU_DEFAULTS). Shared memory is
+    at most what te allows a kernel statically on the target (``static_shared``: a device's
+    opt-in maximum, 227 KiB on sm_90, is not te's 48 KiB)."""
     limits = dict(GPU_DEFAULTS)
     dev = device if device is not None else (target if hasattr(target, "info") else None)
     info = getattr(dev, "info", dev) if dev is not None else None
@@ -499,4 +523,8 @@ def space(op, target="cpu", shapes=(), dtype="float32", device=None):
         for k in limits:
             if info.get(k):
                 limits[k] = int(info[k])
+    tgt = getattr(target, "id", target)
+    if _sch.is_gpu(tgt):
+        arch = info.get("arch") if isinstance(info, dict) else None
+        limits["max_shared"] = min(limits["max_shared"], static_shared(arch or tgt))
     return Space(op, getattr(target, "id", target), shapes, dtype, limits)
