@@ -13,7 +13,8 @@
 #                                   TUNE_SIZES=n,n,n, TUNE_RESUME=records of an earlier run;
 #                                   TUNE_CONFIGS=bench/gpu/gemm_quick.json: time those only
 #                                   (bench/gpu/gemm_vthread.json: the vthread / min_blocks knobs
-#                                   beside the old best, ordered by what ptxas -v predicts)
+#                                   beside the old best, ordered by what ptxas -v predicts;
+#                                   bench/gpu/gemm_kmajor.json: k-major A tiles, k_major)
 #   bench/gpu/run.sh graph          the graph server tests and the conv GPU schedules' tests on
 #                                   cuda:0, then ResNet-50 and EfficientNet-Lite0 (payloads
 #                                   staged by stage.sh, weights made here from a seed) timed by

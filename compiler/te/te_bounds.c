@@ -11,6 +11,7 @@
 static te_expr_t *simp(te_program_t *p, te_expr_t *e) { return te_simplify(p, e); }
 
 static bool has_align(const te_tensor_t *t) {
+  if (t->ordered) return true;
   for (int d = 0; d < t->ndim; d++)
     if (t->align_factor[d]) return true;
   return false;
@@ -231,7 +232,8 @@ static kiln_status_t infer_region(te_program_t *p, int st) {
  * a double-buffered stage has two halves, each a whole number of 16 bytes. */
 static kiln_status_t storage_layout(te_program_t *p, te_tensor_t *t) {
   int64_t s = 1;
-  for (int d = t->ndim - 1; d >= 0; d--) {
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    int d = t->ordered ? t->order[i] : i; /* storage_order: the storage's dimensions innermost first */
     int64_t f = t->align_factor[d], o = t->align_offset[d];
     if (f) s += ((o - s) % f + f) % f;
     t->stride[d] = s;
@@ -347,8 +349,8 @@ static kiln_status_t kernel_stages(te_program_t *p, te_kernel_t *k, int *order, 
   if (root->attach_stage >= 0)
     return KC_COMPILE_ERROR("te: kernel %s outputs %s, which is computed at another stage", k->name, root->name);
   if (root->double_buffer || has_align(root))
-    return KC_COMPILE_ERROR("te: kernel %s outputs %s into its argument: storage_align and double_buffer apply to "
-                            "stages attached inside a kernel",
+    return KC_COMPILE_ERROR("te: kernel %s outputs %s into its argument: storage_align, storage_order and "
+                            "double_buffer apply to stages attached inside a kernel",
                             k->name, root->name);
   order[n++] = k->root;
   root->in_kernel = true;

@@ -71,6 +71,10 @@ static kiln_status_t read_reorder(const msgpack_object *o, te_prim_t *m) {
   return name_list(o, "vars", 1, TE_PRIM_MAX_VARS, m, "reorder");
 }
 
+static kiln_status_t read_storage_order(const msgpack_object *o, te_prim_t *m) {
+  return name_list(o, "vars", 1, TE_MAX_DIMS, m, "storage_order");
+}
+
 static kiln_status_t read_bind(const msgpack_object *o, te_prim_t *m) {
   char th[16];
   KILN_RETURN_IF_ERROR(read_one_var(o, m));
@@ -179,6 +183,7 @@ static const struct {
     {"cache_write", TE_P_CACHE_WRITE, "tensor", KEYS("tensor", "scope", "name"), read_cache_stage},
     {"rfactor", TE_P_RFACTOR, "stage", KEYS("stage", "var", "name", "factor_axis"), read_rfactor},
     {"storage_align", TE_P_STORAGE_ALIGN, "stage", KEYS("stage", "var", "factor", "offset"), read_storage_align},
+    {"storage_order", TE_P_STORAGE_ORDER, "stage", KEYS("stage", "vars"), read_storage_order},
     {"double_buffer", TE_P_DOUBLE_BUFFER, "stage", KEYS("stage"), read_no_fields},
     {"launch_bounds", TE_P_LAUNCH_BOUNDS, "stage", KEYS("stage", "min_blocks"), read_launch_bounds},
 };

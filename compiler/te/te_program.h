@@ -111,6 +111,8 @@ typedef struct te_tensor {
   int attach_stage, attach_var; /* -1: root */
   int64_t align_factor[TE_MAX_DIMS]; /* storage_align: stride of dim d % factor == offset (0: none) */
   int64_t align_offset[TE_MAX_DIMS];
+  int8_t order[TE_MAX_DIMS];         /* storage_order: storage dimension i is axis order[i] (nordered: set) */
+  bool ordered;
   bool double_buffer;                /* double_buffer: two halves, the next region prefetched */
   int min_blocks;                    /* launch_bounds: work-groups per SM / CU (0: no hint) */
   /* bound inference (per kernel) */

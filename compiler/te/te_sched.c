@@ -242,6 +242,27 @@ static kiln_status_t storage_align(te_program_t *p, const te_prim_t *m, int st) 
   return KC_COMPILE_ERROR("te: storage_align of %s: '%s' is not one of its axes", t->name, m->vars[0]);
 }
 
+/* The storage's dimensions in another order than the axes' (a transposed shared tile: the
+ * reads along the other axis become contiguous); every axis once. */
+static kiln_status_t storage_order(te_program_t *p, const te_prim_t *m, int st) {
+  te_tensor_t *t = &p->tensors[st];
+  bool seen[TE_MAX_DIMS] = {false};
+  if (m->nvars != t->ndim)
+    return KC_COMPILE_ERROR("te: storage_order of %s names %d axes; it has %d (name each once)", t->name, m->nvars,
+                            t->ndim);
+  for (int i = 0; i < m->nvars; i++) {
+    int v = te_find_var(p, st, m->vars[i]), d = 0;
+    while (d < t->ndim && t->axes[d] != v) d++;
+    if (v < 0 || d == t->ndim)
+      return KC_COMPILE_ERROR("te: storage_order of %s: '%s' is not one of its axes", t->name, m->vars[i]);
+    if (seen[d]) return KC_COMPILE_ERROR("te: storage_order of %s names '%s' twice", t->name, m->vars[i]);
+    seen[d] = true;
+    t->order[i] = (int8_t)d;
+  }
+  t->ordered = true;
+  return KILN_OK;
+}
+
 /* Checked where the kernel is known (te_bounds.c: shared storage, attached at a loop, no
  * reduction). */
 static kiln_status_t double_buffer(te_program_t *p, const te_prim_t *m, int st) {
@@ -494,7 +515,7 @@ static const stage_prim_fn stage_prims[TE_P_COUNT] = {
     [TE_P_VECTORIZE] = annotate,    [TE_P_PARALLEL] = annotate, [TE_P_COMPUTE_AT] = compute_at,
     [TE_P_COMPUTE_INLINE] = compute_inline, [TE_P_RFACTOR] = rfactor,
     [TE_P_STORAGE_ALIGN] = storage_align, [TE_P_DOUBLE_BUFFER] = double_buffer,
-    [TE_P_LAUNCH_BOUNDS] = launch_bounds,
+    [TE_P_LAUNCH_BOUNDS] = launch_bounds, [TE_P_STORAGE_ORDER] = storage_order,
 };
 
 kiln_status_t te_sched_apply(te_program_t *p, const te_prim_t *m) {

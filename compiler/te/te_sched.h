@@ -10,7 +10,7 @@
 typedef enum te_prim_op {
   TE_P_SPLIT = 1, TE_P_TILE, TE_P_FUSE, TE_P_REORDER, TE_P_BIND, TE_P_UNROLL, TE_P_VECTORIZE, TE_P_PARALLEL,
   TE_P_COMPUTE_AT, TE_P_COMPUTE_INLINE, TE_P_CACHE_READ, TE_P_CACHE_WRITE, TE_P_RFACTOR,
-  TE_P_STORAGE_ALIGN, TE_P_DOUBLE_BUFFER, TE_P_LAUNCH_BOUNDS,
+  TE_P_STORAGE_ALIGN, TE_P_DOUBLE_BUFFER, TE_P_LAUNCH_BOUNDS, TE_P_STORAGE_ORDER,
   TE_P_COUNT
 } te_prim_op_t;
 
@@ -31,6 +31,7 @@ typedef enum te_prim_op {
  *   cache_write: stage (the tensor), scope, names[0] (the new stage)
  *   rfactor:    stage, vars[0] (a reduce leaf), names[0] (the new stage), factor[0] (factor_axis)
  *   storage_align: stage, vars[0] (an axis of the stage), factor[0] factor, factor[1] offset
+ *   storage_order: stage, vars[0..nvars-1] (every axis of the stage, outermost storage dimension first)
  *   double_buffer: stage
  *   launch_bounds: stage, factor[0] (min_blocks) */
 typedef struct te_prim {

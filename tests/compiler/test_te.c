@@ -1104,6 +1104,49 @@ Test(te, vectorised_padding_reads_under_a_mask) {
   kiln_artifact_deinit(&a);
 }
 
+/* ---- storage_order ----------------------------------------------------------------------- */
+
+/* A's tile stored k-major (transposed) and padded, double-buffered: the same products; in the
+ * PTX the tile is 8 k rows of 8 + 4 elements, twice. */
+#define GEMM_KMAJOR                                                                                          \
+  GEMM_SHARED ","                                                                                            \
+  "{'op': 'storage_order', 'stage': 'AS', 'vars': ['ax1', 'ax0']},"                                         \
+  "{'op': 'storage_align', 'stage': 'AS', 'var': 'ax1', 'factor': 8, 'offset': 4}"
+
+Test(te, storage_order_runs_on_cpu) {
+  static const int sizes[][3] = {{37, 29, 19}, {32, 16, 64}};
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(sizes); i++) gemm_check(GEMM(GEMM_KMAJOR), sizes[i][0], sizes[i][1], sizes[i][2]);
+  gemm_check(GEMM(GEMM_KMAJOR ",{'op': 'double_buffer', 'stage': 'AS'}, {'op': 'double_buffer', 'stage': 'BS'}"),
+             37, 29, 19);
+  gemm_check(GEMM(GEMM_SHARED ",{'op': 'storage_order', 'stage': 'BS', 'vars': ['ax0', 'ax1']}"), 21, 18, 13);
+}
+
+Test(te, storage_order_on_gpus) {
+  kiln_artifact_t a;
+  te_compile(GEMM(GEMM_KMAJOR ",{'op': 'double_buffer', 'stage': 'AS'}"), "sm_90", &a);
+  const char *ptx = (const char *)a.code;
+  cr_assert(strstr(ptx, "gemm_$_AS[768]"), "8 k rows of 12 floats, two halves:\n%s", ptx);
+  kiln_artifact_deinit(&a);
+  gpu_build(GEMM(GEMM_KMAJOR), "sm_90", "gemm");
+  gpu_build(GEMM(GEMM_KMAJOR), "gfx942", "gemm");
+}
+
+Test(te, storage_order_errors) {
+  static const char *const cases[][2] = {
+      {"'AS', 'vars': ['ax1']", "names 1 axes; it has 2"},
+      {"'AS', 'vars': ['ax1', 'ax1']", "twice"},
+      {"'AS', 'vars': ['ax1', 'nope']", "not one of its axes"},
+      {"'AS', 'vars': ['ax1', 'k']", "not one of its axes"}, /* the reader's reduce var */
+      {"'AS', 'vars': 'ax1'", "storage_order"},
+      {"'C', 'vars': ['j', 'i']", "stages attached inside a kernel"},
+  };
+  for (size_t i = 0; i < KILN_ARRAY_SIZE(cases); i++) {
+    char json[8192];
+    snprintf(json, sizeof(json), GEMM(GEMM_SHARED ",{'op': 'storage_order', 'stage': %s}"), cases[i][0]);
+    expect_error(json, cases[i][1]);
+  }
+}
+
 /* ---- storage_align and double_buffer ------------------------------------------------------ */
 
 /* GEMM_SHARED with both tiles double-buffered and padded: the next k step's tiles are loaded

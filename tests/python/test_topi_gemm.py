@@ -22,14 +22,19 @@ PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr
 
 
 def sample(sp, n, seed):
-    """n distinct configurations: every (vec, double_buffer) pair, every (vthread_m, vthread_n)
-    pair, then random ones."""
+    """n distinct configurations: every (vec, double_buffer) pair, every (k_major, vec) pair,
+    every (vthread_m, vthread_n) pair, then random ones."""
     rng = random.Random(seed)
     cfgs = list(sp.configs())
     out = []
     for vec in sp.knobs["vec"]:
         for db in (False, True):
             out.append(rng.choice([c for c in cfgs if c["vec"] == vec and c["double_buffer"] == db]))
+    for km in sp.knobs["k_major"]:
+        for vec in sp.knobs["vec"]:
+            pick = [c for c in cfgs if c["k_major"] == km and c["vec"] == vec and c not in out]
+            if pick:
+                out.append(rng.choice(pick))
     for vm in sp.knobs["vthread_m"]:
         for vn in sp.knobs["vthread_n"]:
             pick = [c for c in cfgs if c["vthread_m"] == vm and c["vthread_n"] == vn and c not in out]
@@ -46,7 +51,7 @@ def test_space_keeps_the_old_configurations_and_the_new_rules():
     sp = topi.space("matmul", "gpu", (4096, 4096, 4096))
     assert sp.knobs["vec"] == [1, 4] and sp.knobs["double_buffer"] == [False, True]
     old = [c for c in sp.configs() if c["vec"] == 1 and not c["double_buffer"] and c["vthread_m"] == 1
-           and c["vthread_n"] == 1 and not c["min_blocks"]]
+           and c["vthread_n"] == 1 and not c["min_blocks"] and not c["k_major"]]
     assert len(old) == 736  # the whole space before item 6, measured on the H200
     assert sp.default()["vec"] == 1 and not sp.default()["double_buffer"]
     big = dict(sp.default(), block_m=128, block_n=128, k_tile=32, thread_m=16, thread_n=16, vec=4)
@@ -64,7 +69,7 @@ def test_space_keeps_the_old_configurations_and_the_new_rules():
     assert not vector(dict(sp.default(), k_tile=4, vec=8)) and vector(dict(sp.default(), k_tile=8, vec=4))
     # records made before the knobs existed still key and describe (their defaults)
     legacy = {k: v for k, v in sp.default().items()
-              if k not in ("vec", "double_buffer", "vthread_m", "vthread_n", "min_blocks")}
+              if k not in ("vec", "double_buffer", "vthread_m", "vthread_n", "min_blocks", "k_major")}
     assert sp.key(legacy) == sp.key(sp.default())
     assert sp.features(legacy) == sp.features(sp.default())
     # the CPU template is untouched
@@ -85,14 +90,17 @@ def test_gpu_space_sample_is_right_on_cpu(s, dev, op, shapes):
 
 
 def test_gpu_space_sample_compiles_for_sm_90(s, tmp_path):
+    from kiln.topi.space import _shared_bytes
     sp = topi.space("matmul", "gpu", (1024, 1024, 1024))
     cfgs = sample(sp, 8, 7)
     builds = te.build_batch([sp.build(c) for c in cfgs], "sm_90", session=s)
     for c, f in zip(cfgs, builds):
         ptx = f.get_source("ptx")
         shared = sorted(int(x) for x in re.findall(r"\.shared \.align 16 \.b8 \S+\[(\d+)\]", ptx))
-        tiles = sorted((c["block_m"] * c["k_tile"] * 4, c["k_tile"] * c["block_n"] * 4))
-        assert shared == [2 * t for t in tiles] if c["double_buffer"] else tiles, (c, shared)  # two halves
+        assert len(shared) == 2 and sum(shared) == _shared_bytes(c, 4), (c, shared)  # padding and halves counted
+        if c["k_major"] and c["vec"] == 4 and (c["block_m"] // c["thread_m"]) % (4 * c["vthread_m"]) == 0:
+            # A's fragment of one k step: 128-bit loads along the rows; the copy stores lane by lane
+            assert "st.shared.f32" in ptx or "st.shared.b32" in ptx, c
         assert "bar.sync" in ptx
         if c["vec"] == 4:
             assert "ld.global.nc.v4" in ptx and "st.shared.v4" in ptx, c
@@ -183,3 +191,25 @@ def test_space_largest_shared_configurations_compile(s, target):
             ptx = f.get_source("ptx")
             declared = sum(int(x) for x in re.findall(r"\.shared \.align 16 \.b8 \S+\[(\d+)\]", ptx))
             assert declared == _shared_bytes(c, 4) <= 48 * 1024, c
+
+
+def test_storage_order_from_python(s, dev):
+    """s[AA].storage_order(k, m): the k-major A tile of k_major, spelled in Python; dense has
+    both tiles k-major; both right on cpu:0, and a wrong axis list is refused before kilnd."""
+    for op in ("matmul", "dense"):
+        sp = topi.space(op, "gpu", (40, 36, 44))
+        cfg = dict(sp.default(), block_m=16, block_n=32, thread_m=4, thread_n=8, k_tile=8, vec=4,
+                   double_buffer=True, k_major=True)
+        sch, args = sp.build(cfg)
+        ops = [p["op"] for p in te.lower(sch, args).program["schedule"]]
+        assert ops.count("storage_order") == (2 if op == "dense" else 1), ops
+        f = kiln.build(sch, args, "cpu", session=s)
+        ins = sp.inputs()
+        xs = [kiln.nd.array(a, dev) for a in ins] + [kiln.nd.empty(sp.output_shape(), "float32", dev)]
+        f(*xs)
+        np.testing.assert_allclose(xs[-1].numpy(), sp.reference(ins), rtol=1e-4, atol=1e-4, err_msg=op)
+    st = [x for x in sch.stages if x.scope == "shared"][0]
+    with pytest.raises(kiln.InvalidArgument):
+        st.storage_order(st.op.axis[0])
+    with pytest.raises(kiln.InvalidArgument):
+        st.storage_order(st.op.axis[0], st.op.axis[0])

@@ -391,6 +391,8 @@ def _encode_schedule(s, tensor_names, top):
             m = {"op": "compute_inline", "stage": sname}
         elif kind == "storage_align":
             m = {"op": "storage_align", "stage": sname, "var": nm(entry[2]), "factor": entry[3], "offset": entry[4]}
+        elif kind == "storage_order":
+            m = {"op": "storage_order", "stage": sname, "vars": [nm(a) for a in entry[2]]}
         elif kind == "double_buffer":
             m = {"op": "double_buffer", "stage": sname}
         elif kind == "launch_bounds":

@@ -255,6 +255,20 @@ class Stage:
         self.aligns[axis] = (factor, offset)
         self.schedule.log.append(("storage_align", self, axis, factor, offset))
 
+    def storage_order(self, *axes):
+        """Lays the stage's storage out with its dimensions in this order, outermost first
+        (every one of ``op.axis`` once): ``storage_order(k, m)`` stores an m x k tile k-major,
+        so that reads along m are contiguous (a transposed shared tile); for a stage attached
+        inside a kernel (docs/te.md §5)."""
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        own = list(self.op.axis)
+        if sorted(own.index(a) if a in own else -1 for a in axes) != list(range(len(own))):
+            raise InvalidArgument("storage_order: name each axis of %s once (%d axes), outermost first"
+                                  % (self.op.name, len(own)))
+        self._no_inline("storage_order")
+        self.schedule.log.append(("storage_order", self, tuple(axes)))
+
     def double_buffer(self):
         """A shared stage attached at a loop of its reader is filled for iteration i + 1
         (through registers) while iteration i reads it: two halves, one barrier an iteration

@@ -17,7 +17,8 @@ KNOBS = {
     "matmul": {
         "cpu": {"bm": 8, "bn": 32, "bk": 4, "order": "ji", "unroll_k": False},
         "gpu": {"block_m": 64, "block_n": 64, "thread_m": 16, "thread_n": 16, "k_tile": 8, "vec": 1,
-                "double_buffer": False, "vthread_m": 1, "vthread_n": 1, "min_blocks": 0},
+                "double_buffer": False, "vthread_m": 1, "vthread_n": 1, "min_blocks": 0,
+                "k_major": False},
     },
     "batch_matmul": {
         "cpu": {"bm": 8, "bn": 32},
@@ -139,7 +140,11 @@ def schedule_matmul(C, target="cpu", **kw):
     ``vthread_n`` virtual threads: a work-item's tile is that many sub-tiles strided across
     the block (te's vthread: its shared reads and global stores are those of a block
     vthread times smaller, adjacent across work-items); ``min_blocks`` (0: none): the
-    occupancy hint, te's launch_bounds (ptxas caps registers to fit that many blocks an SM)."""
+    occupancy hint, te's launch_bounds (ptxas caps registers to fit that many blocks an SM);
+    ``k_major``: the shared tiles of inputs whose rows run along k (matmul's A, both of dense's)
+    are stored k-major (te's storage_order): a k step's fragment of a thread's rows is then
+    contiguous, 128-bit shared loads of one k each instead of four k steps of each row at
+    once (a quarter of the fragment registers)."""
     gpu = is_gpu(target)
     k = _knobs("matmul", target, kw, C)
     A, B = C.op.input_tensors
@@ -258,6 +263,18 @@ def _matmul_gpu(s, C, A, B, k):
             s[T].unroll(f)   # a work-item's share: registers when double-buffered
         if dbuf:
             s[T].double_buffer()
+    if k["k_major"]:
+        # a k row's stride padded to 4 mod 8 elements where the tiles stay within 48 KiB (the
+        # smaller static limit, sm_*'s): the copy's scalar stores of neighbouring work-items'
+        # vectors land in other banks (half the conflicts), the rows stay 16-byte aligned
+        from .space import kmajor_pad
+        pad = kmajor_pad(k, A.dtype, C.op.tag == "dense")
+        for T, rows_k in ((AA, True), (BB, C.op.tag == "dense")):
+            if rows_k:
+                r, kk = s[T].op.axis
+                s[T].storage_order(kk, r)
+                if pad:
+                    s[T].storage_align(kk, 8, 4)
     return s
 
 

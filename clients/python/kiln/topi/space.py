@@ -62,31 +62,41 @@ def _staged(c):
 def _registers(c):
     """Registers a GPU matmul work-item needs, estimated: its accumulators, its A fragments
     (LLVM merges them into 128-bit shared loads along k, so more than one k step's are live:
-    2 a row, fitted to ptxas -v on sm_90), a B fragment, the staging copies' elements, and 40 for
+    2 a row, fitted to ptxas -v on sm_90; 1 with k_major, whose loads run along the rows), a B fragment, the staging copies' elements, and 40 for
     addresses and indices."""
     rows, cols = c["block_m"] // c["thread_m"], c["block_n"] // c["thread_n"]
-    return rows * cols + 2 * rows + cols + _staged(c) + 40
+    return rows * cols + (1 if c.get("k_major") else 2) * rows + cols + _staged(c) + 40
 
 
-def _hint_ok(c, L, esize):
+def _hint_ok(c, L, esize, dense):
     """Does min_blocks make a different, still reasonable build (space rule "occupancy")?"""
     threads = c["thread_m"] * c["thread_n"]
-    shared = _shared_bytes(c, esize)
+    shared = _shared_bytes(c, esize, dense)
     if c["min_blocks"] * threads > L["max_threads_sm"] or c["min_blocks"] * shared > L["max_shared_sm"]:
         return False
     cap, est = min(255, 65536 // (c["min_blocks"] * threads)), _registers(c)
     return 0.7 * est <= cap < est
 
 
-def _shared_bytes(c, esize):
+def _shared_bytes(c, esize, dense=False, pad=None):
     """Bytes of shared memory the GPU matmul's kernel declares (te_bounds.c's storage): the
-    block_m x k_tile tile of A and the k_tile x block_n tile of B; double-buffered, each tile
-    twice, each half rounded up to a whole 16 elements (2 for 8-byte ones)."""
+    block_m x k_tile tile of A and the k_tile x block_n tile of B (k_major: A's, and dense's
+    B's, k_tile rows of block_m padded to the next 4 mod 8 elements where kmajor_pad says);
+    double-buffered, each tile twice, each half rounded up to a whole 16 elements (2 for 8-byte ones)."""
     q = 2 if esize >= 8 else 16
+    km = c.get("k_major", False) and (pad if pad is not None else kmajor_pad(c, esize, dense))
+    pad = lambda n: n + (4 - n) % 8 if km else n  # noqa: E731 (storage_align(k, 8, 4))
     total = 0
-    for n in (c["block_m"] * c["k_tile"], c["k_tile"] * c["block_n"]):
+    for n in (pad(c["block_m"]) * c["k_tile"], (pad(c["block_n"]) if dense else c["block_n"]) * c["k_tile"]):
         total += (-(-n // q) * q * 2 if c["double_buffer"] else n) * esize
     return total
+
+
+def kmajor_pad(c, dtype, dense=False):
+    """Does the GPU matmul pad its k-major tiles (k_major)? Where the padded tiles stay within
+    48 KiB, the smaller static limit (sm_*'s)."""
+    esize = dtype if isinstance(dtype, int) else np.dtype(str(dtype)).itemsize
+    return bool(c.get("k_major")) and _shared_bytes(c, esize, dense, pad=True) <= 48 * 1024
 
 
 def static_shared(target):
@@ -169,12 +179,15 @@ class Space:
             return
         L = self.limits
         esize = np.dtype(self.dtype).itemsize
+        dense = self.op == "dense"
         self.knobs = {"block_m": _fit([16, 32, 64, 128, 256], M), "block_n": _fit([16, 32, 64, 128, 256], N),
                       "thread_m": [4, 8, 16, 32], "thread_n": [4, 8, 16, 32], "k_tile": _fit([4, 8, 16, 32], K),
                       # 128-bit staging copies; double-buffered shared tiles (issue 15 item 6)
                       "vec": [1, 16 // esize] if esize < 16 else [1], "double_buffer": [False, True],
                       # strided thread tiles (te's vthread) and the occupancy hint (launch_bounds)
-                      "vthread_m": [1, 2], "vthread_n": [1, 2], "min_blocks": [0, 2, 3, 4]}
+                      "vthread_m": [1, 2], "vthread_n": [1, 2], "min_blocks": [0, 2, 3, 4],
+                      # A's shared tile stored k-major (te's storage_order): one k step's fragment a load
+                      "k_major": [False, True]}
         self._rule("divisible", "block_m % thread_m == 0 and block_n % thread_n == 0 (whole thread tiles)",
                    lambda c: c["block_m"] % c["thread_m"] == 0 and c["block_n"] % c["thread_n"] == 0)
         self._rule("threads", "thread_m * thread_n <= max_block (%d) and >= wave_size (%d)"
@@ -183,14 +196,15 @@ class Space:
         self._rule("vector", "k_tile % vec == 0 and block_n % vec == 0 (the staging copies in whole vectors)",
                    lambda c: c["k_tile"] % c["vec"] == 0 and c["block_n"] % c["vec"] == 0)
         self._rule("shared", "(block_m + block_n) * k_tile * %d bytes (double-buffered: each tile twice, its halves "
-                   "rounded up to 16 elements) <= max_shared (%d: the device's, at most the static work-group memory "
+                   "rounded up to 16 elements; k_major: A's rows of block_m, dense's B's of block_n, padded to 4 mod 8 "
+                   "elements) <= max_shared (%d: the device's, at most the static work-group memory "
                    "te allows the target)" % (esize, L["max_shared"]),
-                   lambda c: _shared_bytes(c, esize) <= L["max_shared"])
+                   lambda c: _shared_bytes(c, esize, dense) <= L["max_shared"])
         # vec 1 keeps the old space's bound (blocks up to 128, 64 accumulators); with vec the
         # estimate of _registers() within what the block leaves a thread (ptxas -v, sm_90:
         # 8 x 16 tiles fit 255 registers without spills, 32-row tiles and 1024-thread blocks do not)
         self._rule("registers", "vec 1: (block_m / thread_m) * (block_n / thread_n) <= 64 and blocks <= 128; "
-                   "vec > 1: thread tiles of at most 16 x 16, accumulators + 2 * tile rows + tile columns + "
+                   "vec > 1: thread tiles of at most 16 x 16, accumulators + 2 (k_major: 1) * tile rows + tile columns + "
                    "staged elements + 40 <= min(255, 65536 / threads)",
                    lambda c: max(c["block_m"] // c["thread_m"], c["block_n"] // c["thread_n"]) <= 16
                    and _registers(c) <= min(255, 65536 // (c["thread_m"] * c["thread_n"])) if c["vec"] > 1
@@ -208,7 +222,7 @@ class Space:
                    "times the shared tiles <= %d bytes, and the register cap it sets, 65536 / (min_blocks * threads), "
                    "below the estimate (else the hint changes nothing) and at least 0.7 of it (else it spills much)"
                    % (L["max_threads_sm"], L["max_shared_sm"]),
-                   lambda c: not c["min_blocks"] or _hint_ok(c, L, esize))
+                   lambda c: not c["min_blocks"] or _hint_ok(c, L, esize, dense))
         self._rule("prefetch", "double-buffered: (block_m + block_n) * k_tile / threads <= 32 elements a thread "
                    "prefetches in registers",
                    lambda c: not c["double_buffer"] or _staged(c) <= 32)
