@@ -2,8 +2,9 @@
  * and disk cache (docs/cache.md "The remote tier"). Keys are build keys (docs/cache.md), so
  * a build made on one host is found by every other host with the same compiler identity.
  *
- * Every entry carries an HMAC-SHA256 keyed by the fleet secret (a file every kilnd of the
- * fleet holds, never sent anywhere): an entry that is short, long, misnamed, oversized, of
+ * Every entry carries a Poly1305 tag under a one-time key derived from the fleet secret (a
+ * file every kilnd of the fleet holds, never sent anywhere) and the entry's random nonce: an
+ * entry of an older format (KILNRMT1) or one that is short, long, misnamed, oversized, of
  * the wrong Redis type or fails its MAC is deleted and the build runs again. A build wanted
  * by several hosts at once runs once: the first takes a lock key with a TTL (SET NX PX,
  * renewed while it compiles); the others poll for the entry until the lock goes away
@@ -50,7 +51,8 @@ typedef struct kiln_remote_stats {
   uint64_t requeue_dropped; /* queued puts dropped for the queue's bound, or after their
                                connection went twice while they were in flight */
   uint64_t requeue_sent; /* queued puts sent when Redis came back */
-  uint64_t corrupt;      /* entries refused (MAC, size, key, type) and deleted */
+  uint64_t corrupt;      /* entries refused (MAC, size, key, type, format) and deleted */
+  uint64_t old_format;   /* ... of those, entries of an older format (KILNRMT1) */
   uint64_t bytes_read, bytes_written; /* artifact bytes of hits and of puts */
   uint64_t puts, put_errors, too_large;
   uint64_t lock_waits;   /* look-ups that waited for another host's build */

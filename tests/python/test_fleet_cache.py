@@ -92,7 +92,8 @@ def test_metrics_name_the_remote_tier(kilnds, redis_server, fleet_secret):
     assert 'kiln_cache_remote_puts_total{result="ok"} 1' in text
 
 
-@pytest.mark.parametrize("forgery", ["garbage", "flipped", "other_secret", "wrong_type", "oversized", "empty_header"])
+@pytest.mark.parametrize("forgery", ["garbage", "flipped", "other_secret", "wrong_type", "oversized", "empty_header",
+                                     "old_format"])
 def test_a_forged_entry_is_rebuilt_never_served(kilnds, redis_server, fleet_secret, tmp_path, forgery):
     r = redis_server()
     a = start(kilnds, r, fleet_secret, "--cache-remote-max-bytes", "1048576")
@@ -105,26 +106,30 @@ def test_a_forged_entry_is_rebuilt_never_served(kilnds, redis_server, fleet_secr
     rc = r.client()
     name = "kiln:art:" + m.id
     good = rc.get(name)
-    assert good[:8] == b"KILNRMT1"
+    assert good[:8] == b"KILNRMT2"
     if forgery == "garbage":
         rc.set(name, os.urandom(len(good)))
     elif forgery == "flipped":  # one payload bit: the MAC fails
         bad = bytearray(good)
         bad[-10] ^= 1
         rc.set(name, bytes(bad))
-    elif forgery == "other_secret":  # a well-formed entry MACed with another key
+    elif forgery == "other_secret":  # a well-formed entry whose tag no holder of the secret made
+        rc.set(name, good[:64] + os.urandom(16) + good[80:])
+    elif forgery == "old_format":  # the first format (KILNRMT1), MACed with our secret by an older kilnd
         import hashlib
         import hmac
-        head = good[:48]
+        head = b"KILNRMT1" + good[8:48]
         payload = good[80:]
-        rc.set(name, head + hmac.new(os.urandom(32), head + payload, hashlib.sha256).digest() + payload)
+        with open(fleet_secret, "rb") as f:
+            key = f.read()
+        rc.set(name, head + hmac.new(key, head + payload, hashlib.sha256).digest() + payload)
     elif forgery == "wrong_type":
         rc.delete(name)
         rc.rpush(name, b"x", b"y")
     elif forgery == "oversized":  # past --cache-remote-max-bytes: GETRANGE cuts it, then refused
         rc.set(name, good[:80] + os.urandom(2 << 20))
     elif forgery == "empty_header":
-        rc.set(name, b"KILNRMT1")
+        rc.set(name, b"KILNRMT2")
     b = start(kilnds, r, fleet_secret, "--cache-remote-max-bytes", "1048576")
     with kiln.connect(b.url) as sb:
         wait_up(sb)
@@ -133,6 +138,7 @@ def test_a_forged_entry_is_rebuilt_never_served(kilnds, redis_server, fleet_secr
         st = sb.stats()
         assert st["compile"]["compiles"] == 1 and st["cache_remote"]["hits"] == 0
         assert st["cache_remote"]["corrupt"] == 1
+        assert st["cache_remote"]["old_format"] == (1 if forgery == "old_format" else 0)
         assert mb.get_source("so") == good_so
         wait_puts(sb, 1)
     assert "cache_remote_corrupt" in b.log()

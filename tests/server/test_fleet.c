@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "base/util.h"
 #include "server/fleet/record.h"
 #include "server/fleet/remote.h"
@@ -73,13 +76,44 @@ Test(fleet, an_uncomputable_or_all_zero_mac_is_refused) {
   uint8_t *e = sealed(key, payload, sizeof(payload));
   const char *why = NULL;
   cr_assert_not_null(kiln_remote_open(secret, sizeof(secret), key, e, n, 1 << 20, &len, &why));
-  memset(e + 48, 0, 32);
+  memset(e + 64, 0, 16); /* the tag */
   cr_expect_null(kiln_remote_open(secret, sizeof(secret), key, e, n, 1 << 20, &len, &why));
   cr_expect_null(kiln_remote_open(secret, 0, key, e, n, 1 << 20, &len, &why));
   cr_expect_str_eq(why, "cannot compute the MAC (libcrypto failed): refused");
   cr_expect_null(kiln_remote_open(secret, 16, key, e, n, 1 << 20, &len, &why));
   cr_expect_not(kiln_remote_seal(secret, 0, key, payload, sizeof(payload), e));
   free(e);
+}
+
+/* KILNRMT2: the same payload sealed twice gets two nonces (so two one-time keys) and two
+ * tags; a nonce or tag from the other seal, or a first-format entry (KILNRMT1, a good
+ * HMAC-SHA256 under the same secret, as an older kilnd wrote it), never opens. */
+Test(fleet, nonces_differ_and_old_entries_never_open) {
+  uint8_t key[32] = {7}, payload[200];
+  memset(payload, 0x42, sizeof(payload));
+  size_t n = KILN_REMOTE_HEADER_BYTES + sizeof(payload), len = 0;
+  uint8_t *a = sealed(key, payload, sizeof(payload)), *b = sealed(key, payload, sizeof(payload));
+  cr_expect(memcmp(a, "KILNRMT2", 8) == 0);
+  cr_expect(memcmp(a + 48, b + 48, 16) != 0, "the same nonce twice");
+  cr_expect(memcmp(a + 64, b + 64, 16) != 0, "the same tag twice");
+  const char *why = NULL;
+  cr_assert_not_null(kiln_remote_open(secret, sizeof(secret), key, b, n, 1 << 20, &len, &why));
+  memcpy(b + 48, a + 48, 16); /* a's nonce, b's tag */
+  cr_expect_null(kiln_remote_open(secret, sizeof(secret), key, b, n, 1 << 20, &len, &why));
+  memcpy(b + 64, a + 64, 16); /* a's nonce and tag: a, whole */
+  cr_expect_not_null(kiln_remote_open(secret, sizeof(secret), key, b, n, 1 << 20, &len, &why));
+  /* The first format, MACed as an older kilnd did. */
+  memcpy(a, "KILNRMT1", 8);
+  unsigned int ml = 0;
+  uint8_t *msg = malloc(48 + sizeof(payload));
+  memcpy(msg, a, 48);
+  memcpy(msg + 48, payload, sizeof(payload));
+  cr_assert(HMAC(EVP_sha256(), secret, sizeof(secret), msg, 48 + sizeof(payload), a + 48, &ml) && ml == 32);
+  cr_expect_null(kiln_remote_open(secret, sizeof(secret), key, a, n, 1 << 20, &len, &why));
+  cr_expect(why && strstr(why, "KILNRMT1"), "%s", why ? why : "(none)");
+  free(msg);
+  free(a);
+  free(b);
 }
 
 Test(fleet, random_bytes_never_open) {
@@ -89,7 +123,7 @@ Test(fleet, random_bytes_never_open) {
     size_t n = (size_t)(rand() % 300);
     uint8_t *b = malloc(n + 1);
     for (size_t i = 0; i < n; i++) b[i] = (uint8_t)rand();
-    if (n >= 8 && round % 2) memcpy(b, "KILNRMT1", 8); /* past the magic, into the length */
+    if (n >= 8 && round % 2) memcpy(b, "KILNRMT2", 8); /* past the magic, into the length */
     size_t len;
     const char *why;
     cr_expect_null(kiln_remote_open(secret, sizeof(secret), key, b, n, 1 << 20, &len, &why));

@@ -19,6 +19,8 @@
 #include "server/fleet/remote.h"
 
 #include <hiredis/hiredis.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #define REDIS_SERVER "/usr/bin/redis-server"
 
@@ -314,10 +316,57 @@ static void raw_cmd(redisContext *c, int argc, const char **argv, const size_t *
   freeReplyObject(r);
 }
 
-/* Large entries are MACed as they arrive (on_progress), the tail when the reply is whole:
- * an entry of 1 MiB changed in Redis anywhere (the MACed head, its first payload byte, one in
- * the middle, its last), cut short, grown, or replaced by another key's entry is refused and
- * deleted; the untouched one is a hit. And a 64 KiB - 1 entry (MACed in one pass). */
+/* Large entries are MACed as they arrive (on_progress), the tail when the reply is whole.
+ * Every change to an entry of 1 MiB in Redis is refused, deleted and counted, never served,
+ * and the build put again (as kilnd does after building it here) is a hit: one bit anywhere
+ * (the magic, the length, the key, the nonce, the tag, the first payload byte, one in the
+ * middle, the last), cut short, grown, another key's entry, the nonce of another seal of the
+ * same build (its tag with our nonce), an entry sealed with another secret (a forger's), and
+ * the same build in the first format (KILNRMT1, a good HMAC-SHA256 under our secret, as an
+ * older kilnd wrote it: counted in old_format too). And a 64 KiB - 1 entry (MACed in one
+ * pass). */
+enum { CUT = -6, GROWN, OTHER_KEY, OTHER_NONCE, OTHER_SECRET, OLD_FORMAT }; /* else: flip a bit there */
+
+/* The entry e (n bytes, key's sealed build) changed as `how` says, in a new buffer. */
+static char *tampered(int how, const char *e, size_t n, const char *other, size_t other_n, const uint8_t *key,
+                      size_t *out_n) {
+  char *t = malloc(n + 1);
+  memcpy(t, e, n);
+  *out_n = n;
+  size_t len = n - KILN_REMOTE_HEADER_BYTES;
+  if (how >= 0) {
+    t[how] ^= 0x01;
+  } else if (how == CUT) {
+    *out_n = n - 1;
+  } else if (how == GROWN) {
+    t[(*out_n)++] = 'x';
+  } else if (how == OTHER_KEY) {
+    free(t);
+    t = malloc(other_n);
+    memcpy(t, other, other_n);
+    *out_n = other_n;
+  } else if (how == OTHER_NONCE) { /* a second seal of the same build: its nonce, our tag */
+    uint8_t *again = malloc(n);
+    cr_assert(kiln_remote_seal((const uint8_t *)"0123456789abcdef0123456789abcdef", 32, key,
+                               (const uint8_t *)e + KILN_REMOTE_HEADER_BYTES, len, again));
+    memcpy(t + 48, again + 48, 16);
+    free(again);
+  } else if (how == OTHER_SECRET) {
+    cr_assert(kiln_remote_seal((const uint8_t *)"another fleet's secret, 32 bytes", 32, key,
+                               (const uint8_t *)e + KILN_REMOTE_HEADER_BYTES, len, (uint8_t *)t));
+  } else if (how == OLD_FORMAT) {
+    memcpy(t, "KILNRMT1", 8);
+    unsigned int ml = 0;
+    char *msg = malloc(48 + len);
+    memcpy(msg, t, 48);
+    memcpy(msg + 48, e + KILN_REMOTE_HEADER_BYTES, len);
+    cr_assert(HMAC(EVP_sha256(), "0123456789abcdef0123456789abcdef", 32, (const uint8_t *)msg, 48 + len,
+                   (uint8_t *)t + 48, &ml));
+    free(msg);
+  }
+  return t;
+}
+
 Test(fleet_redis, a_large_entry_changed_anywhere_is_refused_as_it_streams) {
   fixture_t f = {0};
   setup(&f);
@@ -337,64 +386,58 @@ Test(fleet_redis, a_large_entry_changed_anywhere_is_refused_as_it_streams) {
   expect_entry(&f, rc, k0, len);
   uint8_t key1[KILN_REMOTE_KEY_BYTES] = {0};
   memcpy(key1, &k1, sizeof(k1));
-  fill(buf, small, k1);
-  kiln_remote_put(rc, key1, buf, small);
+  uint8_t *buf1 = malloc(small);
+  fill(buf1, small, k1);
+  kiln_remote_put(rc, key1, buf1, small);
+  free(buf1);
   redisContext *c = raw(&f);
   char name[sizeof("kiln:art:") + 64], name1[sizeof(name)];
   memcpy(name, "kiln:art:", 9);
   kiln_hex(key, KILN_REMOTE_KEY_BYTES, name + 9);
   memcpy(name1, "kiln:art:", 9);
   kiln_hex(key1, KILN_REMOTE_KEY_BYTES, name1 + 9);
-  redisReply *good = NULL;
-  for (int i = 0; i < 500 && !(good && good->type == REDIS_REPLY_STRING); i++) {
-    freeReplyObject(good);
+  redisReply *other = NULL;
+  for (int i = 0; i < 500 && !(other && other->type == REDIS_REPLY_STRING); i++) {
+    freeReplyObject(other);
     uv_run(&f.loop, UV_RUN_NOWAIT);
-    good = redisCommand(c, "GET %s", name1);
+    other = redisCommand(c, "GET %s", name1);
   }
-  cr_assert(good && good->type == REDIS_REPLY_STRING && good->len == KILN_REMOTE_HEADER_BYTES + small);
+  cr_assert(other && other->type == REDIS_REPLY_STRING && other->len == KILN_REMOTE_HEADER_BYTES + small);
   expect_entry(&f, rc, k1, small);
-  freeReplyObject(good);
-  good = redisCommand(c, "GET %s", name);
+  redisReply *good = redisCommand(c, "GET %s", name);
   cr_assert(good && good->type == REDIS_REPLY_STRING && good->len == KILN_REMOTE_HEADER_BYTES + len);
+  cr_assert(memcmp(good->str, "KILNRMT2", 8) == 0);
   size_t n = good->len;
-  size_t at[] = {0, 20, 47, 60, KILN_REMOTE_HEADER_BYTES, KILN_REMOTE_HEADER_BYTES + (64u << 10), n / 2, n - 1};
+  const int how[] = {0, 8, 20, 47, 48, 63, 64, 79, KILN_REMOTE_HEADER_BYTES, KILN_REMOTE_HEADER_BYTES + (64 << 10),
+                     (int)n / 2, (int)n - 1, CUT, GROWN, OTHER_KEY, OTHER_NONCE, OTHER_SECRET, OLD_FORMAT};
   kiln_remote_stats_t s;
-  for (size_t i = 0; i <= sizeof(at) / sizeof(at[0]) + 2; i++) {
-    char *e = malloc(n + 1);
-    memcpy(e, good->str, n);
-    size_t elen = n;
-    if (i < sizeof(at) / sizeof(at[0])) e[at[i]] ^= 0x01;          /* one bit anywhere */
-    else if (i == sizeof(at) / sizeof(at[0])) elen = n - 1;         /* cut short */
-    else if (i == sizeof(at) / sizeof(at[0]) + 1) e[elen++] = 'x';  /* grown */
-    const char *argv[] = {"SET", name, i <= sizeof(at) / sizeof(at[0]) + 1 ? e : good->str};
+  uint64_t puts = 1 + 1;
+  for (size_t i = 0; i < sizeof(how) / sizeof(how[0]); i++) {
+    size_t elen;
+    char *e = tampered(how[i], good->str, n, other->str, other->len, key, &elen);
+    const char *argv[] = {"SET", name, e};
     size_t lens[] = {3, strlen(name), elen};
-    if (i == sizeof(at) / sizeof(at[0]) + 2) { /* the small entry's bytes under the large key */
-      redisReply *other = redisCommand(c, "GET %s", name1);
-      argv[2] = other->str;
-      lens[2] = other->len;
-      raw_cmd(c, 3, argv, lens);
-      freeReplyObject(other);
-    } else {
-      raw_cmd(c, 3, argv, lens);
-    }
+    raw_cmd(c, 3, argv, lens);
     free(e);
     kiln_remote_stats(rc, &s);
-    uint64_t corrupt = s.corrupt;
+    uint64_t corrupt = s.corrupt, old = s.old_format;
     got_t g = {0};
     cr_assert(kiln_remote_get(rc, key, on_got, &g));
     cr_assert(run_until(&f, got, &g, 10));
     /* refused: the lookup then takes the build lock and builds here (a miss) */
-    cr_expect(!g.bytes, "change %zu was served", i);
+    cr_expect(!g.bytes, "change %d was served", how[i]);
     free(g.bytes);
     kiln_remote_stats(rc, &s);
-    cr_expect_eq(s.corrupt, corrupt + 1, "change %zu not counted", i);
-    kiln_remote_abandon(rc, key); /* lets the lock go */
+    cr_expect_eq(s.corrupt, corrupt + 1, "change %d not counted", how[i]);
+    cr_expect_eq(s.old_format, old + (how[i] == OLD_FORMAT), "change %d: old_format %llu", how[i],
+                 (unsigned long long)s.old_format);
+    /* rebuilt: the build put again (it lets the lock go) is a hit, byte for byte */
+    kiln_remote_put(rc, key, buf, len);
+    want_t again = WANT(rc, puts, ++puts);
+    cr_assert(run_until(&f, reached, &again, 10));
+    expect_entry(&f, rc, k0, len);
   }
-  /* The original back: a hit again. */
-  const char *argv[] = {"SET", name, good->str};
-  size_t lens[] = {3, strlen(name), good->len};
-  raw_cmd(c, 3, argv, lens);
-  expect_entry(&f, rc, k0, len);
+  freeReplyObject(other);
   freeReplyObject(good);
   redisFree(c);
   finish(&f, rc, buf);
