@@ -4,7 +4,9 @@
  * this file adds each of them around it: names are resolved with uv_getaddrinfo (the thread
  * pool) and hiredis is handed an address; one timer watches the oldest command's deadline
  * (replies come in order, so a late oldest one means Redis stopped answering); a check
- * handle after every poll phase drops a connection whose unparsed input passed the bound. */
+ * handle after every poll phase drops a connection whose unparsed input passed the bound, and
+ * reads a large reply on: a GETRANGE's bulk reply is read once, into the buffer its caller
+ * keeps (take_bulk), its length checked strictly on the way (report_progress). */
 #include "server/fleet/redis.h"
 
 #include <arpa/inet.h>
@@ -37,6 +39,10 @@ typedef struct op {
   kiln_redis_t *r;
   kiln_redis_cb cb; /* NULL: a handshake command (AUTH, SELECT, PING) */
   kiln_redis_progress_cb progress; /* NULL, or told of its bulk reply's bytes as they arrive */
+  bool reserved;    /* progress: the reader's buffer has room for its whole bulk reply */
+  char *bulk_block; /* progress: its bulk reply's buffer, taken from the reader (take_bulk) */
+  char *bulk_str;   /* ... the reply's bytes in it */
+  size_t bulk_len;
   void *arg;
   uint64_t deadline_ns;
   int step; /* handshake: 1 AUTH, 2 SELECT, 3 PING */
@@ -137,6 +143,15 @@ static void drop(kiln_redis_t *r, const char *why) {
   if (ac) redisAsyncFree(ac);
 }
 
+/* A reply whose bytes were taken from the reader (take_bulk), during its callback: the reply
+ * shows them, and kiln_redis_take_str hands over their buffer. One at a time: callbacks run on
+ * the loop thread, one after another. */
+static _Thread_local struct {
+  redisReply *reply;
+  char *block;
+  char *own; /* the reply's own (empty) string, given back before hiredis frees the reply */
+} lent;
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
   op_t *o = privdata;
   kiln_redis_t *r = o->r;
@@ -144,11 +159,28 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
   redisReply *rep = reply;
   if (rep && rep->type == REDIS_REPLY_ERROR) r->st.errors++;
   if (r->destroying) {
+    free(o->bulk_block);
     free(o);
     return;
   }
   if (o->cb) {
+    bool lending = o->bulk_block && rep && rep->type == REDIS_REPLY_STRING;
+    if (lending) {
+      lent.reply = rep;
+      lent.block = o->bulk_block;
+      lent.own = rep->str;
+      rep->str = o->bulk_str;
+      rep->len = o->bulk_len;
+      o->bulk_block = NULL;
+    }
     o->cb(o->arg, rep);
+    if (lending && lent.reply == rep) { /* not taken */
+      free(lent.block);
+      lent.reply->str = lent.own;
+      lent.reply->len = 0;
+      lent.reply = NULL;
+    }
+    free(o->bulk_block);
     free(o);
     return;
   }
@@ -222,8 +254,35 @@ static bool afford(const redisReadTask *task, uint64_t bytes) {
   return r->reply_bytes <= r->max_reply;
 }
 
+/* A bulk reply to a command with a progress callback (GETRANGE) is checked here: its bytes
+ * must end with CRLF (hiredis 0.14 skips the two bytes unread, so a wrong length would pass).
+ * One of TAKE_MIN bytes or more is not copied: the reader's buffer, where on_check read it
+ * once from the socket (report_progress made room for all of it), becomes the reply's
+ * (take_bulk). */
+#define TAKE_MIN (64u << 10)
+static void *take_bulk(const redisReadTask *task, kiln_redis_t *r, char *str, size_t len);
+
+static void bad_reply(kiln_redis_t *r, const char *why) {
+  r->st.errors++;
+  KILN_LOG_WARN("redis_bad_reply", "what=%s url=%s reason=\"%s\" action=dropped", r->what, r->url, why);
+}
+
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
-  return afford(task, len) ? defaults.createString(task, str, len) : NULL;
+  kiln_redis_t *r = task->privdata;
+  if (!afford(task, len)) {
+    if (r && len > r->max_reply) bad_reply(r, "a reply longer than the bound");
+    return NULL;
+  }
+  if (r && task->parent == NULL && task->type == REDIS_REPLY_STRING && r->head && r->head->progress && r->ac) {
+    redisReader *rd = r->ac->c.reader;
+    size_t at = (size_t)(str - rd->buf);
+    if (at + len + 2 > rd->len || str[len] != '\r' || str[len + 1] != '\n') {
+      bad_reply(r, "a bulk reply whose length is wrong (no CRLF after it)");
+      return NULL; /* the reader fails: hiredis drops the connection */
+    }
+    if (len >= TAKE_MIN) return take_bulk(task, r, str, len);
+  }
+  return defaults.createString(task, str, len);
 }
 
 static void *create_array(const redisReadTask *task, int elements) {
@@ -235,8 +294,66 @@ static void *create_integer(const redisReadTask *task, long long v) {
   return afford(task, 0) ? defaults.createInteger(task, v) : NULL;
 }
 
+/* hiredis 0.14 reads any length that does not parse, or is negative, as nil: for the bulk
+ * reply of a command with a progress callback, only "$-1" is (the reader's position is still
+ * at the length here), anything else fails the reader and the connection. */
 static void *create_nil(const redisReadTask *task) {
+  kiln_redis_t *r = task->privdata;
+  if (r && task->parent == NULL && task->type == REDIS_REPLY_STRING && r->head && r->head->progress && r->ac) {
+    redisReader *rd = r->ac->c.reader;
+    if (rd->len - rd->pos < 4 || memcmp(rd->buf + rd->pos, "-1\r\n", 4) != 0) {
+      bad_reply(r, "a bulk reply whose length does not parse or is negative");
+      return NULL;
+    }
+  }
   return afford(task, 0) ? defaults.createNil(task) : NULL;
+}
+
+/* The allocation an sds string lives in (sds.h: its header precedes it). */
+static char *sds_block(sds s) {
+  switch ((unsigned char)s[-1] & SDS_TYPE_MASK) {
+  case SDS_TYPE_5: return s - sizeof(struct sdshdr5);
+  case SDS_TYPE_8: return s - sizeof(struct sdshdr8);
+  case SDS_TYPE_16: return s - sizeof(struct sdshdr16);
+  case SDS_TYPE_32: return s - sizeof(struct sdshdr32);
+  default: return s - sizeof(struct sdshdr64);
+  }
+}
+
+/* The head command's whole bulk reply, str[0, len) in the reader's buffer followed by CRLF
+ * (checked): that buffer becomes the command's (bulk_block, freed with free(): hiredis 0.14's
+ * sds allocates with malloc), the reader gets a new one holding what follows the reply, and
+ * hiredis gets an empty string reply in its place, which on_reply swaps for these bytes
+ * (lend). hiredis 0.14's processBulkItem adds the bulk's size to the reader's position right
+ * after this call returns, and nothing else reads the buffer in between: the position is set
+ * so that the sum is 0, the start of the new buffer. */
+#if HIREDIS_MAJOR != 0 || HIREDIS_MINOR != 14
+#error "take_bulk relies on hiredis 0.14's reader (read.c processBulkItem): check it against this version"
+#endif
+static void *take_bulk(const redisReadTask *task, kiln_redis_t *r, char *str, size_t len) {
+  redisReader *rd = r->ac->c.reader;
+  op_t *o = r->head;
+  size_t end = (size_t)(str - rd->buf) + len + 2, bulk = end - rd->pos;
+  sds rest = sdsnewlen(rd->buf + end, rd->len - end);
+  void *reply = rest ? defaults.createString(task, "", 0) : NULL;
+  if (!reply || o->bulk_block) {
+    if (reply) defaults.freeObject(reply);
+    sdsfree(rest);
+    return NULL;
+  }
+  char *block = sds_block(rd->buf);
+  size_t off = (size_t)(str - block);
+  rd->buf = rest;
+  rd->len = sdslen(rest);
+  rd->pos = (size_t)0 - bulk; /* processBulkItem's r->pos += bytelen makes it 0 */
+  char *fit = realloc(block, off + len + 1); /* the room report_progress made past the reply */
+  if (fit) block = fit;
+  block[off + len] = 0;
+  r->st.taken++;
+  o->bulk_block = block;
+  o->bulk_str = block + off;
+  o->bulk_len = len;
+  return reply;
 }
 
 static bool queue_handshake(kiln_redis_t *r, int step, int argc, const char **argv) {
@@ -386,26 +503,58 @@ static bool over_bound(kiln_redis_t *r) {
 /* The head command's bulk-string reply, while hiredis 0.14's reader waits for the rest of it:
  * its root task is a string whose type byte is consumed (pos is past the '$'), and the buffer
  * from pos holds "<length>\r\n" and the payload so far (read.c processBulkItem: the reader
- * leaves the buffer as it is until the whole bulk is there, then copies it out). The head of
- * our list is the command whose reply this is: replies come in order. */
-static void report_progress(kiln_redis_t *r) {
+ * leaves the buffer as it is until the whole bulk is there). The head of our list is the
+ * command whose reply this is: replies come in order. The length is parsed here, strictly
+ * (digits, at most max_reply, or -1 for nil; anything else drops the connection: false), the
+ * reader's buffer is given room for the whole reply at once (so the rest is read straight
+ * into the buffer take_bulk hands on, with no realloc on the way), and the command is told of
+ * its bytes so far. */
+#define LENGTH_DIGITS 19 /* at most: 10^19 - 1 fits in 64 bits */
+static bool report_progress(kiln_redis_t *r) {
   redisReader *rd = r->ac ? r->ac->c.reader : NULL;
-  if (!rd || rd->err || !r->head || !r->head->progress || rd->ridx != 0 || rd->rstack[0].type != REDIS_REPLY_STRING)
-    return;
+  op_t *o = r->head;
+  if (!rd || rd->err || !o || !o->progress || rd->ridx != 0 || rd->rstack[0].type != REDIS_REPLY_STRING)
+    return true;
   const char *p = rd->buf + rd->pos;
   size_t n = rd->len - rd->pos, i = 0;
   uint64_t total = 0;
-  for (; i < n && i < 20 && p[i] >= '0' && p[i] <= '9'; i++) total = total * 10 + (uint64_t)(p[i] - '0');
-  if (i == 0 || i + 2 > n || p[i] != '\r' || p[i + 1] != '\n' || total > r->max_reply) return;
+  if (n > 0 && p[0] == '-') { /* nil ("-1\r\n": hiredis makes it), or on its way to it */
+    if (memcmp(p, "-1\r\n", n < 4 ? n : 4) == 0) return true;
+    bad_reply(r, "a bulk reply of a negative length");
+    drop(r, "a malformed reply");
+    return false;
+  }
+  for (; i < n && i < LENGTH_DIGITS && p[i] >= '0' && p[i] <= '9'; i++) total = total * 10 + (uint64_t)(p[i] - '0');
+  if (i == n) return true; /* more digits may come */
+  if (i == 0 || p[i] != '\r' || total > r->max_reply) {
+    bad_reply(r, i > 0 && p[i] == '\r' ? "a bulk reply longer than the bound" : "a bulk reply whose length does not parse");
+    drop(r, "a malformed reply");
+    return false;
+  }
+  if (i + 2 > n) return true; /* the LF */
+  if (p[i + 1] != '\n') {
+    bad_reply(r, "a bulk reply whose length does not parse");
+    drop(r, "a malformed reply");
+    return false;
+  }
+  if (!o->reserved && total >= TAKE_MIN) {
+    size_t whole = i + 2 + (size_t)total + 2;
+    sds buf = whole > n ? sdsMakeRoomFor(rd->buf, whole - n) : rd->buf;
+    if (buf) rd->buf = buf;
+    o->reserved = true;
+  }
+  p = rd->buf + rd->pos;
   size_t have = n - i - 2 < total ? n - i - 2 : (size_t)total;
-  r->head->progress(r->head->arg, (const uint8_t *)p + i + 2, have, (size_t)total);
+  o->progress(o->arg, (const uint8_t *)p + i + 2, have, (size_t)total);
+  return true;
 }
 
 /* After each poll phase: the bound on buffered input, then the rest of what the socket holds.
  * hiredis 0.14 reads 16 KiB per read(2) (a 1 MiB entry would take 64 reads and 64 turns of
  * the loop); while a reply is incomplete, what waits in the socket is read here straight into
  * the reader's buffer (up to READ_CHUNK a read; the reader's redisReaderFeed would copy it
- * there), the head command is told of its bytes so far (report_progress), and
+ * there; for a progress command's bulk reply that buffer is the one take_bulk hands on), the
+ * head command is told of its bytes so far (report_progress), and
  * redisAsyncHandleRead then parses it and answers (its own read finds the socket empty or
  * takes the tail). At most 4 MiB per turn, so one connection cannot hold the loop. */
 #define READ_CHUNK (1u << 20)
@@ -417,7 +566,7 @@ static void on_check(uv_check_t *h) {
     redisAsyncContext *ac = r->ac;
     redisReader *rd = ac->c.reader;
     int avail = 0;
-    report_progress(r); /* what hiredis's own read brought */
+    if (!report_progress(r)) break; /* what hiredis's own read brought; false: dropped */
     if (rd->err || rd->len == rd->pos || ioctl(ac->c.fd, FIONREAD, &avail) != 0 || avail <= 0) break;
     size_t want = (size_t)avail < READ_CHUNK ? (size_t)avail : READ_CHUNK;
     sds buf = sdsMakeRoomFor(rd->buf, want);
@@ -428,7 +577,7 @@ static void on_check(uv_check_t *h) {
     if (n > 0) {
       sdsIncrLen(buf, (int)n);
       rd->len = sdslen(buf);
-      report_progress(r);
+      if (!report_progress(r)) break;
     }
     taken += n > 0 ? (size_t)n : READ_TURN;
     redisAsyncHandleRead(ac); /* may answer commands, or free ac (then r->ac is NULL) */
@@ -503,6 +652,13 @@ bool kiln_redis_command(kiln_redis_t *r, kiln_redis_cb cb, void *arg, int argc, 
 char *kiln_redis_take_str(const redisReply *reply) {
   if (!reply || reply->type != REDIS_REPLY_STRING) return NULL;
   redisReply *mut = (redisReply *)reply; /* ours to change in the callback: hiredis frees it after */
+  if (reply == lent.reply) { /* taken from the reader: its buffer, the bytes inside it */
+    char *b = lent.block;
+    mut->str = lent.own;
+    mut->len = 0;
+    lent.reply = NULL;
+    return b;
+  }
   char *s = mut->str;
   mut->str = NULL; /* freeReplyObject frees str with free(): NULL is fine */
   mut->len = 0;

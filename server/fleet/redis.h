@@ -8,7 +8,10 @@
  *
  * A large reply is read in few reads, straight into hiredis's reader buffer, and a command
  * may watch its bulk reply arrive (kiln_redis_command_progress) and keep its buffer
- * (kiln_redis_take_str).
+ * (kiln_redis_take_str): a bulk reply to such a command is read from the socket once, into
+ * the buffer the caller keeps, and its length is checked strictly (one that does not parse, is
+ * negative other than nil, passes max_reply, or is not followed by CRLF drops the connection
+ * with a log line, redis_bad_reply: the command fails).
  *
  * Commands are accepted only while the connection is up (connected, AUTH and SELECT done);
  * otherwise kiln_redis_command returns false at once and the caller carries on without Redis.
@@ -43,6 +46,7 @@ typedef struct kiln_redis_config {
 typedef struct kiln_redis_stats {
   bool up;
   uint64_t connects, disconnects, errors, timeouts, auth_failures;
+  uint64_t taken; /* bulk replies of TAKE_MIN (64 KiB) or more read in place: not copied */
 } kiln_redis_stats_t;
 
 /* The reply of a command, or NULL when it failed (Redis down, dropped, timed out, or the
@@ -77,9 +81,11 @@ typedef void (*kiln_redis_progress_cb)(void *arg, const uint8_t *payload, size_t
 bool kiln_redis_command_progress(kiln_redis_t *r, kiln_redis_cb cb, kiln_redis_progress_cb progress, void *arg,
                                  int argc, const char **argv, const size_t *lens);
 
-/* Inside a reply callback: takes the string of a string reply (malloc'd, `reply->len` bytes
- * and a NUL): the caller owns it and frees it with free(); the reply is left without it.
- * NULL for a reply of another type. */
+/* Inside a reply callback: takes the buffer of a string reply, a malloc'd block holding its
+ * `reply->len` bytes and a NUL (reply->str: at the block's start, or for a bulk reply of 64 KiB
+ * or more to a command with a progress callback, inside it: the reader's buffer the reply was
+ * read into, never copied): the caller owns it and frees it with free(); the reply is left
+ * without it. NULL for a reply of another type. */
 char *kiln_redis_take_str(const redisReply *reply);
 
 void kiln_redis_stats(const kiln_redis_t *r, kiln_redis_stats_t *out);

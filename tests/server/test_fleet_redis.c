@@ -49,6 +49,8 @@ static void setup(fixture_t *f) {
   uv_timer_start(&f->tick, on_tick, 10, 10);
 }
 
+static void wait_for_socket(fixture_t *f, const char *what);
+
 static void redis_start(fixture_t *f, const char *maxmemory) {
   f->redis = fork();
   cr_assert(f->redis >= 0);
@@ -59,7 +61,12 @@ static void redis_start(fixture_t *f, const char *maxmemory) {
           "no", "--dir", f->dir, "--maxmemory", maxmemory, "--maxmemory-policy", "noeviction", (char *)NULL);
     _exit(127);
   }
-  for (int i = 0; i < 500; i++) { /* up to 5 s for its socket to accept */
+  wait_for_socket(f, "redis-server");
+}
+
+/* Waits up to 5 s for f->sock to accept. */
+static void wait_for_socket(fixture_t *f, const char *what) {
+  for (int i = 0; i < 500; i++) {
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(a.sun_path, sizeof(a.sun_path), "%s", f->sock);
@@ -68,7 +75,7 @@ static void redis_start(fixture_t *f, const char *maxmemory) {
     if (ok) return;
     usleep(10000);
   }
-  cr_assert_fail("redis-server did not start");
+  cr_assert_fail("%s did not start", what);
 }
 
 static void redis_kill(fixture_t *f) {
@@ -132,7 +139,10 @@ static void on_got(void *arg, const uint8_t *bytes, size_t len, void *block) {
   g->len = len;
   g->bytes = bytes ? malloc(len) : NULL;
   if (bytes) memcpy(g->bytes, bytes, len);
-  cr_expect(!bytes == !block && (!block || (bytes > (uint8_t *)block && bytes < (uint8_t *)block + 128)));
+  /* the block is the reply's buffer: hiredis's string, or (1 MiB) the reader's buffer it was read
+   * into, where the bytes follow the RESP header and what was left of earlier replies (< 1 KiB) */
+  cr_expect(!bytes == !block && (!block || (bytes > (uint8_t *)block && bytes < (uint8_t *)block + 2048)),
+            "bytes at %td of their block", bytes ? bytes - (const uint8_t *)block : 0);
   free(block); /* the callee's */
 }
 
@@ -441,4 +451,151 @@ Test(fleet_redis, a_large_entry_changed_anywhere_is_refused_as_it_streams) {
   freeReplyObject(good);
   redisFree(c);
   finish(&f, rc, buf);
+}
+
+/* --- hostile replies: a fake Redis ------------------------------------------------------------ */
+
+/* How the fake sends its GETRANGE reply. */
+enum { WHOLE, DRIP, CUT_OFF, STALL };
+
+/* A child on f->sock that answers like Redis: +PONG to PING, the given bytes to GETRANGE
+ * (WHOLE: in one write; DRIP: its first and last 300 bytes one byte a write, apart, the rest in
+ * 64 KiB writes; CUT_OFF: whole, then it closes the connection; STALL: whole, then silence),
+ * :1 or +OK to anything else; connection after connection, until killed. */
+static void fake_start(fixture_t *f, const char *reply, size_t n, int how) {
+  int ls = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  snprintf(a.sun_path, sizeof(a.sun_path), "%s", f->sock);
+  cr_assert(ls >= 0 && bind(ls, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(ls, 8) == 0);
+  f->redis = fork();
+  cr_assert(f->redis >= 0);
+  if (f->redis > 0) {
+    close(ls);
+    wait_for_socket(f, "the fake Redis");
+    return;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  for (;;) {
+    int c = accept(ls, NULL, NULL);
+    if (c < 0) _exit(1);
+    char in[4096];
+    ssize_t got;
+    bool open_ = true;
+    while (open_ && (got = read(c, in, sizeof(in) - 1)) > 0) {
+      in[got] = 0;
+      if (strstr(in, "PING")) {
+        if (write(c, "+PONG\r\n", 7) != 7) break;
+      } else if (strstr(in, "GETRANGE")) {
+        size_t at = 0;
+        while (at < n) {
+          bool drip = how == DRIP && (at < 300 || at >= n - 300);
+          size_t step = drip ? 1 : how == DRIP ? (n - 300 - at < 65536 ? n - 300 - at : 65536) : n - at;
+          ssize_t w = write(c, reply + at, step);
+          if (w <= 0) break;
+          at += (size_t)w;
+          if (drip) usleep(100);
+        }
+        if (how == CUT_OFF) open_ = false;
+        if (how == STALL) pause();
+      } else if (strstr(in, "DEL")) {
+        if (write(c, ":1\r\n", 4) != 4) break;
+      } else if (write(c, "+OK\r\n", 5) != 5) {
+        break;
+      }
+    }
+    close(c);
+  }
+}
+
+static char *resp_bulk(const char *header, const uint8_t *e, size_t n, const char *trailer, size_t *out_n) {
+  size_t h = strlen(header), t = strlen(trailer);
+  char *b = malloc(h + n + t);
+  memcpy(b, header, h);
+  memcpy(b + h, e, n);
+  memcpy(b + h + n, trailer, t);
+  *out_n = h + n + t;
+  return b;
+}
+
+/* One look-up against a fake answering GETRANGE with `reply`: what it got, and the stats. */
+static void fake_lookup(const char *reply, size_t n, int how, const uint8_t key[KILN_REMOTE_KEY_BYTES], got_t *g,
+                        kiln_remote_stats_t *s) {
+  fixture_t f = {0};
+  setup(&f);
+  fake_start(&f, reply, n, how);
+  kiln_remote_config_t cfg = {.redis = {.url = f.url, .what = "cache_remote", .timeout_ms = 500},
+                              .secret_file = f.secret, .max_bytes = 2u << 20};
+  kiln_remote_t *rc = NULL;
+  cr_assert_eq(kiln_remote_create(&f.loop, &cfg, &rc), KILN_OK);
+  cr_assert(run_until(&f, is_up, rc, 10));
+  cr_assert(kiln_remote_get(rc, key, on_got, g));
+  cr_assert(run_until(&f, got, g, 10), "no answer");
+  kiln_remote_stats(rc, s);
+  kiln_remote_destroy(rc);
+  teardown(&f);
+}
+
+/* The GETRANGE reply is read from the socket once, into the buffer the hit hands on (the
+ * reader's, not a copy of it), whether it comes whole or a byte at a time; and a reply whose
+ * declared length is wrong (short, long then cut off, long then silent), past the bound,
+ * negative, not a number, or whose bytes are not followed by CRLF, is a clean miss: no crash,
+ * no read past the reply (the bytes after the entry are the fake's), the connection dropped
+ * with a log line (redis_bad_reply, or the deadline's and the close's redis_down). */
+Test(fleet_redis, hostile_getrange_replies_are_clean_misses) {
+  const size_t len = 1u << 20, n = KILN_REMOTE_HEADER_BYTES + len;
+  uint8_t key[KILN_REMOTE_KEY_BYTES] = {0x17}, *payload = malloc(len), *e = malloc(n);
+  fill(payload, len, 17);
+  cr_assert(kiln_remote_seal((const uint8_t *)"0123456789abcdef0123456789abcdef", 32, key, payload, len, e));
+  char head[32];
+  snprintf(head, sizeof(head), "$%zu\r\n", n);
+  for (int how = WHOLE; how <= DRIP; how++) { /* good: hits, read in place */
+    size_t rn;
+    char *reply = resp_bulk(head, e, n, "\r\n", &rn);
+    got_t g = {0};
+    kiln_remote_stats_t s;
+    fake_lookup(reply, rn, how, key, &g, &s);
+    cr_expect(g.bytes && g.len == len && memcmp(g.bytes, payload, len) == 0, "mode %d: not a hit", how);
+    cr_expect(s.hits == 1 && s.redis.taken == 1, "mode %d: hits %llu taken %llu", how, (unsigned long long)s.hits,
+              (unsigned long long)s.redis.taken);
+    free(g.bytes);
+    free(reply);
+  }
+  char longer[32], over[32];
+  snprintf(longer, sizeof(longer), "$%zu\r\n", n + 100);
+  snprintf(over, sizeof(over), "$%llu\r\n", (2ull << 20) + KILN_REMOTE_HEADER_BYTES + (1u << 20) + 1);
+  struct {
+    const char *head, *trailer;
+    size_t body;
+    int how;
+  } bad[] = {
+      {"$10\r\n", "\r\n", n, WHOLE},                      /* shorter than what follows */
+      {"$10\r\n", "\r\n", n, DRIP},
+      {longer, "\r\n", n, CUT_OFF},                       /* longer, then the connection ends */
+      {longer, "\r\n", n, STALL},                         /* longer, then nothing: the deadline */
+      {"$99999999999999999999999\r\n", "\r\n", n, WHOLE}, /* past 64 bits */
+      {"$9223372036854775807\r\n", "\r\n", n, WHOLE},     /* past the bound */
+      {over, "\r\n", n, DRIP},
+      {"$-5\r\n", "", 0, WHOLE},                          /* negative */
+      {"$-5\r\n", "", 0, DRIP},
+      {"$-1048656\r\n", "\r\n", n, WHOLE},
+      {"$12a\r\n", "\r\n", n, WHOLE},                     /* not a number */
+      {"$+1048656\r\n", "\r\n", n, DRIP},
+      {head, "XY", n, WHOLE},                             /* no CRLF after the bytes */
+      {head, "\rX", n, DRIP},
+      {head, "", n - 1, CUT_OFF},                         /* cut off inside the bytes */
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    size_t rn;
+    char *reply = resp_bulk(bad[i].head, e, bad[i].body, bad[i].trailer, &rn);
+    got_t g = {0};
+    kiln_remote_stats_t s;
+    fake_lookup(reply, rn, bad[i].how, key, &g, &s);
+    cr_expect(!g.bytes && s.hits == 0, "case %zu (%s) was served", i, bad[i].head);
+    cr_expect(s.redis.errors + s.redis.timeouts + s.redis.disconnects >= 1, "case %zu (%s): no error counted", i,
+              bad[i].head);
+    free(g.bytes);
+    free(reply);
+  }
+  free(payload);
+  free(e);
 }
