@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The fleet's remote artifact tier (issue 17 "Performance"), on this machine's loopback.
 
-    /usr/bin/python3 bench/fleet_bench.py [--runs N] [--big-kib K] [--out bench/results/fleet.md]
+    /usr/bin/python3 bench/fleet_bench.py [--runs N] [--big-runs N] [--rodata-runs N] [--out FILE]
     chrt -f 10 /usr/bin/python3 bench/fleet_bench.py ...   # as bench/results/fleet.md was run
+
+(--out writes the generated tables alone: bench/results/fleet.md keeps its history by hand.)
 
 (Under `chrt -f 10` the bench and everything it starts run SCHED_FIFO, ahead of the other
 work of a shared machine; the results file says which runs used it.)
@@ -16,8 +18,10 @@ it (a local compile, for comparison). The same for a large kernel: a constant ta
 --big-kib KiB in its IR makes an artifact of about 1 MiB (IR, assembly, code object), and a
 request of about as much, which every round trip carries, memory hits too: the remote tier's
 own cost is the remote hit less the memory hit of the same payload, or inside kilnd B the steps
-of its debug log (`event=cache_remote_hit`). The floor: the same Redis's large entries read by
-redis-py (GETRANGE and GET). Times are client round trips through kiln.Session.compile on a
+of its debug log (`event=cache_remote_hit`). And the same size of artifact from a small request
+(--rodata-kib, default 1024: vadd reading a zeroinitializer constant table, emitted into the
+code object's .rodata; about 1.4 KB of IR), whose round trip is the tier's rather than the
+request's. The floor: the same Redis's large entries read by redis-py (GETRANGE and GET). Times are client round trips through kiln.Session.compile on a
 unix socket. Every number in the report comes from this run.
 """
 
@@ -50,6 +54,20 @@ def big_ir(kib, salt):
                          "  %%tv = load i32, ptr %%tp, align 4\n  %%tf = sitofp i32 %%tv to float\n"
                          "  %%s0 = fadd float %%a, %%b\n  %%sum = fadd float %%s0, %%tf" % n)
             + "\n@tbl = internal constant [%d x i32] [%s]\n" % (n, vals))
+
+
+def rodata_ir(kib, salt):
+    """vadd that also reads a zeroinitializer constant table of kib KiB: the table is emitted
+    into the code object's .rodata (a volatile load keeps it: a load from an all-zero constant
+    would fold away, and the table with it), so the artifact is about kib KiB while the
+    request is about 1.5 KB of IR."""
+    n = kib * 1024 // 4
+    return (VADD.replace("%sum = fadd float %a, %b",
+                         "%%jm = and i64 %%j, %d\n"
+                         "  %%tp = getelementptr inbounds [%d x i32], ptr @tbl, i64 0, i64 %%jm\n"
+                         "  %%tv = load volatile i32, ptr %%tp, align 4\n  %%tf = sitofp i32 %%tv to float\n"
+                         "  %%s0 = fadd float %%a, %%b\n  %%sum = fadd float %%s0, %%tf" % (n - 1, n))
+            + "\n@tbl = internal constant [%d x i32] zeroinitializer, align 64\n; table %d\n" % (n, salt))
 
 
 def pct(xs, p):
@@ -122,6 +140,8 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--big-runs", type=int, default=15)
     ap.add_argument("--big-kib", type=int, default=210)  # an artifact of about 1 MiB
+    ap.add_argument("--rodata-runs", type=int, default=30)
+    ap.add_argument("--rodata-kib", type=int, default=1024)  # a power of two: the kernel masks its index
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     exe = os.environ.get("KILND") or os.path.join(ROOT, "build", "server", "kilnd")
@@ -146,6 +166,8 @@ def main():
         small = series(sa, sb, sc, [VADD + "\n; bench %s %d\n" % (salt, i) for i in range(args.runs)])
         big = series(sa, sb, sc, [big_ir(args.big_kib, i + 1000 * len(salt)) + "\n; %s %d\n" % (salt, i)
                                   for i in range(args.big_runs)])
+        rodata = series(sa, sb, sc, [rodata_ir(args.rodata_kib, i + 1000 * len(salt)) + "\n; %s %d\n" % (salt, i)
+                                     for i in range(args.rodata_runs)])
         floor = redis_floor(r)
     finally:
         for d in ds:
@@ -153,10 +175,13 @@ def main():
         r.kill()
     # kilnd B's own split of each remote hit: Redis round trip + reply, then the MAC
     split = {}
+    hit = 0
     for line in ds[1].log().splitlines():
         if "event=cache_remote_hit" in line:
             f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-            big_hit = int(f["bytes"]) > 256 * 1024
+            # B's hits come in the order of the series: small, big, rodata
+            big_hit = 0 if hit < args.runs else 1 if hit < args.runs + args.big_runs else 2
+            hit += 1
             split.setdefault(big_hit, []).append((float(f["redis_ms"]), float(f["mac_ms"]), float(f["handoff_ms"]),
                                                       float(f["cpu_ms"]), float(f.get("first_ms", "nan")),
                                                       int(f.get("mac_streamed", "0"))))
@@ -169,8 +194,11 @@ def main():
              "| artifact | runs | A: local compile p50 | B: remote hit p50 / p90 / p99 | B: memory hit p50 | "
              "remote hit less memory hit, p50 of the per-run differences | "
              "C (no Redis): local compile p50 |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for name, s in (("vadd, %.1f KiB" % (small["bytes"] / 1024), small),
-                    ("vadd + table, %.0f KiB" % (big["bytes"] / 1024), big)):
+    rows = (("vadd, %.1f KiB" % (small["bytes"] / 1024), small),
+            ("vadd + table, %.0f KiB (request about as large)" % (big["bytes"] / 1024), big),
+            ("vadd + .rodata, %.0f KiB (request %.1f KB)" % (rodata["bytes"] / 1024,
+                                                              len(rodata_ir(args.rodata_kib, 0)) / 1e3), rodata))
+    for name, s in rows:
         diff = [x - y for x, y in zip(s["b_remote"], s["b_memory"])]
         lines.append("| %s | %d | %.2f | %.2f / %.2f / %.2f | %.2f | %.2f | %.2f |" % (
             name, len(s["b_remote"]), pct(s["a_compile"], 50), pct(s["b_remote"], 50), pct(s["b_remote"], 90),
@@ -183,10 +211,10 @@ def main():
                                     pct(floor["get"], 99))]
     lines += ["", "Inside kilnd B (its debug log, `event=cache_remote_hit`), p50 / p99 in ms:", "",
               "| artifact | GETRANGE sent to its first reply bytes | Redis: GETRANGE sent to reply parsed "
-              "(the streamed MAC inside) | HMAC-SHA256 left after the reply | hand-off: decode, answer, "
+              "(the streamed MAC inside) | MAC left after the reply | hand-off: decode, answer, "
               "local cache put | sum of the three, per hit | the loop thread's CPU time, GETRANGE sent "
               "to answer | hits whose MAC streamed |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for big_hit, name in ((False, "vadd"), (True, "vadd + table")):
+    for big_hit, name in ((0, "vadd"), (1, "vadd + table"), (2, "vadd + .rodata")):
         xs = split.get(big_hit, [])
         if xs:
             cols = ([[x[4] for x in xs]] + [[x[i] for x in xs] for i in range(3)] + [[sum(x[:3]) for x in xs],
