@@ -176,6 +176,25 @@ static kiln_remote_t *queued_tier(fixture_t *f, uint32_t timeout_ms, size_t n, s
   return rc;
 }
 
+/* A tier whose builds were queued while Redis was down (queued_tier), and what it is at. */
+typedef struct queued {
+  fixture_t f;
+  kiln_remote_t *rc;
+  uint8_t *buf;
+  kiln_remote_stats_t s;
+} queued_t;
+
+/* queued_tier into q, then the loop until the counter at `field` of its stats (offsetof)
+ * reaches `count` within `seconds`; q->s: the stats then. */
+static void queued_until(queued_t *q, uint32_t timeout_ms, size_t n, size_t len, const char *maxmemory, size_t field,
+                         uint64_t count, double seconds) {
+  q->rc = queued_tier(&q->f, timeout_ms, n, len, maxmemory, &q->buf);
+  want_t w = {q->rc, field, count};
+  cr_assert(run_until(&q->f, reached, &w, seconds), "the counter at %zu did not reach %llu", field,
+            (unsigned long long)count);
+  kiln_remote_stats(q->rc, &q->s);
+}
+
 static void finish(fixture_t *f, kiln_remote_t *rc, uint8_t *buf) {
   free(buf);
   kiln_remote_destroy(rc);
@@ -202,49 +221,40 @@ static void expect_entry(fixture_t *f, kiln_remote_t *rc, uint32_t i, size_t len
  * same deadline, so a queue at its bound could time out as a whole (and every put in flight
  * was lost). Paced, every build arrives though the deadline is short beside the queue. */
 Test(fleet_redis, a_full_requeue_reaches_redis_under_a_short_deadline) {
-  fixture_t f = {0};
+  queued_t q = {0};
   const size_t n = KILN_REMOTE_REQUEUE_ENTRIES, len = KILN_REMOTE_REQUEUE_BYTES / KILN_REMOTE_REQUEUE_ENTRIES;
-  uint8_t *buf;
-  kiln_remote_t *rc = queued_tier(&f, 250, n, len, "0", &buf);
-  kiln_remote_stats_t s;
-  want_t d = WANT(rc, requeue_sent, n);
-  cr_assert(run_until(&f, reached, &d, 60), "the requeue did not finish");
-  kiln_remote_stats(rc, &s);
-  cr_expect_eq(s.puts, n, "puts %llu of %zu (errors %llu, timeouts %llu)", (unsigned long long)s.puts, n,
-               (unsigned long long)s.put_errors, (unsigned long long)s.redis.timeouts);
+  queued_until(&q, 250, n, len, "0", offsetof(kiln_remote_stats_t, requeue_sent), n, 60);
+  cr_expect_eq(q.s.puts, n, "puts %llu of %zu (errors %llu, timeouts %llu)", (unsigned long long)q.s.puts, n,
+               (unsigned long long)q.s.put_errors, (unsigned long long)q.s.redis.timeouts);
   /* On a loaded machine even 4 MiB can pass 250 ms: a SET that timed out was queued again and
    * sent later (put_errors counts the attempt). Sent all at once, the queue would time out
    * again at every reconnect and never finish. */
-  cr_expect_eq(s.requeue_dropped, 0);
-  cr_expect_eq(s.bytes_written, (uint64_t)n * len);
+  cr_expect_eq(q.s.requeue_dropped, 0);
+  cr_expect_eq(q.s.bytes_written, (uint64_t)n * len);
   /* The first, a middle and the last build are hits, byte for byte. */
-  expect_entry(&f, rc, 0, len);
-  expect_entry(&f, rc, (uint32_t)n / 2, len);
-  expect_entry(&f, rc, (uint32_t)n - 1, len);
-  finish(&f, rc, buf);
+  expect_entry(&q.f, q.rc, 0, len);
+  expect_entry(&q.f, q.rc, (uint32_t)n / 2, len);
+  expect_entry(&q.f, q.rc, (uint32_t)n - 1, len);
+  finish(&q.f, q.rc, q.buf);
 }
 
 /* Redis killed while the queue drains: the builds it had not answered go back to the queue
  * and reach the next Redis; none is dropped. */
 Test(fleet_redis, builds_in_flight_when_redis_dies_are_queued_again) {
-  fixture_t f = {0};
+  queued_t q = {0};
   const size_t n = 64, len = 1u << 20;
-  uint8_t *buf;
-  kiln_remote_t *rc = queued_tier(&f, 0, n, len, "0", &buf);
-  want_t some = WANT(rc, requeue_sent, 8);
-  cr_assert(run_until(&f, reached, &some, 30));
-  redis_kill(&f);
-  kiln_remote_stats_t s;
-  kiln_remote_stats(rc, &s);
-  cr_assert_lt(s.requeue_sent, n, "the whole queue was sent before the kill: nothing tested");
-  redis_start(&f, "0");
-  want_t d = WANT(rc, requeue_sent, n);
-  cr_assert(run_until(&f, reached, &d, 60), "the requeue did not finish");
-  kiln_remote_stats(rc, &s);
-  cr_expect_eq(s.requeue_sent, n);
-  cr_expect_eq(s.requeue_dropped, 0);
-  expect_entry(&f, rc, (uint32_t)n - 1, len); /* in the queue or in flight at the kill */
-  finish(&f, rc, buf);
+  queued_until(&q, 0, n, len, "0", offsetof(kiln_remote_stats_t, requeue_sent), 8, 30);
+  redis_kill(&q.f);
+  kiln_remote_stats(q.rc, &q.s);
+  cr_assert_lt(q.s.requeue_sent, n, "the whole queue was sent before the kill: nothing tested");
+  redis_start(&q.f, "0");
+  want_t d = WANT(q.rc, requeue_sent, n);
+  cr_assert(run_until(&q.f, reached, &d, 60), "the requeue did not finish");
+  kiln_remote_stats(q.rc, &q.s);
+  cr_expect_eq(q.s.requeue_sent, n);
+  cr_expect_eq(q.s.requeue_dropped, 0);
+  expect_entry(&q.f, q.rc, (uint32_t)n - 1, len); /* in the queue or in flight at the kill */
+  finish(&q.f, q.rc, q.buf);
 }
 
 /* Review item H6: a queued build whose SET cannot finish within the deadline was put back at
@@ -298,19 +308,14 @@ Test(fleet_redis, a_queued_build_that_times_out_twice_is_dropped_and_the_tier_re
 /* A Redis that refuses the SETs (full, noeviction): each queued build is tried once, counted
  * in put_errors and dropped; the drain ends, the connection stays up. */
 Test(fleet_redis, a_redis_that_refuses_every_put_ends_the_drain) {
-  fixture_t f = {0};
+  queued_t q = {0};
   const size_t n = 16, len = 1u << 20;
-  uint8_t *buf;
-  kiln_remote_t *rc = queued_tier(&f, 0, n, len, "1mb", &buf);
-  want_t d = WANT(rc, put_errors, n);
-  cr_assert(run_until(&f, reached, &d, 30));
-  kiln_remote_stats_t s;
-  kiln_remote_stats(rc, &s);
-  cr_expect(s.put_errors == n && s.puts == 0 && s.requeue_sent == 0, "puts %llu errors %llu",
-            (unsigned long long)s.puts, (unsigned long long)s.put_errors);
-  cr_expect(s.redis.up && s.redis.disconnects == 0);
-  expect_entry(&f, rc, 0, 0);
-  finish(&f, rc, buf);
+  queued_until(&q, 0, n, len, "1mb", offsetof(kiln_remote_stats_t, put_errors), n, 30);
+  cr_expect(q.s.put_errors == n && q.s.puts == 0 && q.s.requeue_sent == 0, "puts %llu errors %llu",
+            (unsigned long long)q.s.puts, (unsigned long long)q.s.put_errors);
+  cr_expect(q.s.redis.up && q.s.redis.disconnects == 0);
+  expect_entry(&q.f, q.rc, 0, 0);
+  finish(&q.f, q.rc, q.buf);
 }
 
 /* A synchronous connection of the test's own, to change what Redis holds. */
