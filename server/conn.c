@@ -370,6 +370,15 @@ void kiln_conn_accept(kiln_listener_t *l) {
     kiln_conn_fail(c, false, 0, KILN_STATUS(KILN_E_UNAVAILABLE, "the server is shutting down"));
     return;
   }
+  /* Without tokens, a loopback listener admits kilnd's user and root only: the check comes
+   * before the connection may cost anything more (no slot, no read). */
+  if (l->owner_only) {
+    kiln_status_t st = kiln_peer_check_owner(c, l);
+    if (st) {
+      kiln_conn_fail(c, false, 0, st);
+      return;
+    }
+  }
   if (s->tenants.auth_required) {
     kiln_conn_t *evicted = NULL;
     kiln_status_t st = kiln_peer_admit(s, c, &evicted);

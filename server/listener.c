@@ -106,6 +106,7 @@ static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char 
   uv_tcp_init(s->loop, &l->h.tcp);
   l->is_tcp = true;
   l->tls = tls;
+  l->owner_only = loopback && !s->tenants.auth_required && !(tls && s->cfg.tls_client_ca[0]);
   l->h.handle.data = l;
   int rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&ss, 0);
   if (!rc) rc = uv_listen(&l->h.stream, 511, on_connection);
@@ -125,14 +126,15 @@ static kiln_status_t start_tcp(kiln_server_t *s, kiln_listener_t *l, const char 
     snprintf(l->address, sizeof(l->address), "%s:%s:%d", tls ? "tls" : "tcp", ip,
              ntohs(((struct sockaddr_in *)&bound)->sin_port));
   }
-  /* Loopback is not private on a shared machine: without tokens every local user gets in as
-   * kilnd's user. Allowed (a laptop, a test), but said where the operator looks. */
-  if (loopback && !s->tenants.auth_required && !(tls && s->cfg.tls_client_ca[0]))
-    KILN_LOG_WARN("anonymous_tcp",
-                  "listener=%s message=\"no --tokens: every local user of this machine can connect, "
-                  "run kernels and read or free tensors as kilnd's user; a unix socket (the "
-                  "default listener, mode 0600) admits only you\"",
-                  l->address);
+  /* Loopback is not private on a shared machine: without tokens, every connection's peer
+   * socket must belong to kilnd's user or root (peers.c). Said where the operator looks, with
+   * what a team needs instead. */
+  if (l->owner_only)
+    KILN_LOG_INFO("anonymous_tcp",
+                  "listener=%s uid=%u message=\"no --tokens: only kilnd's user (uid %u) and root "
+                  "may connect, checked by the owner of each peer's socket; for other users give "
+                  "--tokens, or --socket-group on a unix socket\"",
+                  l->address, (unsigned)geteuid(), (unsigned)geteuid());
   return KILN_OK;
 }
 

@@ -18,9 +18,11 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/util.h"
+#include "server/peer_uid.h"
 #include "server/server.h"
 
 /* Peers remembered at once. Past it (tens of thousands of addresses failing within a minute)
@@ -87,6 +89,49 @@ void kiln_peer_identify(kiln_conn_t *c, bool tcp) {
     }
   }
   c->peer_key = key_of(c->server, m, n);
+}
+
+/* Loopback is not private to a user: without tokens, the listener itself cannot tell one
+ * local user from another. The kernel can: it knows which uid made the peer's socket. */
+kiln_status_t kiln_peer_check_owner(kiln_conn_t *c, const kiln_listener_t *l) {
+  struct sockaddr_storage mine, theirs;
+  int ml = sizeof(mine), tl = sizeof(theirs);
+  uint32_t uid = 0, me = (uint32_t)geteuid();
+  kiln_status_t st;
+  if (uv_tcp_getsockname(&c->h.tcp, (struct sockaddr *)&mine, &ml) != 0 ||
+      uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&theirs, &tl) != 0)
+    st = KILN_STATUS(KILN_E_UNAUTHENTICATED, "the connection has no addresses (it is gone)");
+  else
+    st = kiln_peer_uid((struct sockaddr *)&mine, (struct sockaddr *)&theirs, KILN_PEER_UID_ANY,
+                       KILN_PEER_UID_TIMEOUT_MS, &uid);
+  char q[300];
+  if (st) {
+    kiln_status_t why = st;
+    KILN_LOG_WARN("peer_refused", "conn=%llu listener=%s peer=%s uid=- reason=%s",
+                  (unsigned long long)c->id, l->address, c->peer,
+                  kiln_log_quote(q, sizeof(q), kiln_status_message(why)));
+    st = KILN_STATUS(KILN_E_UNAUTHENTICATED,
+                     "%s has no tokens and admits only kilnd's user (uid %u) and root, and cannot "
+                     "tell which user this connection comes from: %s. Connect from a process that "
+                     "keeps its socket open, or use a tokens server (docs/operations.md "
+                     "\"Listening\")",
+                     l->address, me, kiln_status_message(why));
+    kiln_status_free(why);
+    return st;
+  }
+  if (uid == me || uid == 0) {
+    KILN_LOG_DEBUG("peer_uid", "conn=%llu peer=%s uid=%u", (unsigned long long)c->id, c->peer, uid);
+    return KILN_OK;
+  }
+  KILN_LOG_WARN("peer_refused", "conn=%llu listener=%s peer=%s uid=%u reason=\"not kilnd's user "
+                "(uid %u) nor root\"",
+                (unsigned long long)c->id, l->address, c->peer, uid, me);
+  return KILN_STATUS(KILN_E_UNAUTHENTICATED,
+                     "%s has no tokens and admits only kilnd's user (uid %u) and root; this "
+                     "connection comes from uid %u. Start a kilnd of your own (kiln starts one "
+                     "on a private unix socket), or ask the operator for a token "
+                     "(docs/operations.md \"Listening\")",
+                     l->address, me, uid);
 }
 
 static void refill(kiln_peer_t *p, uint64_t now) {

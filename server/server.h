@@ -111,6 +111,9 @@ typedef struct kiln_listener {
   kiln_server_t *server;
   bool is_tcp;
   bool tls; /* tls:HOST:PORT: TCP with TLS on every connection */
+  /* On loopback with neither tokens nor client certificates: a connection is admitted only
+   * from a socket of kilnd's uid or root's (kiln_peer_check_owner). */
+  bool owner_only;
   char address[300]; /* as bound: "tcp:127.0.0.1:40123", "tls:[::1]:7443", "unix:/path" */
   char unix_path[256];
 } kiln_listener_t;
@@ -239,6 +242,12 @@ typedef struct kiln_peer {
 KILN_MUST_USE kiln_status_t kiln_peers_init(kiln_server_t *s);
 /* Names the peer of an accepted connection (c->peer) and computes its key. */
 void kiln_peer_identify(kiln_conn_t *c, bool tcp);
+/* The owner check of an owner_only listener's connection: KILN_OK when its peer's socket
+ * belongs to kilnd's effective uid or to root; otherwise E_UNAUTHENTICATED saying whose it is
+ * or why that cannot be told (logged as peer_refused). At most KILN_PEER_UID_TIMEOUT_MS on the
+ * loop (peer_uid.h: one netlink round trip, microseconds). */
+#define KILN_PEER_UID_TIMEOUT_MS 100
+KILN_MUST_USE kiln_status_t kiln_peer_check_owner(kiln_conn_t *c, const kiln_listener_t *l);
 /* peers.c keeps the books and closes nothing: it hands conn.c the connections to close.
  * A new connection on a tokens server becomes anonymous: E_RESOURCE_EXHAUSTED when its peer
  * holds max_anonymous_per_peer already; when max_anonymous are open, the oldest leaves the

@@ -1,6 +1,6 @@
 """A box shared by several users (docs/operations.md "Listening", docs/protocol.md §1): kilnd's
 default listener is a private unix socket, never TCP; a tokenless TCP listener beyond loopback
-is refused and one on loopback is warned about; and a client searching for a daemon uses none
+is refused and one on loopback admits only kilnd's user and root; and a client searching for a daemon uses none
 that another user runs (one could listen first on the port or the socket path and receive the
 user's kernels, inputs and token). Another user is played by other uids through setpriv,
 which needs root: those tests skip otherwise."""
@@ -169,14 +169,53 @@ def test_tokenless_tcp_beyond_loopback_is_refused_and_on_loopback_warned(kilnd_b
         assert "anyone who can reach it could run code here" in err, err
     p, lines = start(kilnd_bin, tmp_path, "--listen", "tcp:127.0.0.1:0")
     err = stop(p)
-    assert "event=anonymous_tcp listener=%s" % lines[0] in err, err
-    assert "every local user of this machine can connect" in err, err
+    assert "event=anonymous_tcp listener=%s uid=%d" % (lines[0], os.geteuid()) in err, err
+    assert "only kilnd's user (uid %d) and root may connect" % os.geteuid() in err, err
     # with tokens it is quiet
     tokens = tmp_path / "tokens"
     tokens.write_text("tok-0123456789abcdef default\n")
     tokens.chmod(0o600)
     p, lines = start(kilnd_bin, tmp_path, "--listen", "tcp:127.0.0.1:0", "--tokens", str(tokens))
     assert "anonymous_tcp" not in stop(p)
+
+
+PING_AS = ("import kiln\ntry:\n    print('PONG', kiln.connect(%r).ping())\n"
+           "except kiln.KilnError as e:\n    print('REFUSED', e)\n")
+
+
+def ping_as(uid, url):
+    """The Python client, run as uid, pings url: 'PONG ...' or 'REFUSED <the error>'."""
+    r = subprocess.run(as_uid(uid, ["/usr/bin/python3", "-c", PING_AS % url]), env=client_env(),
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    return r.stdout.strip() or r.stderr
+
+
+@as_root
+def test_tokenless_loopback_admits_only_kilnds_user_and_root(kilnd_bin):
+    # kilnd run by an ordinary user (a throw-away uid), on IPv4 and IPv6 loopback
+    uid = 64913
+    home = pathlib.Path(tempfile.mkdtemp(prefix="kiln-uid-"))
+    os.chown(home, uid, uid)
+    p = None
+    try:
+        p, lines = start(kilnd_bin, home, "--listen", "tcp:127.0.0.1:0", "--listen", "tcp:[::1]:0", uid=uid)
+        for url in lines:
+            assert ping_as(uid, url) == "PONG pong"  # its own user
+            assert ping_as(0, url) == "PONG pong"  # root
+            out = ping_as(NOBODY, url)  # anyone else: refused, told why
+            assert out.startswith("REFUSED E_UNAUTHENTICATED: %s has no tokens and admits only kilnd's "
+                                  "user (uid %d) and root; this connection comes from uid %d"
+                                  % (url, uid, NOBODY)), out
+        err = stop(p)
+        p = None
+        for url in lines:
+            assert "event=peer_refused conn=" in err and "listener=%s" % url in err, err
+        assert err.count("uid=%d reason=" % NOBODY) == 2, err
+    finally:
+        if p:
+            p.kill()
+            p.wait()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 # --- discovery: another user's daemon where a client looks ----------------------------------

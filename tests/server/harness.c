@@ -98,6 +98,8 @@ void daemon_start(daemon_t *d, const char *const *extra) {
   read_ready(spawn(d, extra), buf, sizeof(buf));
   char *tls = strstr(buf, "\ntls:");
   if (tls) d->tls_port = atoi(strchr(tls + 5, ':') + 1);
+  char *tcp6 = strstr(buf, "tcp:[::1]:");
+  if (tcp6) d->tcp6_port = atoi(tcp6 + 10);
   char *tcp = strstr(buf, "tcp:");
   if (!tcp) {
     char cmd[200];
@@ -157,6 +159,25 @@ void client_connect_tcp_from(client_t *c, const daemon_t *d, const char *source_
   cr_assert(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  client_init(c, fd);
+}
+
+void client_connect_loopback(client_t *c, int family, int port) {
+  struct sockaddr_storage a = {.ss_family = (sa_family_t)family};
+  socklen_t len = sizeof(struct sockaddr_in6);
+  if (family == AF_INET) {
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&a;
+    v4->sin_port = htons((uint16_t)port);
+    v4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(*v4);
+  } else {
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&a;
+    v6->sin6_port = htons((uint16_t)port);
+    v6->sin6_addr = in6addr_loopback;
+  }
+  int fd = socket(family, SOCK_STREAM, 0);
+  cr_assert(fd >= 0);
+  cr_assert(connect(fd, (struct sockaddr *)&a, len) == 0, "connect: %s", strerror(errno));
   client_init(c, fd);
 }
 

@@ -20,6 +20,7 @@ typedef struct daemon {
   char dir[64];    /* private temp dir (cache, socket) */
   char metrics[128]; /* "http://127.0.0.1:PORT/metrics" when started with --metrics, else "" */
   int tls_port;      /* the first tls: listener's port when started with one, else 0 */
+  int tcp6_port;     /* the first tcp:[::1]:PORT listener's port when started with one, else 0 */
 } daemon_t;
 
 /* Starts kilnd (path from $KILND) with the extra arguments (NULL-terminated). */
@@ -42,6 +43,8 @@ void client_connect_tcp(client_t *c, const daemon_t *d);
 /* Connects from a given local address (any of 127.0.0.0/8 works on loopback): the daemon
  * sees another peer. */
 void client_connect_tcp_from(client_t *c, const daemon_t *d, const char *source_ip);
+/* Connects to 127.0.0.1:port (AF_INET) or [::1]:port (AF_INET6). */
+void client_connect_loopback(client_t *c, int family, int port);
 void client_connect_unix(client_t *c, const daemon_t *d);
 void client_close(client_t *c);
 void client_send_raw(client_t *c, const void *bytes, size_t len);
