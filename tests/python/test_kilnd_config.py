@@ -2,31 +2,15 @@
 the command line, which wins; a bad line stops kilnd naming the file and line."""
 
 import os
-import subprocess
 
 import pytest
 
+from kilnd_helpers import start_kilnd, stop_kilnd as stop
+
 
 def start(kilnd_bin, tmp_path, *args, expect_ready=True):
-    """Starts kilnd with --ready-fd; returns (process, listener lines) or, when it exits, its
-    (returncode, stderr)."""
-    r, w = os.pipe()
-    p = subprocess.Popen([kilnd_bin, "--ready-fd", str(w), "--devices", "cpu", "--compile-workers", "1"] +
-                         list(args), pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True, cwd=str(tmp_path))
-    os.close(w)
-    with os.fdopen(r) as f:
-        lines = f.read().split()
-    if not expect_ready:
-        _, err = p.communicate(timeout=30)
-        return p.returncode, err
-    assert lines, p.communicate(timeout=30)
-    return p, lines
-
-
-def stop(p):
-    p.terminate()
-    assert p.wait(timeout=30) == 0
+    """kilnd_helpers.start_kilnd run in tmp_path."""
+    return start_kilnd(kilnd_bin, *args, cwd=str(tmp_path), expect_ready=expect_ready, timeout=30)
 
 
 def test_config_file_options(kilnd_bin, tmp_path):

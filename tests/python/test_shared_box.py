@@ -18,6 +18,8 @@ import time
 import pytest
 
 import kiln
+from fleet_helpers import kiln_cli  # noqa: F401 (a fixture)
+from kilnd_helpers import start_kilnd, stop_kilnd as stop
 
 NOBODY = 65534
 
@@ -30,30 +32,12 @@ def as_uid(uid, cmd):
 
 
 def start(kilnd_bin, tmp_path, *args, env=None, uid=None, expect_ready=True):
-    """kilnd with --ready-fd (as uid when given): (process, listener lines), or when it exits
-    at once (returncode, stderr)."""
-    r, w = os.pipe()
-    cmd = [kilnd_bin, "--ready-fd", str(w), "--devices", "cpu", "--compile-workers", "1",
-           "--cache-dir", str(tmp_path / "cache")] + list(args)
+    """kilnd_helpers.start_kilnd (as uid when given) with its cache in tmp_path, and neither
+    $XDG_RUNTIME_DIR nor $KILN_URL unless env gives them."""
     e = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "KILN_URL")}
     e.update(env or {})
-    p = subprocess.Popen(as_uid(uid, cmd) if uid is not None else cmd, pass_fds=(w,), env=e,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd="/")
-    os.close(w)
-    with os.fdopen(r) as f:
-        lines = f.read().split()
-    if not expect_ready:
-        _, err = p.communicate(timeout=60)
-        return p.returncode, err
-    assert lines, p.communicate(timeout=60)
-    return p, lines
-
-
-def stop(p):
-    p.terminate()
-    _, err = p.communicate(timeout=60)
-    assert p.returncode == 0, err
-    return err
+    return start_kilnd(kilnd_bin, "--cache-dir", str(tmp_path / "cache"), *args, cwd="/", env=e,
+                       prefix=as_uid(uid, []) if uid is not None else (), expect_ready=expect_ready)
 
 
 def tcp_listen_inodes():
@@ -280,13 +264,6 @@ CONNECT = ("import kiln\ntry:\n    s = kiln.connect(autostart=False)\n    print(
            "except kiln.Unavailable as e:\n    print('REFUSED', e)\n")
 
 
-def cli_path(kilnd_bin):
-    p = os.path.join(os.path.dirname(os.path.dirname(kilnd_bin)), "clients", "c", "kiln")
-    if not os.access(p, os.X_OK):
-        pytest.skip("no kiln CLI beside %s" % kilnd_bin)
-    return p
-
-
 def received(log):
     time.sleep(0.2)
     with open(log) as f:
@@ -295,7 +272,7 @@ def received(log):
 
 @as_root
 @pytest.mark.parametrize("kind,where", [("tcp", "127.0.0.1"), ("tcp", "::"), ("unix", None)])
-def test_discovery_uses_no_daemon_another_user_runs(kilnd_bin, squatter, kind, where):
+def test_discovery_uses_no_daemon_another_user_runs(kiln_cli, squatter, kind, where):
     run, shared = squatter
     if kind == "unix":  # a socket in a directory of theirs
         d = os.path.join(shared, "theirs")
@@ -310,13 +287,12 @@ def test_discovery_uses_no_daemon_another_user_runs(kilnd_bin, squatter, kind, w
     assert "%s: not used: it runs as uid %d (nobody), not as you (uid 0), or root" % (url, NOBODY) in r.stdout
     assert "set KILN_URL=%s to use it anyway" % url in r.stdout
     # the C client and CLI alike
-    cli = cli_path(kilnd_bin)
-    r = subprocess.run([cli, "ping"], env=client_env(KILN_SEARCH=url, KILN_TOKEN="secret-token"),
+    r = subprocess.run([kiln_cli, "ping"], env=client_env(KILN_SEARCH=url, KILN_TOKEN="secret-token"),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 3 and "%s: not used: it runs as uid %d (nobody)" % (url, NOBODY) in r.stderr, r.stderr
     assert received(log) == []  # neither the token nor anything else reached it
     # a URL the user names is used as given
-    r = subprocess.run([cli, "ping"], env=client_env(KILN_URL=url), capture_output=True, text=True, timeout=60)
+    r = subprocess.run([kiln_cli, "ping"], env=client_env(KILN_URL=url), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "pong from %s" % url in r.stdout, r.stdout + r.stderr
     assert received(log) == ["got ping []"]
 

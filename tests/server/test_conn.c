@@ -38,22 +38,38 @@ static void expect_pong(client_t *c, uint32_t msgid) {
   cr_assert(kiln_obj_str_eq(c->msg.result, "pong"));
 }
 
+/* The connection is alive and answers in order: a ping now is answered next. */
+static void ping_pong(client_t *c, uint32_t msgid) {
+  client_send(c, msgid, "ping", NULL);
+  expect_pong(c, msgid);
+}
+
+/* Starts kilnd with `extra`, connects c over TCP, and readies b (packed through p) for the
+ * bytes the test sends. */
+static void start_connected(const char *const *extra, client_t *c, kiln_buf_t *b, kiln_packer_t *p) {
+  daemon_start(&d, extra);
+  client_connect_tcp(c, &d);
+  kiln_buf_init(b);
+  kiln_packer_init(p, b);
+}
+
+static void pack_ping(msgpack_packer *pk, uint32_t msgid) {
+  kiln_rpc_pack_request_head(pk, msgid, "ping");
+  msgpack_pack_array(pk, 0);
+}
+
 /* The first reproduction: a stream of pings in which every message completes within 50 ms,
  * but every send (so every read of kilnd's) ends in the middle of the next message. */
 Test(conn_timers, ping_stream_never_ending_on_a_boundary_survives) {
-  daemon_start(&d, short_partial);
   client_t c;
-  client_connect_tcp(&c, &d);
   enum { N = 60 };
   kiln_buf_t all;
-  kiln_buf_init(&all);
   kiln_packer_t p;
-  kiln_packer_init(&p, &all);
+  start_connected(short_partial, &c, &all, &p);
   size_t at[N + 1];
   for (uint32_t i = 0; i < N; i++) {
     at[i] = all.len;
-    kiln_rpc_pack_request_head(&p.pk, 100 + i, "ping");
-    msgpack_pack_array(&p.pk, 0);
+    pack_ping(&p.pk, 100 + i);
   }
   at[N] = all.len;
   /* Piece k runs from the middle of message k-1 to the middle of message k. */
@@ -68,8 +84,7 @@ Test(conn_timers, ping_stream_never_ending_on_a_boundary_survives) {
   kiln_buf_deinit(&all);
   cr_assert_gt(now_s() - t0, 2.0, "the stream must outlast the 1 s timeout");
   for (uint32_t i = 0; i < N; i++) expect_pong(&c, 100 + i);
-  client_send(&c, 999, "ping", NULL);
-  expect_pong(&c, 999);
+  ping_pong(&c, 999);
   client_close(&c);
 }
 
@@ -173,8 +188,7 @@ Test(conn_timers, peer_that_stalls_mid_message_is_dropped) {
   cr_assert_lt(now_s() - t0, 15.0);
   client_close(&c);
   /* The other connection, idle between messages all along, is untouched. */
-  client_send(&other, 1, "ping", NULL);
-  expect_pong(&other, 1);
+  ping_pong(&other, 1);
   client_close(&other);
 }
 
@@ -183,15 +197,11 @@ Test(conn_timers, peer_that_stalls_mid_message_is_dropped) {
  * every 50 ms. When kilnd runs again its sweep timer is due before it has read those bytes;
  * the bytes waiting in the socket say the peer was not silent. */
 Test(conn_timers, bytes_kilnd_has_not_read_yet_are_not_a_stall) {
-  daemon_start(&d, short_partial);
   client_t c;
-  client_connect_tcp(&c, &d);
   kiln_buf_t two;
-  kiln_buf_init(&two);
   kiln_packer_t p;
-  kiln_packer_init(&p, &two);
-  kiln_rpc_pack_request_head(&p.pk, 1, "ping");
-  msgpack_pack_array(&p.pk, 0);
+  start_connected(short_partial, &c, &two, &p);
+  pack_ping(&p.pk, 1);
   size_t first = two.len;
   /* The second: ping with 200 bytes of padding, more than the bytes sent while kilnd is
    * stopped (ping refuses the field: its reply is an error, and the connection stays). */
@@ -221,8 +231,7 @@ Test(conn_timers, bytes_kilnd_has_not_read_yet_are_not_a_stall) {
   cr_assert_eq(c.msg.type, KILN_RPC_RESPONSE, "kilnd took its own lateness for a stall");
   cr_assert_eq(c.msg.msgid, 2);
   cr_assert_eq(code_of(&c), 1);
-  client_send(&c, 3, "ping", NULL);
-  expect_pong(&c, 3);
+  ping_pong(&c, 3);
   client_close(&c);
 }
 
@@ -349,8 +358,7 @@ Test(conn_timers, pipelined_launches_held_back_by_the_inflight_limit_survive) {
     took = now_s() - t0;
   }
   cr_assert_gt(took, 2.0, "the launches must outlast the 1 s timeout");
-  client_send(&c, 5, "ping", NULL);
-  expect_pong(&c, 5);
+  ping_pong(&c, 5);
   client_close(&c);
 }
 
@@ -403,8 +411,7 @@ Test(conn_protocol, well_framed_requests_with_bad_params_get_errors_and_the_conn
   expect_pong(&c, 1);
   for (uint32_t id = 2; id <= 5; id++) expect_code(&c, id, 1);
   expect_pong(&c, 6);
-  client_send(&c, 7, "ping", NULL);
-  expect_pong(&c, 7);
+  ping_pong(&c, 7);
   client_close(&c);
 }
 
@@ -451,25 +458,18 @@ Test(conn_protocol, notifications_of_any_shape_are_ignored) {
   }
   cr_assert(upload && ping);
   /* Nothing else was sent: the next message is the answer to the next request. */
-  client_send(&c, 3, "ping", NULL);
-  expect_pong(&c, 3);
+  ping_pong(&c, 3);
   client_close(&c);
 }
 
 /* Only a framing error closes the connection, after the replies made before it. */
 Test(conn_protocol, framing_error_closes_after_the_replies_already_made) {
-  daemon_start(&d, NULL);
   client_t c;
-  client_connect_tcp(&c, &d);
   kiln_buf_t all;
-  kiln_buf_init(&all);
   kiln_packer_t p;
-  kiln_packer_init(&p, &all);
+  start_connected(NULL, &c, &all, &p);
   enum { N = 500 };
-  for (uint32_t i = 0; i < N; i++) {
-    kiln_rpc_pack_request_head(&p.pk, i, "ping");
-    msgpack_pack_array(&p.pk, 0);
-  }
+  for (uint32_t i = 0; i < N; i++) pack_ping(&p.pk, i);
   const uint8_t garbage[] = {0xc1, 0x94, 0x00, 0x01};
   cr_assert_null(kiln_buf_append(&all, garbage, sizeof(garbage)));
   client_send_raw(&c, all.data, all.len);
@@ -529,8 +529,7 @@ Test(conn_protocol, ir_as_str_or_bin_has_one_limit) {
   send_compile_of(&c, 4, huge, over, false);
   expect_code(&c, 4, 6);
   free(huge);
-  client_send(&c, 5, "ping", NULL);
-  expect_pong(&c, 5);
+  ping_pong(&c, 5);
   client_close(&c);
 }
 
@@ -604,8 +603,7 @@ Test(conn_anonymous, small_message_limit_before_hello) {
   cr_assert_gt(kiln_params_find(lim, "max_message")->via.u64, 1u << 20);
   send_ping_with_bin(&t, 2, 100 << 10);
   expect_code(&t, 2, 1);
-  client_send(&t, 3, "ping", NULL);
-  expect_pong(&t, 3);
+  ping_pong(&t, 3);
   client_close(&t);
 }
 
@@ -632,8 +630,7 @@ Test(conn_anonymous, hello_timeout_closes_anonymous_connections_even_while_they_
   cr_assert(client_wait_closed(&a, 10000));
   client_close(&a);
   /* The authenticated connection, as old and idle, stays. */
-  client_send(&t, 2, "ping", NULL);
-  expect_pong(&t, 2);
+  ping_pong(&t, 2);
   client_close(&t);
 }
 
@@ -670,8 +667,7 @@ Test(conn_anonymous, anonymous_connections_cannot_lock_out_a_tenant) {
   hello_ok(&t2, 1, TOKEN_BETA);
   expect_closed_with(&a[1], 6);
   client_close(&a[1]);
-  client_send(&t1, 2, "ping", NULL);
-  expect_pong(&t1, 2);
+  ping_pong(&t1, 2);
   client_send(&b[1], 2, "ping", NULL);
   expect_pong(&b[1], 2);
   client_close(&b[0]);
@@ -694,8 +690,7 @@ Test(conn_anonymous, failed_hellos_are_rate_limited_per_address) {
   expect_code(&a, 20, 6);
   char text[512];
   cr_assert(strstr(text_of(&a, text, sizeof(text)), "too many failed hello"), "%s", text);
-  client_send(&a, 21, "ping", NULL);
-  expect_pong(&a, 21);
+  ping_pong(&a, 21);
   /* Another address is not affected. */
   client_connect_tcp_from(&other, &d, "127.0.0.7");
   hello_ok(&other, 1, TOKEN_ALPHA);
