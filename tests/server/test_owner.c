@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "tests/server/harness.h"
+#include "tests/server/pki.h"
 
 #define NOBODY 65534
 
@@ -305,4 +306,50 @@ Test(owner, with_tokens_another_user_with_a_token_is_served) {
   cr_assert_eq(log_lines_with("peer_refused", NULL), 0);
   kiln_buf_deinit(&hello);
   unlink(tokens);
+}
+
+typedef struct raw_reply {
+  size_t bytes; /* what kilnd sent before it closed */
+  bool closed;
+} raw_reply_t;
+
+/* Plain TCP to the tls: port: a ClientHello that is not one, then what comes back. */
+static void not_a_client_hello(const void *arg, void *out) {
+  (void)arg;
+  raw_reply_t *r = out;
+  *r = (raw_reply_t){0};
+  client_t c;
+  client_connect_loopback(&c, AF_INET, d.tls_port);
+  /* a TLS record holding an empty ClientHello: a decode_error alert's worth */
+  client_send_raw(&c, "\x16\x03\x01\x00\x04\x01\x00\x00\x00", 9);
+  for (;;) {
+    struct pollfd pfd = {.fd = c.fd, .events = POLLIN};
+    if (poll(&pfd, 1, 10000) != 1) return;
+    char buf[4096];
+    ssize_t n = read(c.fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    r->bytes += (size_t)n;
+  }
+  r->closed = true;
+}
+
+/* On tls: the check comes before the handshake: another user's connection is closed
+ * without a byte (nothing can be said before a handshake), while root's gets as far as
+ * TLS, whose alert answers a ClientHello that is not one. */
+Test(owner, a_tls_listener_refuses_another_user_before_the_handshake) {
+  need_root();
+  char pki[128];
+  pki_make(pki, sizeof(pki));
+  const char *const args[] = {"--listen", "tls:127.0.0.1:0", "--tls-cert", pki_path(pki, "server.pem"),
+                              "--tls-key", pki_path(pki, "server.key"), NULL};
+  daemon_start(&d, args);
+  cr_assert_gt(d.tls_port, 0);
+  raw_reply_t mine, theirs;
+  run_as(0, not_a_client_hello, NULL, &mine, sizeof(mine));
+  run_as(NOBODY, not_a_client_hello, NULL, &theirs, sizeof(theirs));
+  cr_assert(mine.closed && mine.bytes > 0, "root's connection got %zu bytes", mine.bytes);
+  cr_assert(theirs.closed && theirs.bytes == 0, "nobody's connection got %zu bytes", theirs.bytes);
+  cr_assert(log_reaches(1, "event=peer_refused", "listener=tls:127.0.0.1"));
+  cr_assert_eq(log_lines_with("event=peer_refused", "uid=65534"), 1);
+  pki_remove(pki);
 }
