@@ -217,7 +217,7 @@ static long tcp_peer_uid(int fd, bool *remote) {
 }
 
 /* A daemon found by searching (not named by the user) on this machine must run as someone
- * the user trusts with their work: root, the user, or the `kiln` system user. Anyone may
+ * the user trusts with their work: root or the user. Anyone may
  * listen on a loopback port or on a socket in a directory they own first and wait for another
  * user's kernels, inputs and token (docs/protocol.md §1). Checked before a byte is sent. A
  * host of $KILN_SEARCH on another machine has no local owner: it is the user's choice. */

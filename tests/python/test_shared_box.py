@@ -308,6 +308,25 @@ def test_the_private_daemon_message_says_why_a_found_one_was_skipped(kilnd_bin, 
     assert received(log) == []
 
 
+@as_root
+def test_discovery_moves_past_a_daemon_that_refuses_the_user(kilnd_bin, tmp_path):
+    # root's tokenless loopback kilnd passes nobody's owner check (root is trusted) but admits
+    # only root: nobody's search records the refusal and goes on, here to "none found"
+    cache = tmp_path / "root"
+    cache.mkdir()
+    p, (url,) = start(kilnd_bin, cache, "--listen", "tcp:127.0.0.1:0")
+    try:
+        r = subprocess.run(as_uid(NOBODY, ["/usr/bin/python3", "-c", CONNECT]),
+                           env=client_env(KILN_SEARCH=url, KILN_AUTOSTART="0"), capture_output=True,
+                           text=True, timeout=60, cwd="/")
+        assert r.stdout.startswith("REFUSED E_UNAVAILABLE: no kilnd found (%s has no tokens and admits only "
+                                   "kilnd's user (uid 0) and root; this connection comes from uid %d"
+                                   % (url, NOBODY)), r.stdout + r.stderr
+        assert ping_as(0, url) == "PONG pong"  # root still is served
+    finally:
+        stop(p)
+
+
 def test_discovery_uses_the_users_own_daemons(tcp_url, unix_url):
     # this user's daemon (the session's, started by the tests) on TCP and on a unix socket
     for url in (tcp_url, unix_url):

@@ -51,7 +51,7 @@ void kiln_client_search_list(char *out, size_t cap);
 
 /* Connects to "tcp:HOST:PORT" ("tcp:[::1]:7070" for IPv6), "tls:HOST:PORT" or "unix:PATH";
  * NULL means $KILN_URL, else the first of kiln_client_search_list() that accepts the
- * connection and whose daemon runs as root, this user or the `kiln` user (a unix socket's
+ * connection and whose daemon runs as root or this user (a unix socket's
  * SO_PEERCRED, a loopback port's owner in /proc/net/tcp; docs/protocol.md §1), checked before
  * anything is sent (E_UNAVAILABLE saying why each did not when none does). Sends nothing: hello is optional without tokens
  * (kiln_client_hello). E_UNAVAILABLE when nothing listens there or the TLS handshake fails

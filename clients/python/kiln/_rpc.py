@@ -141,7 +141,7 @@ def _tcp_peer_uid(sock):
 
 def check_owner(sock, url):
     """For a daemon found by searching, not named by the user: raises Unavailable unless it
-    runs as root, this user or the ``kiln`` system user (a unix socket's SO_PEERCRED, a TCP
+    runs as root or this user (a unix socket's SO_PEERCRED, a TCP
     port's owner in /proc/net/tcp). Anyone may listen first on a loopback port, or on a socket
     in a directory they own, and wait for another user's kernels, inputs and token
     (docs/protocol.md §1). Called before anything is sent; tls: URLs are left to their

@@ -6,7 +6,7 @@ import threading
 
 from . import daemon as _daemon
 from ._rpc import Connection, parse_url
-from .errors import InvalidArgument, KilnError, Timeout, Unavailable
+from .errors import InvalidArgument, KilnError, Timeout, Unauthenticated, Unavailable
 
 __all__ = ["Session", "Device", "connect", "default_session"]
 
@@ -379,7 +379,7 @@ def search_list():
     ``$KILN_SEARCH`` (space-separated) when set, else the user socket
     (``$XDG_RUNTIME_DIR/kiln.sock`` or ``/tmp/kiln-$UID/kiln.sock``), a system daemon's
     ``unix:/run/kiln/kiln.sock`` and ``tcp:127.0.0.1:7070``. A daemon found there is used only
-    if it runs as root, this user or the ``kiln`` system user (``_rpc.check_owner``)."""
+    if it runs as root or this user (``_rpc.check_owner``)."""
     env = os.environ.get("KILN_SEARCH")
     if env and env.strip():
         return env.split()
@@ -393,8 +393,10 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
 
     ``url``: ``tcp:HOST:PORT``, ``tls:HOST:PORT`` or ``unix:PATH``. Without one: ``$KILN_URL``;
     else the first daemon that answers of ``search_list()`` (the user socket, the system
-    daemon's ``/run/kiln/kiln.sock``, ``tcp:127.0.0.1:7070``) and runs as root, this user or
-    the ``kiln`` system user (another user's is skipped, saying so); if none does and ``autostart``
+    daemon's ``/run/kiln/kiln.sock``, ``tcp:127.0.0.1:7070``) that runs as root or this
+    user and admits this user (another user's is skipped, saying so, and so is one that refuses
+    this user with ``E_UNAUTHENTICATED``: a wrong or missing token, or root's tokenless loopback
+    daemon, which admits only root); if none does and ``autostart``
     is not False (and ``$KILN_AUTOSTART`` is not "0"), a private CPU-only kilnd is started
     (``$KILND``, a build tree around this package, or ``kilnd`` on PATH) with its own socket
     and cache in a temporary directory, shared by every later ``connect()`` of this process
@@ -441,6 +443,8 @@ def connect(url=None, token=None, client=None, autostart=None, timeout=10.0,
             return _try_connect(cand, token, client, timeout, tls=tls, owner_check=True)
         except Unavailable as e:  # another user's daemon, or not a kilnd RPC port
             reasons.append(e.message)
+        except Unauthenticated as e:  # it refused us (a token, or only its own user and root)
+            reasons.append(e.message if e.message.startswith(cand) else "%s: refused: %s" % (cand, e.message))
         except OSError as e:
             reasons.append("%s: %s" % (cand, _why(cand, e)))
     why = "; ".join(reasons)
