@@ -157,6 +157,15 @@ kiln_status_t kiln_compile_init(kiln_server_t *s) {
   KILN_RETURN_IF_ERROR(kiln_cache_open(s->loop, &cc, &cs->cache));
   s->cache = cs->cache; /* the module table's store (server/modules.h) */
   if (s->cfg.cache_remote[0]) KILN_RETURN_IF_ERROR(remote_open(s, &cs->remote));
+  /* --compile-workers, else one per core: of --pin compile=CPUS, or that kilnd may run on. */
+  const char *pin = kiln_pin_of(s, "compile");
+  cpu_set_t pinned, all;
+  uint32_t npinned = pin ? kiln_pin_set(pin, &pinned) : 0;
+  if (!s->cfg.compile_workers) {
+    uint32_t n = npinned;
+    if (!n && sched_getaffinity(0, sizeof(all), &all) == 0) n = (uint32_t)CPU_COUNT(&all);
+    s->cfg.compile_workers = n ? n : 1;
+  }
   cs->nslots = s->cfg.compile_workers;
   cs->slots = calloc(cs->nslots, sizeof(slot_t));
   if (!cs->slots) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -167,13 +176,14 @@ kiln_status_t kiln_compile_init(kiln_server_t *s) {
     slot_t *sl = &cs->slots[i];
     sl->cs = cs;
     KILN_RETURN_IF_ERROR(kiln_worker_create(s, KILN_WORKER_COMPILER, "", tail, &sl->worker));
+    if (npinned) kiln_worker_set_cpus(sl->worker, &pinned);
     /* Started now: LLVM's first-use costs are paid before the first request arrives. */
     KILN_RETURN_IF_ERROR(kiln_worker_start(sl->worker));
     uv_timer_init(s->loop, &sl->timer);
     sl->timer.data = sl;
   }
-  KILN_LOG_INFO("compiler", "workers=%u identity=\"%s\" cache=%s", cs->nslots, cs->identity,
-                s->cfg.cache_dir);
+  KILN_LOG_INFO("compiler", "workers=%u cpus=%s identity=\"%s\" cache=%s", cs->nslots, pin ? pin : "all",
+                cs->identity, s->cfg.cache_dir);
   return KILN_OK;
 }
 

@@ -76,11 +76,12 @@ static kiln_status_t check_devices_option(const kiln_server_t *s, const probed_t
   return KILN_OK;
 }
 
-/* --pin DEVICE=CPUS: DEVICE is served, and CPUS ("0,2-3") are cores kilnd may run on. */
+/* --pin DEVICE=CPUS: DEVICE is served (or is "compile", the compile workers), and CPUS
+ * ("0,2-3") are cores kilnd may run on. */
 static kiln_status_t check_pin(kiln_server_t *s, const char *pin) {
   const char *eq = strchr(pin, '=');
-  kiln_device_entry_t *d = kiln_device_find(s, pin, (uint32_t)(eq - pin));
-  if (!d)
+  bool compile = eq - pin == 7 && memcmp(pin, "compile", 7) == 0;
+  if (!compile && !kiln_device_find(s, pin, (uint32_t)(eq - pin)))
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                        "--pin %s: kilnd serves no device '%.*s' (`kiln devices` lists them)", pin,
                        (int)(eq - pin), pin);
@@ -105,8 +106,7 @@ static kiln_status_t check_pin(kiln_server_t *s, const char *pin) {
   return KILN_OK;
 }
 
-/* The cores --pin gives device `id` ("0,2-3"; the last --pin of it wins), or NULL. */
-static const char *pin_of(const kiln_server_t *s, const char *id) {
+const char *kiln_pin_of(const kiln_server_t *s, const char *id) {
   const char *cpus = NULL;
   size_t n = strlen(id);
   for (int i = 0; i < s->cfg.num_pins; i++)
@@ -114,20 +114,29 @@ static const char *pin_of(const kiln_server_t *s, const char *id) {
   return cpus;
 }
 
-/* How many distinct cores a --pin list names; 0 when it is malformed (check_pin refuses it). */
-static uint32_t pin_count(const char *cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
+uint32_t kiln_pin_set(const char *cpus, cpu_set_t *set) {
+  CPU_ZERO(set);
   const char *c = cpus;
   while (*c) {
     char *end;
     long a = strtol(c, &end, 10), b = a;
     if (end != c && *end == '-') b = strtol(end + 1, &end, 10);
     if (end == c || a < 0 || b < a || b >= CPU_SETSIZE || (*end && *end != ',')) return 0;
-    for (long k = a; k <= b; k++) CPU_SET((int)k, &set);
+    for (long k = a; k <= b; k++) CPU_SET((int)k, set);
     c = *end ? end + 1 : end;
   }
-  return (uint32_t)CPU_COUNT(&set);
+  return (uint32_t)CPU_COUNT(set);
+}
+
+/* Whether the compile workers may run on cores a host device's kernels run on: unless both
+ * are pinned, to cores that do not meet, they share kilnd's (`devices`: shares_compile_cores). */
+static bool shares_compile_cores(const kiln_server_t *s, const char *device_pin) {
+  const char *compile = kiln_pin_of(s, "compile");
+  cpu_set_t a, b, both;
+  if (!device_pin || !compile || !kiln_pin_set(device_pin, &a) || !kiln_pin_set(compile, &b))
+    return true;
+  CPU_AND(&both, &a, &b);
+  return CPU_COUNT(&both) > 0;
 }
 
 /* cpu:0's capacity: --cpu-memory, else the default of memory.c (half of what kilnd may use). */
@@ -184,8 +193,9 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
     if (host) e->capacity = host_capacity(s);
     /* Keep the probe's map and add "available": true for the `devices` reply. The probe ran
      * on all of kilnd's cores: a pinned cpu device works on its pinned ones. */
-    const char *pin = host ? pin_of(s, e->id) : NULL;
-    uint32_t pinned = pin ? pin_count(pin) : 0;
+    const char *pin = host ? kiln_pin_of(s, e->id) : NULL;
+    cpu_set_t pinset;
+    uint32_t pinned = pin ? kiln_pin_set(pin, &pinset) : 0;
     kiln_buf_init(&e->info);
     kiln_packer_t pk;
     kiln_packer_init(&pk, &e->info);
@@ -199,6 +209,7 @@ kiln_status_t kiln_devices_probe(kiln_server_t *s) {
         msgpack_pack_uint32(&pk.pk, pinned);
       else msgpack_pack_object(&pk.pk, d->via.map.ptr[k].val);
     }
+    if (host) kiln_fields_bool(&m, "shares_compile_cores", shares_compile_cores(s, pin));
     kiln_fields_bool(&m, "available", true);
     kiln_fields_end(&m);
     s->num_devices++;
@@ -259,7 +270,7 @@ kiln_status_t kiln_device_slot(kiln_server_t *s, kiln_device_entry_t *d, kiln_te
   kiln_map_init(&sl->loaded);
   char label[128];
   snprintf(label, sizeof(label), "%s/%s", d->id, t->name);
-  const char *cpus = pin_of(s, d->id);
+  const char *cpus = kiln_pin_of(s, d->id);
   const char *tail[] = {"--device", d->id, cpus ? "--cpus" : NULL, cpus, NULL};
   kiln_status_t st = kiln_worker_create(s, KILN_WORKER_DEVICE, label, tail, &sl->worker);
   if (!st) kiln_worker_set_tenant(sl->worker, d, t);

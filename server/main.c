@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,12 +57,13 @@ static void usage(FILE *f) {
           "  --hsa-library PATH    the ROCm runtime hsa:N devices use (default libhsa-runtime64.so.1\n"
           "                        from the library path; e.g. the software GPU, docs/softgpu.md)\n"
           "  --pin DEVICE=CPUS     run DEVICE's workers on these host cores (cpu:0=0-1);\n"
-          "                        repeatable\n"
+          "                        DEVICE compile: the compile workers (compile=1). Repeatable\n"
           "  --tokens FILE         tokens -> tenants, devices, quotas (docs/operations.md);\n"
           "                        reloaded on SIGHUP. Required to listen beyond loopback\n"
           "  --metrics tcp:HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
           "                        (no authentication; see docs/operations.md)\n"
-          "  --compile-workers N   compile worker processes (default: number of cores)\n"
+          "  --compile-workers N   compile worker processes (default: number of cores, or of\n"
+          "                        --pin compile's)\n"
           "  --compile-timeout S   time limit of one compile (default 60)\n"
           "  --launch-timeout S    default deadline of one launch (default 60; 0: none)\n"
           "  --compile-max-memory BYTES  address-space limit of a compile worker (default 8 GiB)\n"
@@ -615,12 +615,9 @@ int main(int argc, char **argv) {
   cfg->socket_mode = (uint32_t)-1; /* -1: 0600, or 0660 with a group; see below */
   cfg->socket_gid = (uint32_t)-1;
   kiln_limits_default(&cfg->limits);
-  /* One compile worker per core kilnd may run on (taskset, a cgroup cpuset), not per core
-   * of the machine. */
-  cpu_set_t allowed;
-  long ncpu = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed)
-                                                                  : sysconf(_SC_NPROCESSORS_ONLN);
-  cfg->compile_workers = ncpu > 0 ? (uint32_t)ncpu : 1;
+  /* 0: one compile worker per core of --pin compile=CPUS, or per core kilnd may run on
+   * (taskset, a cgroup cpuset), not per core of the machine (compile.c). */
+  cfg->compile_workers = 0;
   cfg->compile_timeout_s = 60;
   cfg->launch_timeout_s = 60;
   cfg->compile_max_memory = 8ull << 30;

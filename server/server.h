@@ -7,6 +7,7 @@
 #define KILN_SERVER_SERVER_H
 
 #include <msgpack.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
@@ -487,6 +488,12 @@ typedef struct kiln_absent_backend {
 
 /* Runs the device worker binary in probe mode and fills the device table. */
 KILN_MUST_USE kiln_status_t kiln_devices_probe(kiln_server_t *s);
+/* The cores --pin gives `id` (a device id, or "compile" for the compile workers; "0,2-3",
+ * the last --pin of it wins), or NULL. */
+const char *kiln_pin_of(const kiln_server_t *s, const char *id);
+/* Fills `set` with the cores of a --pin list; returns how many distinct cores
+ * it names, 0 when it is malformed (the start-up check refuses it). */
+uint32_t kiln_pin_set(const char *cpus, cpu_set_t *set);
 /* Finds a served device by id ("cpu:0"); NULL if none. `id` may be NULL for the default. */
 kiln_device_entry_t *kiln_device_find(kiln_server_t *s, const char *id, uint32_t len);
 
@@ -508,6 +515,8 @@ void kiln_worker_destroy(kiln_worker_t *w); /* kills the process */
  * root) and with an address space sized, at each spawn, from the tenant's memory bound on the
  * device (memory.c). Set before the first call. */
 void kiln_worker_set_tenant(kiln_worker_t *w, const kiln_device_entry_t *d, const kiln_tenant_t *t);
+/* Runs every incarnation of the process on these cores; set before the first start. */
+void kiln_worker_set_cpus(kiln_worker_t *w, const cpu_set_t *cpus);
 /* Starts the process now instead of at the first call (compile workers start warm). */
 KILN_MUST_USE kiln_status_t kiln_worker_start(kiln_worker_t *w);
 /* Kills the process now; the calls it held fail with `code` and `reason` instead of the

@@ -92,6 +92,8 @@ struct kiln_worker {
   uint64_t last_death_ns;
   bool destroying;
   bool warm; /* started ahead of use (compile workers): a failed start is retried by a timer */
+  bool pinned; /* the process runs on `cpus` (kiln_worker_set_cpus) */
+  cpu_set_t cpus;
   /* Starting the process failed: calls fail fast with E_UNAVAILABLE until retry_at_ns, and
    * each failure in a row doubles the wait (SPAWN_BACKOFF_*). */
   uint32_t spawn_failures;
@@ -324,6 +326,11 @@ kiln_status_t kiln_worker_create(kiln_server_t *s, kiln_worker_kind_t kind, cons
   w->argv[w->argc] = NULL;
   *out = w;
   return KILN_OK;
+}
+
+void kiln_worker_set_cpus(kiln_worker_t *w, const cpu_set_t *cpus) {
+  w->cpus = *cpus;
+  w->pinned = true;
 }
 
 static void free_outmsgs(incarnation_t *inc) {
@@ -745,7 +752,19 @@ static kiln_status_t spawn(kiln_worker_t *w) {
   opt.stdio = stdio;
   opt.stdio_count = 4;
   inc->proc.data = inc;
+  /* A pinned worker (--pin compile=CPUS): a child inherits the affinity of the thread that
+   * spawns it, so kilnd's thread takes the worker's cores for the spawn and its own back
+   * after. The worker and every thread it starts are on their cores from the first
+   * instruction; setting the child's affinity after the spawn would race with them. */
+  cpu_set_t own;
+  bool pinned = w->pinned && sched_getaffinity(0, sizeof(own), &own) == 0;
+  if (pinned && sched_setaffinity(0, sizeof(w->cpus), &w->cpus) != 0) {
+    KILN_LOG_WARN("pin_failed", "kind=%s cores=%d errno=%d", w->kind == KILN_WORKER_DEVICE ? "device" : "compiler",
+                  CPU_COUNT(&w->cpus), errno);
+    pinned = false;
+  }
   int rc = uv_spawn(s->loop, &inc->proc, &opt);
+  if (pinned) (void)sched_setaffinity(0, sizeof(own), &own);
   close(pair[1]);
   if (rc) {
     /* uv_spawn initialised the handle even though it failed: it must be closed, and the

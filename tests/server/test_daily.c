@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -47,6 +48,34 @@ Test(start, pins_of_absent_cores_or_devices_are_refused) {
   refused((const char *const[]){"--pin", "cpu:0=2-1", NULL}, "not a list of cores");
   refused((const char *const[]){"--pin", "cpu:0=0,", NULL}, "not a list of cores");
   accepted((const char *const[]){"--pin", "cpu:0=0", NULL});
+}
+
+/* --pin compile=CPUS: the compile workers' cores, checked as a device's are. */
+Test(start, compile_pins_outside_the_affinity_mask_are_refused) {
+  refused((const char *const[]){"--pin", "compile=4095", NULL}, "core 4095 is not one kilnd may run on");
+  refused((const char *const[]){"--pin", "compile=1-0", NULL}, "not a list of cores");
+  refused((const char *const[]){"--pin", "compiler=0", NULL}, "serves no device 'compiler'");
+  cpu_set_t all, one;
+  cr_assert_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+  int first = -1, other = -1;
+  for (int k = 0; k < CPU_SETSIZE && other < 0; k++)
+    if (CPU_ISSET(k, &all)) {
+      if (first < 0) first = k;
+      else other = k;
+    }
+  char pin[32];
+  snprintf(pin, sizeof(pin), "compile=%d", first);
+  accepted((const char *const[]){"--pin", pin, NULL});
+  if (other < 0) return; /* one core: no core outside a narrower mask to name */
+  /* kilnd started on `first` alone (it inherits this test's mask) may not pin to `other`. */
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  cr_assert_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+  snprintf(pin, sizeof(pin), "compile=%d", other);
+  char want[64];
+  snprintf(want, sizeof(want), "core %d is not one kilnd may run on", other);
+  refused((const char *const[]){"--pin", pin, NULL}, want);
+  cr_assert_eq(sched_setaffinity(0, sizeof(all), &all), 0);
 }
 
 /* --- tensors, free of many, session-bound tensors ---------------------------------------- */

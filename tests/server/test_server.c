@@ -1,6 +1,7 @@
 /* kilnd end to end, over raw sockets: readiness, pipelining, errors that keep the
  * connection, malformed input that closes it, worker death, timeouts, caps, drain. */
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,22 +275,23 @@ Test(server, alloc_is_zero_filled_and_zero_size_works) {
   client_close(&c);
 }
 
-static pid_t device_worker_pid(void) {
+/* The first child of kilnd whose comm starts with `comm`, or 0. */
+static pid_t worker_pid(const char *comm) {
   pid_t kids[16];
   int n = children_of(d.pid, kids, 16);
   for (int i = 0; i < n; i++) {
-    char path[64], comm[64] = "";
+    char path[64], got[64] = "";
     snprintf(path, sizeof(path), "/proc/%d/comm", (int)kids[i]);
     FILE *f = fopen(path, "r");
     if (!f) continue;
-    if (fgets(comm, sizeof(comm), f) && strncmp(comm, "kiln-device-wor", 15) == 0) {
-      fclose(f);
-      return kids[i];
-    }
+    bool match = fgets(got, sizeof(got), f) && strncmp(got, comm, strlen(comm)) == 0;
     fclose(f);
+    if (match) return kids[i];
   }
   return 0;
 }
+
+static pid_t device_worker_pid(void) { return worker_pid("kiln-device-wor"); }
 
 Test(server, device_worker_death_is_reported_and_survived) {
   client_t c;
@@ -405,6 +407,49 @@ Test(server_limits, connection_cap) {
   client_close(&c);
   client_close(&a);
   client_close(&b);
+  daemon_stop(&d);
+}
+
+static void cpus_allowed(pid_t pid, char *out, size_t cap) {
+  char path[64], line[256];
+  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  cr_assert(f);
+  out[0] = 0;
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, "Cpus_allowed_list:", 18) == 0) {
+      snprintf(out, cap, "%s", line + 18 + strspn(line + 18, " \t"));
+      out[strcspn(out, "\n")] = 0;
+      break;
+    }
+  fclose(f);
+}
+
+Test(server_limits, pinned_compile_workers_run_on_their_cores) {
+  /* The last core kilnd may run on (core 0 alone would pass for a worker left unpinned on a
+   * machine of one core only). */
+  cpu_set_t all;
+  cr_assert_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+  int last = 0;
+  for (int k = 0; k < CPU_SETSIZE; k++)
+    if (CPU_ISSET(k, &all)) last = k;
+  char pin[32], want[16], got[64];
+  snprintf(pin, sizeof(pin), "compile=%d", last);
+  snprintf(want, sizeof(want), "%d", last);
+  const char *extra[] = {"--pin", pin, NULL};
+  daemon_start(&d, extra); /* compile workers start with kilnd, one per pinned core */
+  pid_t w = 0;
+  for (int i = 0; i < 200 && !(w = worker_pid("kiln-compile-wo")); i++) usleep(10000);
+  cr_assert(w > 0, "no compile worker process");
+  cpus_allowed(w, got, sizeof(got));
+  cr_assert_str_eq(got, want);
+  /* kilnd took its own cores back after the spawn (every incarnation, a replacement too,
+   * is spawned the same way: server/worker.c spawn) */
+  cpus_allowed(d.pid, got, sizeof(got));
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  cr_assert_eq(sched_getaffinity(d.pid, sizeof(mine), &mine), 0);
+  cr_assert(CPU_EQUAL(&mine, &all), "kilnd kept the compile workers' affinity: %s", got);
   daemon_stop(&d);
 }
 
