@@ -153,6 +153,74 @@ def test_pipelined_rounds_record_every_trial(s, dev, tmp_path, pipeline):
     assert r.best["knobs"]["bm"] != 4
 
 
+class LoggedGrid(at.GridTuner):
+    """The grid tuner, logging when it proposes a round and when it learns one's results."""
+
+    def __init__(self, space, log):
+        super().__init__(space)
+        self.log = log
+
+    def next_batch(self, n):
+        out = super().next_batch(n)
+        self.log.append(("propose", len(out)))
+        return out
+
+    def update(self, results):
+        self.log.append(("update", len(results)))
+        return super().update(results)
+
+
+def _cores():
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("one core: no two disjoint pins")
+    return cores
+
+
+@pytest.mark.parametrize("pins,shared", [(("cpu:0=A", "compile=B"), False), (("cpu:0=A", "compile=A,B"), True),
+                                         (("compile=B",), True), ((), True)])
+def test_pinned_cpu_device_apart_from_the_compile_workers_pipelines(fresh_daemon, tmp_path, pins, shared):
+    # kilnd says whether its compile workers run on cpu:0's cores; where they do not (both
+    # pinned, cores that do not meet), tune() compiles round N+1 while round N is measured by
+    # default: the tuner is asked for the next round before it has learnt this one's results.
+    # The trials and their checks are those of the unpipelined loop: every one recorded, the
+    # wrong template still caught, the good ones timed with the same settings.
+    a, b = _cores()[:2]
+    args = []
+    for p in pins:
+        args += ["--pin", p.replace("A", str(a)).replace("B", str(b))]
+    d = fresh_daemon(*args, listen=["unix:" + str(tmp_path / "k.sock")])
+    with kiln.connect(d.url) as s:
+        dev = s.cpu(0)
+        assert dev.info["shares_compile_cores"] is shared
+        assert at.shares_compile_cores(dev) is shared
+        sp = AlsoFailsToBuild("matmul", "cpu", (32, 32, 16), "float32", topi.space("matmul", "cpu", (1, 1, 1)).limits)
+        sp.knobs = {"bm": [2, 4, 8], "bn": [8, 32], "bk": [4], "order": ["ji"], "unroll_k": [False]}
+        log = []
+        rec = str(tmp_path / "r.jsonl")
+        task = at.Task("matmul", (32, 32, 16), "float32", dev, space=sp)
+        r = at.tune(task, s, trials=6, tuner=LoggedGrid(sp, log), records=rec, batch=2, repeat=2, min_repeat_ms=1,
+                    lease_s=10, progress=None)
+    # rounds: the default knobs, then 2, 2 and 1 (the rest of the grid's six configurations)
+    if shared:
+        assert log == [("update", 1), ("propose", 2), ("update", 2), ("propose", 2), ("update", 2),
+                       ("propose", 1), ("update", 1)], log
+    else:
+        assert log == [("propose", 2), ("update", 1), ("propose", 2), ("update", 2), ("propose", 1),
+                       ("update", 2), ("update", 1)], log
+    assert len(r.trials) == len(at.load(rec)) == 6
+    assert [x["round"] for x in r.trials] == [1, 2, 2, 3, 3, 4]
+    assert len({json.dumps(x["knobs"], sort_keys=True) for x in r.trials}) == 6
+    for x in r.trials:
+        res, k = x["result"], x["knobs"]
+        if k["bm"] == 4:
+            assert res["ok"] is False and res["error"] == "wrong" and res["stage"] == "check", res
+        elif k["bm"] == 8 and k["bn"] == 8:
+            assert res["ok"] is False and res["stage"] == "compile", res
+        else:
+            assert res["ok"] is True and len(res["times"]) == 2 and res["mean"] > 0, res
+
+
 def test_a_trial_after_a_lost_device_worker_uploads_again(s, dev):
     # A timeout or fault ends the device worker and the tenant's tensors: the runner uploads
     # the inputs again for the next trial instead of failing every later one.

@@ -15,10 +15,10 @@ Command line: ``python3 -m kiln.autotune --op matmul --shape 1024,1024,1024 --de
 
 from .records import SCHEMA_VERSION, load, append, best, apply, same_task
 from .tuners import Tuner, RandomTuner, GridTuner, ModelTuner, make_tuner, have_sklearn
-from .tune import Task, Runner, tune, TuneResult
+from .tune import Task, Runner, tune, TuneResult, shares_compile_cores
 
 __all__ = ["SCHEMA_VERSION", "load", "append", "best", "apply", "same_task", "Tuner", "RandomTuner", "GridTuner",
-           "ModelTuner", "make_tuner", "have_sklearn", "Task", "Runner", "tune", "TuneResult", "plot"]
+           "ModelTuner", "make_tuner", "have_sklearn", "Task", "Runner", "tune", "TuneResult", "shares_compile_cores", "plot"]
 
 
 def plot(records, path, title=None):

@@ -24,7 +24,7 @@ from ..topi.space import space as make_space
 from . import records as R
 from .tuners import make_tuner
 
-__all__ = ["Task", "Runner", "tune", "TuneResult"]
+__all__ = ["Task", "Runner", "tune", "TuneResult", "shares_compile_cores"]
 
 
 class Task:
@@ -336,8 +336,9 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
     per runner if more). ``options``: the compile options (default ``{"fast_math": True}``:
     fused multiply-adds, as TVM's LLVM backend makes). ``pipeline``: compile the next round
     while this one is measured (the tuner proposes it from the results before this round);
-    default: on unless a runner's device is a CPU device, whose cores the compile workers
-    share. Returns a TuneResult."""
+    default: on unless a runner's device is a CPU device whose cores the compile workers
+    share (``shares_compile_cores`` in its `devices` entry: false when kilnd pins the device
+    and its compile workers to cores that do not meet). Returns a TuneResult."""
     if hasattr(runners, "call") or isinstance(runners, Runner) or (
             isinstance(runners, tuple) and len(runners) == 2 and hasattr(runners[0], "call")):
         runners = [runners]  # one session, or one (session, device)
@@ -378,7 +379,7 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
     trial_no = len(old)
     round_no = max([r.get("round", 0) for r in old] + [0])
     if pipeline is None:
-        pipeline = not any(getattr(r.device, "kind", "cpu") == "cpu" for r in rs)
+        pipeline = not any(shares_compile_cores(r.device) for r in rs)
     first = [not have_default]
 
     def propose(n):
@@ -447,6 +448,17 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
             pending = start(cfgs) if cfgs else None
     prog.end()
     return TuneResult(task, all_recs, new)
+
+
+def shares_compile_cores(device):
+    """Whether a compile on ``device``'s daemon runs on the cores its kernels are timed on: a
+    CPU device, unless kilnd pins it and its compile workers to cores that do not meet
+    (``--pin cpu:0=0 --pin compile=1``: its `devices` entry says ``shares_compile_cores``
+    false; a daemon that does not say is taken to share them). A GPU's kernels never do."""
+    if getattr(device, "kind", "cpu") != "cpu":
+        return False
+    info = getattr(device, "info", None) or {}
+    return info.get("shares_compile_cores", True) is not False
 
 
 def _warm(task, related):
