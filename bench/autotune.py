@@ -160,17 +160,25 @@ def trials_to_reach(recs, target):
     return None
 
 
-def breakdown(recs, wall_s):
-    """Seconds of a run's trials by stage: compile (what the loop waited for the rounds'
-    compile_batch), check (output reset, run, download; and the comparison), time (the `time`
-    requests), other (the rest of the wall time: the tuner, records, leases, uploads)."""
-    oks = [r["result"] for r in recs if r["result"].get("ok")]
+def compile_wait(recs):
+    """What the loop waited for compiles: each trial's compile_wait_s (records with
+    compile_items; in older ones every trial of a round repeated the round's wait)."""
+    if all("compile_items" in r["result"] for r in recs if "compile_wait_s" in r["result"]):
+        return sum(r["result"].get("compile_wait_s") or 0 for r in recs)
     rounds = {}
     for r in recs:
         res = r["result"]
         if "compile_s_batch" in res:
             rounds[(r.get("round"), r.get("runner"))] = res.get("compile_wait_s", res["compile_s_batch"])
-    compile_s = sum(rounds.values())
+    return sum(rounds.values())
+
+
+def breakdown(recs, wall_s):
+    """Seconds of a run's trials by stage: compile (what the loop waited for the rounds'
+    compile_batch), check (output reset, run, download; and the comparison), time (the `time`
+    requests), other (the rest of the wall time: the tuner, records, leases, uploads)."""
+    oks = [r["result"] for r in recs if r["result"].get("ok")]
+    compile_s = compile_wait(recs)
     check_s = sum(x.get("check_s", 0) + x.get("compare_s", 0) for x in oks)
     time_s = sum(x.get("time_s", 0) for x in oks)
     return {"trials": len(recs), "wall_s": wall_s, "per_s": len(recs) / wall_s if wall_s else 0,

@@ -205,13 +205,15 @@ class TuneResult:
 
 class _Batch:
     """One runner's share of a round in flight: its configurations lowered (in the client)
-    and sent as one ``compile_batch``; ``built()`` waits for the modules."""
+    and sent as one ``compile_batch``, or with ``stream`` as one ``compile_batch`` each, all
+    sent at once (the daemon compiles a tenant's items in order), so that a trial can be
+    measured as soon as its own build is ready. ``entry(i)`` waits for configuration i's."""
 
-    def __init__(self, runner, task, cfgs, opts):
+    def __init__(self, runner, task, cfgs, opts, stream=False):
         self.runner = runner
         self.cfgs = cfgs
+        self.stream = stream
         self.t0 = time.monotonic()
-        self.done_at = None
         self.items = []
         for c in cfgs:
             try:
@@ -219,45 +221,59 @@ class _Batch:
             except KilnError as e:
                 self.items.append(e)
         schedules = [b for b in self.items if not isinstance(b, Exception)]
-        self.finish = lambda: []
-        if schedules:
-            fut, self.finish = build_batch(schedules, runner.device, session=runner.session,
-                                           options=opts["options"], future=True)
-            fut.add_done_callback(self._stamp)
-        else:
-            self.done_at = time.monotonic()
-
-    def _stamp(self, _):
-        self.done_at = time.monotonic()
-
-    def built(self):
-        """One entry per configuration: {"module", "compile_ms"}, or a failed trial's result.
-        ``compile_s_batch``: from sending the batch to its answer (lowering included);
-        ``compile_wait_s``: how long the loop waited for it here (less than compile_s_batch
-        when the batch compiled while the previous round was measured)."""
-        t = time.monotonic()
-        it = iter(self.finish())
-        mods = [b if isinstance(b, Exception) else next(it) for b in self.items]
-        now = time.monotonic()
-        batch_s = round((self.done_at or now) - self.t0, 4)
-        wait_s = round(now - t, 4)
-        out = []
-        for m in mods:
-            if isinstance(m, Exception):
-                out.append({"ok": False, "error": _error_kind(m), "message": str(m)[:500], "stage": "compile"})
+        self.compiles = bool(schedules)
+        groups = [[b] for b in schedules] if stream else ([schedules] if schedules else [])
+        self.requests = []   # per compile_batch: [finish, done_at, items, modules or None]
+        for g in groups:
+            fut, finish = build_batch(g, runner.device, session=runner.session, options=opts["options"], future=True)
+            req = [finish, None, len(g), None]
+            fut.add_done_callback(lambda _, req=req: req.__setitem__(1, time.monotonic()))
+            self.requests.append(req)
+        self.where = []   # configuration index -> (request, index in it), or None
+        k = 0
+        for b in self.items:
+            if isinstance(b, Exception):
+                self.where.append(None)
             else:
-                out.append({"module": m, "compile_ms": getattr(m.module, "compile_ms", None)})
-        for r in out:
-            r["compile_s_batch"] = batch_s
-            r["compile_wait_s"] = wait_s
+                self.where.append((k, 0) if stream else (0, k))
+                k += 1
+
+    def entry(self, i):
+        """Configuration i's build: {"module", "compile_ms"}, or a failed trial's result; with
+        ``compile_s_batch`` (from sending its ``compile_batch`` to the answer, lowering
+        included), ``compile_items`` (the items of that batch) and ``compile_wait_s`` (how long
+        the loop waited for this trial's build: a batch is waited for once, by its first trial;
+        nothing when it compiled while earlier trials were measured)."""
+        where = self.where[i]
+        if where is None:
+            e = self.items[i]
+            return {"ok": False, "error": _error_kind(e), "message": str(e)[:500], "stage": "compile",
+                    "compile_s_batch": 0.0, "compile_items": 0, "compile_wait_s": 0.0}
+        req = self.requests[where[0]]
+        t = time.monotonic()
+        if req[3] is None:
+            req[3] = req[0]()
+        now = time.monotonic()
+        m = req[3][where[1]]
+        out = ({"ok": False, "error": _error_kind(m), "message": str(m)[:500], "stage": "compile"}
+               if isinstance(m, Exception) else {"module": m, "compile_ms": getattr(m.module, "compile_ms", None)})
+        out["compile_s_batch"] = round((req[1] or now) - self.t0, 4)
+        out["compile_items"] = req[2]
+        out["compile_wait_s"] = round(now - t, 4)
         return out
 
+    def built(self):
+        """Every configuration's entry, in order (waits for all of them)."""
+        return [self.entry(i) for i in range(len(self.cfgs))]
 
-def _measure(runner, built, opts, lease_s):
-    """Checks and times the built modules of one runner's share under a lease of its device;
-    returns one result map per entry of ``built``."""
+
+def _measure(runner, batch, opts, lease_s):
+    """Checks and times the builds of one runner's share under a lease of its device; returns
+    one result map per configuration. A streamed batch is measured build by build as each is
+    ready; a batch of one ``compile_batch`` is waited for whole before the lease is taken."""
+    built = None if batch.stream else batch.built()
     lease = None
-    if lease_s and any("module" in r for r in built):
+    if lease_s and (batch.compiles if built is None else any("module" in r for r in built)):
         try:
             lease = runner.session.lease(runner.device, lease_s).acquire()
         except (PermissionDenied, ResourceExhausted, NotFound, KilnError) as e:
@@ -267,7 +283,8 @@ def _measure(runner, built, opts, lease_s):
                 runner._lease_warned = True
     out = []
     try:
-        for r in built:
+        for i in range(len(batch.cfgs)):
+            r = batch.entry(i) if built is None else built[i]
             if "module" not in r:
                 out.append(r)
                 continue
@@ -281,8 +298,8 @@ def _measure(runner, built, opts, lease_s):
                 res = {"ok": False, "error": _error_kind(e), "message": str(e)[:500], "stage": "run"}
             if res.get("ok"):
                 res["compile_ms"] = r.get("compile_ms")
-            res["compile_s_batch"] = r["compile_s_batch"]
-            res["compile_wait_s"] = r["compile_wait_s"]
+            for k in ("compile_s_batch", "compile_items", "compile_wait_s"):
+                res[k] = r[k]
             out.append(res)
     finally:
         if lease is not None:
@@ -392,27 +409,29 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
         return cfgs, [tn.name] * len(cfgs)
 
     def start(cfgs):
-        """Each runner's share lowered and its compile_batch sent; indices into cfgs."""
+        """Each runner's share lowered and its compiles sent; indices into cfgs."""
         idx = [list(range(i, len(cfgs), len(rs))) for i in range(len(rs))]
-        return [(ix, _Batch(rs[i], task, [cfgs[j] for j in ix], opts) if ix else None) for i, ix in enumerate(idx)]
+        return [(ix, _Batch(rs[i], task, [cfgs[j] for j in ix], opts, stream=pipeline) if ix else None)
+                for i, ix in enumerate(idx)]
 
     cfgs, who = propose(left) if left > 0 else ([], [])
     pending = start(cfgs) if cfgs else None
     while cfgs:   # empty: the space is exhausted, or the trials are done
         round_no += 1
-        built = [b.built() if b else [] for _, b in pending]
         left -= len(cfgs)
         nxt = ([], [], None)
         if pipeline and left > 0:
             # the next round compiles while this one is measured (compile workers and the
-            # device are different resources; on a CPU device they share the cores, so
-            # pipeline is off there by default)
+            # device are different resources; on a CPU device they share the cores unless
+            # kilnd pins them apart, so pipeline is off there by default): sent now, behind
+            # this round's compiles, and each trial measured as soon as its build is ready
             ncfgs, nwho = propose(left)
             nxt = (ncfgs, nwho, start(ncfgs) if ncfgs else None)
         results = [None] * len(rs)
 
         def work(i):
-            results[i] = _measure(rs[i], built[i], opts, lease_s)
+            b = pending[i][1]
+            results[i] = _measure(rs[i], b, opts, lease_s) if b else []
         if len(rs) == 1:
             work(0)
         else:
