@@ -7,7 +7,7 @@ tuning knobs (docs/te_python.md lists them).
     >>> B = te.placeholder((256, 256), name="B")
     >>> C = topi.matmul(A, B)
     >>> topi.knobs("matmul", "gpu")
-    {'block_m': 64, 'block_n': 64, 'thread_m': 16, 'thread_n': 16, 'k_tile': 8, 'vec': 1, 'double_buffer': False, 'vthread_m': 1, 'vthread_n': 1, 'min_blocks': 0}
+    {'block_m': 64, 'block_n': 64, 'thread_m': 16, 'thread_n': 16, 'k_tile': 8, 'vec': 1, 'double_buffer': False, 'vthread_m': 1, 'vthread_n': 1, 'min_blocks': 0, 'k_major': False}
     >>> s = topi.schedule_matmul(C, "gpu", block_m=64, block_n=64, thread_m=4, thread_n=4, k_tile=8)
     >>> f = kiln.build(s, [A, B, C], "sm_90")   # compiled by kilnd; runs where a CUDA GPU is
     >>> f.module.target
