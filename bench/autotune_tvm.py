@@ -2,7 +2,8 @@
 """Trial throughput: kiln.autotune's loop beside apache-tvm's own tuning infrastructure (issue 15).
 
     /usr/bin/python3 bench/autotune_tvm.py [--kilnd build/server/kilnd] [--n 256] [--trials 33]
-        [--batch 8] [--passes 2] [--runners rpc,local] [--out FILE]
+        [--batch 8] [--passes 2] [--runners rpc,local] [--pin KERNEL,COMPILE] [--pipeline]
+        [--out FILE]
 
 Both sides measure the same configurations of kiln.topi's CPU matmul template (the template's
 default knobs, then --trials - 1 drawn from its space with --seed), in the same rounds (the
@@ -22,6 +23,16 @@ kiln's docs/protocol.md `time`, TVM's time_evaluator):
   for remote measurement; a session a trial, the module uploaded and linked on the server,
   arguments filled at random, ``time_evaluator``) and by its ``LocalRunner`` (a process pool
   loading the artifact in place). TVM's runners do not check outputs; kiln's loop does.
+
+With --pin KERNEL,COMPILE (two cores, e.g. 0,1) the kernels run on one core, one thread, on
+both sides: kilnd with ``--pin cpu:0=KERNEL --pin compile=COMPILE`` (its compile workers on
+the other core, so kiln.autotune's default is to compile round N+1 while round N is measured);
+TVM with TVM_NUM_THREADS=1 and TVM_BIND_THREADS=0, its RPC server (and the session processes
+it forks) on KERNEL by sched_setaffinity, its LocalRunner's pool processes moving themselves
+there before they fill the arguments; its builder (a pool of as many processes as cores) is
+left free, as it ships. "kiln" is kiln.autotune's default either way; --pipeline adds the
+other mode ("kiln pipelined" when the default does not pipeline, "kiln not pipelined" when
+it does).
 
 The sides alternate pass by pass (kiln, TVM RPC, TVM local, kiln, ...), so load from the other
 engineers on the machine falls on both. Trials per second count from the first lowering to
@@ -148,6 +159,31 @@ def _timed(name, default):
     return f
 
 
+def _pinned(f):
+    """``f`` run after moving the calling process (a LocalRunner pool process, which then runs
+    the kernels on its calling thread: TVM_NUM_THREADS=1) to $KILN_TVM_PIN's core."""
+    def g(*args):
+        core = os.environ.get("KILN_TVM_PIN")
+        if core:
+            os.sched_setaffinity(0, {int(core)})
+        return f(*args)
+    return g
+
+
+def _pin_rpc_server(rpc, core):
+    """The RPC server's process and its children (a session forks one per connection, and
+    inherits this) on ``core``; returns their pids and Cpus_allowed_list."""
+    import psutil
+    root = psutil.Process(rpc.server.proc._proc.pid)
+    out = []
+    for p in [root] + root.children(recursive=True):
+        os.sched_setaffinity(p.pid, {core})
+        for t in os.listdir("/proc/%d/task" % p.pid):
+            os.sched_setaffinity(int(t), {core})
+        out.append((p.pid, sorted(os.sched_getaffinity(p.pid))))
+    return out
+
+
 def tvm_runners(ms, kind, ev, rpc):
     """meta_schedule's RPCRunner or LocalRunner with its default functions, each timed."""
     if kind == "rpc":
@@ -161,7 +197,7 @@ def tvm_runners(ms, kind, ev, rpc):
                                    f_cleanup=_timed("cleanup", rr.default_cleanup))
     from tvm.s_tir.meta_schedule.runner import local_runner as lr
     return ms.runner.LocalRunner(timeout_sec=120, evaluator_config=ev,
-                                 f_alloc_argument=_timed("fill args", lr.default_alloc_argument),
+                                 f_alloc_argument=_pinned(_timed("fill args", lr.default_alloc_argument)),
                                  f_run_evaluator=_timed("time_evaluator", lr.default_run_evaluator),
                                  f_cleanup=_timed("cleanup", lr.default_cleanup))
 
@@ -216,6 +252,10 @@ def peer_serve(_n):
     """The TVM side, one JSON request per stdin line, one JSON reply per stdout line:
     {"op": "pass", "runner": "rpc"|"local", "configs", "n", "batch", "number", "repeat",
     "min_repeat_ms", "workers"} runs tvm_pass. A local RPC tracker and server are started once."""
+    pin = os.environ.get("KILN_TVM_PIN")
+    if pin:
+        os.environ["TVM_NUM_THREADS"] = "1"
+        os.environ["TVM_BIND_THREADS"] = "0"   # taskset's core, not TVM's choice of one
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     stages = tempfile.mktemp(prefix="kiln-tvm-stages-")
     os.environ["KILN_TVM_STAGES"] = stages
@@ -226,9 +266,14 @@ def peer_serve(_n):
     from te_tutorials_bench import tvm_target
     target = tvm_target(tvm)
     with LocalRPC(silent=True) as rpc:
-        print(json.dumps({"version": [tvm.__version__, __import__("tvm_ffi").__version__]}), flush=True)
+        pinned = _pin_rpc_server(rpc, int(pin)) if pin else None
+        print(json.dumps({"version": [tvm.__version__, __import__("tvm_ffi").__version__], "pinned": pinned}),
+              flush=True)
         for line in sys.stdin:
             req = json.loads(line)
+            if req.get("op") == "info":
+                print(json.dumps({"pinned": pinned, "threads": os.environ.get("TVM_NUM_THREADS")}), flush=True)
+                continue
             try:
                 rep = tvm_pass(tvm, ms, rpc, target, req, stages)
             except Exception as e:  # reported in the table, not fatal to the run
@@ -260,11 +305,18 @@ class ListTuner:
 
 
 def kiln_pass(kiln, at, kilnd, cfgs, a, pipeline, tmp):
-    """One pass through kiln.autotune.tune on a fresh kilnd (an empty artifact cache)."""
-    d = kiln.start_daemon(kilnd, cache_dir=tempfile.mkdtemp(dir=tmp))
+    """One pass through kiln.autotune.tune on a fresh kilnd (an empty artifact cache);
+    ``pipeline`` None: tune's default."""
+    pins = ["--pin", "cpu:0=%d" % a.pin[0], "--pin", "compile=%d" % a.pin[1]] if a.pin else []
+    d = kiln.start_daemon(kilnd, cache_dir=tempfile.mkdtemp(dir=tmp), args=pins)
     try:
+        if a.compile_rt:
+            raise_compile_workers(d.pid)
         s = kiln.connect(d.urls[0])
         dev = s.cpu(0)
+        apart = not at.shares_compile_cores(dev)
+        assert apart == bool(a.pin), "kilnd says its compile workers %s cpu:0's cores" % (
+            "do not share" if apart else "share")
         task = at.Task("matmul", (a.n, a.n, a.n), "float32", dev)
         rec = tempfile.mktemp(dir=tmp, suffix=".jsonl")
         t0 = time.monotonic()
@@ -279,13 +331,36 @@ def kiln_pass(kiln, at, kilnd, cfgs, a, pipeline, tmp):
             "breakdown": kiln_breakdown(r.trials, wall), "records": r.trials}
 
 
+def raise_compile_workers(kilnd_pid):
+    """--compile-rt: kilnd's compile workers (which make themselves SCHED_BATCH at nice 5, so
+    that compiles yield to kilnd's event loop) at this process's real-time policy, which TVM's
+    builder processes inherit: both sides' compilers at the same priority."""
+    policy = os.sched_getscheduler(0)
+    if policy not in (os.SCHED_FIFO, os.SCHED_RR):
+        raise SystemExit("--compile-rt: run the bench under chrt -f N")
+    param = os.sched_getparam(0)
+    kids = []
+    for t in os.listdir("/proc/%d/task" % kilnd_pid):
+        with open("/proc/%d/task/%s/children" % (kilnd_pid, t)) as f:
+            kids += [int(x) for x in f.read().split()]
+    n = 0
+    for pid in kids:
+        with open("/proc/%d/comm" % pid) as f:
+            if not f.read().startswith("kiln-compile-wo"):
+                continue
+        for t in os.listdir("/proc/%d/task" % pid):
+            os.sched_setscheduler(int(t), policy, param)
+        n += 1
+    if not n:
+        raise RuntimeError("--compile-rt: no compile worker under kilnd %d" % kilnd_pid)
+
+
 def kiln_breakdown(recs, wall):
-    rounds = {}
-    for r in recs:
-        rounds[(r["round"], r["runner"])] = r["result"]
     sumr = lambda k: sum(x.get(k) or 0 for x in (r["result"] for r in recs))
-    out = {"compile wait": sum(x.get("compile_wait_s") or 0 for x in rounds.values()),
-           "compile (batch)": sum(x.get("compile_s_batch") or 0 for x in rounds.values()),
+    # each trial's wait for its build (a batch is waited for once); the compile workers' own
+    # seconds (the daemon's compile_ms of each module: a streamed batch's compile_s_batch counts
+    # its time queued behind the others too)
+    out = {"compile wait": sumr("compile_wait_s"), "compile (workers)": sumr("compile_ms") / 1e3,
            "check": sumr("check_s"), "compare": sumr("compare_s"), "time": sumr("time_s")}
     out["other"] = max(0.0, wall - out["compile wait"] - out["check"] - out["compare"] - out["time"])
     return out
@@ -320,11 +395,22 @@ def main():
     ap.add_argument("--tvm-build", default="lean", choices=["lean", "default"],
                     help="TVM's build function: meta_schedule's default_build, or it without the tensor "
                          "intrinsics' import")
-    ap.add_argument("--pipeline", action="store_true", help="also kiln with the next round compiling meanwhile")
+    ap.add_argument("--pipeline", action="store_true",
+                    help="also kiln in the other mode than tune's default (pipelined or not)")
+    ap.add_argument("--pin", default=None, metavar="KERNEL,COMPILE",
+                    help="two cores: the kernels on KERNEL, one thread, on both sides; kiln's compile workers "
+                         "on COMPILE")
+    ap.add_argument("--compile-rt", action="store_true",
+                    help="kilnd's compile workers at the bench's real-time priority, as TVM's builder is")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="also append the report here")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.pin:
+        a.pin = [int(x) for x in a.pin.split(",")]
+        if len(a.pin) != 2 or a.pin[0] == a.pin[1]:
+            ap.error("--pin: two different cores, KERNEL,COMPILE")
+        os.environ["KILN_TVM_PIN"] = str(a.pin[0])   # the TVM process (peer_serve) reads it
     if a.serve:
         peer_serve(a.serve)
         return 0
@@ -352,8 +438,11 @@ def main():
             cfgs.append(c)
     py = TB.ensure_venv(a.venv, log)
     peer = TB.Peer(py, a.n, script=os.path.abspath(__file__))
+    peer_info = peer.ask(op="info")
     tmp = tempfile.mkdtemp(prefix="kiln-autotune-tvm-")
-    sides = ["kiln"] + (["kiln pipelined"] if a.pipeline else []) + ["tvm " + r for r in a.runners.split(",") if r]
+    # "kiln": tune's default, which pipelines when kilnd's compile workers are pinned apart
+    other = ("kiln not pipelined" if a.pin else "kiln pipelined") if a.pipeline else None
+    sides = ["kiln"] + ([other] if other else []) + ["tvm " + r for r in a.runners.split(",") if r]
     res = {k: [] for k in sides}
     load0 = loadavg()
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -363,7 +452,8 @@ def main():
             for side in order:
                 la = loadavg()
                 if side.startswith("kiln"):
-                    r = kiln_pass(kiln, at, a.kilnd, cfgs, a, side == "kiln pipelined", tmp)
+                    r = kiln_pass(kiln, at, a.kilnd, cfgs, a, {"kiln": None, "kiln pipelined": True,
+                                                                "kiln not pipelined": False}[side], tmp)
                 else:
                     r = peer.ask(op="pass", runner=side.split()[1], configs=cfgs, n=a.n, batch=a.batch, number=1,
                                  repeat=a.repeat, min_repeat_ms=a.min_repeat_ms, workers=os.cpu_count(),
@@ -383,13 +473,29 @@ def main():
     cpu = next((x.split(":", 1)[1].strip() for x in open("/proc/cpuinfo") if x.startswith("model name")), "?")
     out("## Trial throughput beside TVM %s's builder and runners: %s, kiln %s" % (peer.versions[0], started, commit))
     out()
-    out("`/usr/bin/python3 bench/autotune_tvm.py %s` — %s, %d cores; load average %s at the start, %s at the end. "
-        "apache-tvm %s (apache-tvm-ffi %s); matmul %d x %d x %d float32 on cpu:0 (2 pool threads; TVM: "
-        "TVM_NUM_THREADS=2, LocalBuilder with %d workers, build function %s); %d configurations (the default knobs, then %d drawn "
-        "from the space with seed %d), rounds of %d; number 1 grown until a repeat takes min_repeat_ms %d "
-        "(each side by its own rule), repeat %d on both sides."
-        % (" ".join(sys.argv[1:]), cpu, os.cpu_count(), load0, load1, peer.versions[0], peer.versions[1], a.n, a.n,
-           a.n, os.cpu_count(), a.tvm_build, len(cfgs), len(cfgs) - 1, a.seed, a.batch, a.min_repeat_ms, a.repeat))
+    chrt = ""
+    if os.sched_getscheduler(0) == os.SCHED_FIFO:
+        chrt = "chrt -f %d " % os.sched_getparam(0).sched_priority
+    if a.pin:
+        where = ("cpu:0 pinned to core %d (1 pool thread), kilnd's compile workers to core %d (`--pin cpu:0=%d "
+                 "--pin compile=%d`; kiln.autotune's default then pipelines); TVM: TVM_NUM_THREADS=1, "
+                 "TVM_BIND_THREADS=0, its RPC server on core %d (pids and cores: %s), its LocalRunner's processes "
+                 "moving to core %d, LocalBuilder with %d workers on any core, build function %s"
+                 % (a.pin[0], a.pin[1], a.pin[0], a.pin[1], a.pin[0], peer_info.get("pinned"), a.pin[0],
+                    os.cpu_count(), a.tvm_build))
+        where += ("; kiln's compile workers at the bench's real-time priority like TVM's builder (--compile-rt; "
+                  "they make themselves SCHED_BATCH at nice 5)" if a.compile_rt else
+                  "; kiln's compile workers SCHED_BATCH at nice 5, as they make themselves, TVM's builder at the "
+                  "bench's priority")
+    else:
+        where = ("cpu:0 (2 pool threads; TVM: TVM_NUM_THREADS=2, LocalBuilder with %d workers, build function %s)"
+                 % (os.cpu_count(), a.tvm_build))
+    out("`%s/usr/bin/python3 bench/autotune_tvm.py %s` — %s, %d cores; load average %s at the start, %s at the end. "
+        "apache-tvm %s (apache-tvm-ffi %s); matmul %d x %d x %d float32 on %s; %d configurations (the default knobs, "
+        "then %d drawn from the space with seed %d), rounds of %d; number 1 grown until a repeat takes "
+        "min_repeat_ms %d (each side by its own rule), repeat %d on both sides."
+        % (chrt, " ".join(sys.argv[1:]), cpu, os.cpu_count(), load0, load1, peer.versions[0], peer.versions[1], a.n,
+           a.n, a.n, where, len(cfgs), len(cfgs) - 1, a.seed, a.batch, a.min_repeat_ms, a.repeat))
     out()
     out("| side | pass | load (1 min) | trials (failed) | wall s | trials/s |")
     out("|---|---|---|---|---|---|")
@@ -399,11 +505,14 @@ def main():
                                                            r["seconds"], r["trials"] / r["seconds"]))
     out()
     rate = {side: median([r["trials"] / r["seconds"] for r in res[side]]) for side in sides}
+    per = {side: sum(r["seconds"] for r in res[side]) / sum(r["trials"] for r in res[side]) for side in sides}
     for side in sides:
         if side.startswith("tvm"):
-            out("kiln / %s: **%.2fx** (median trials/s of the passes: kiln %.2f, %s %.2f)%s." % (
-                side.replace("tvm", "TVM"), rate["kiln"] / rate[side], rate["kiln"], side, rate[side],
-                "; kiln pipelined %.2fx" % (rate["kiln pipelined"] / rate[side]) if a.pipeline else ""))
+            out("kiln / %s: **%.2fx** by the mean seconds a trial over the passes (kiln %.3f s, %s %.3f s); "
+                "%.2fx by the median trials/s of the passes (kiln %.2f, %s %.2f)%s." % (
+                    side.replace("tvm", "TVM"), per[side] / per["kiln"], per["kiln"], side, per[side],
+                    rate["kiln"] / rate[side], rate["kiln"], side, rate[side],
+                    "; %s %.2fx" % (other, per[side] / per[other]) if other else ""))
     out()
     out("Breakdown, seconds per trial (mean over the passes):")
     out()
@@ -430,13 +539,44 @@ def main():
                 % (side, ", ".join("%s %.3f" % (k, v / tot) for k, v in wall.items()),
                    ", ".join("%s %.3f" % (k, v / tot) for k, v in st.items()), sum(r["seconds"] for r in rs) / tot))
     out()
-    kt = [min(r["result"]["times"]) for r in res["kiln"][-1]["records"] if r["result"].get("ok")]
-    tt = {side: [min(t) for t in res[side][-1]["times"] if isinstance(t, list)] for side in sides
-          if side.startswith("tvm")}
-    out("Kernel times (median over the configurations of each side's minimum, last pass): kiln %.3f ms; %s. "
-        "TVM's runners measure with arguments filled at random and check nothing; kiln checks every "
-        "build's output against numpy before timing it." % (
-            median(kt) * 1e3, "; ".join("%s %.3f ms" % (k, median(v) * 1e3) for k, v in tt.items())))
+    # Kernel times: each configuration's minimum and coefficient of variation over its repeats, all
+    # passes; medians over them. Was the measurement disturbed by the compile next to it?
+    def kernel_stats(side):
+        mins, cvs = {}, []
+        for i, p in enumerate(res[side]):
+            if side.startswith("kiln"):
+                ts = [r["result"]["times"] if r["result"].get("ok") else None for r in p["records"]]
+            else:   # failed builds are listed first: no order to match the configurations by
+                ts = [t if isinstance(t, list) else None for t in p["times"]] if not p["failed"] else []
+            for j, t in enumerate(ts):
+                if t:
+                    mins.setdefault(j, []).append(min(t))
+                    m = sum(t) / len(t)
+                    cvs.append((sum((x - m) ** 2 for x in t) / len(t)) ** 0.5 / m if m > 0 else 0.0)
+        return {j: min(v) for j, v in mins.items()}, cvs
+    ks = {side: kernel_stats(side) for side in sides}
+    out("Kernel times, each configuration's fastest repeat over all passes (median over the configurations), and "
+        "the coefficient of variation of its repeats (median and 90th percentile over every trial): %s. TVM's "
+        "runners measure with arguments filled at random and check nothing; kiln checks every build's output "
+        "against numpy before timing it." % "; ".join(
+            "%s %.3f ms, cv %.3f / %.3f" % (side, median(list(ks[side][0].values())) * 1e3, median(ks[side][1]),
+                                            sorted(ks[side][1])[int(0.9 * (len(ks[side][1]) - 1))])
+            for side in sides if ks[side][1]))
+    if other:
+        a_, b_ = ks["kiln"][0], ks[other][0]
+        q = sorted(a_[j] / b_[j] for j in a_ if j in b_ and b_[j] > 0)
+        if q:
+            out()
+            out("kiln / %s, the same configuration's fastest repeat: median %.3f, range %.3f-%.3f over %d "
+                "configurations." % (other, median(q), q[0], q[-1], len(q)))
+    if a.pin and ks["kiln"][0]:
+        for side in sides:
+            if side.startswith("tvm") and ks[side][0]:
+                a_, b_ = ks["kiln"][0], ks[side][0]
+                q = sorted(a_[j] / b_[j] for j in a_ if j in b_ and b_[j] > 0)
+                out()
+                out("kiln / %s, the same configuration's fastest repeat: median %.3f, range %.3f-%.3f." % (
+                    side, median(q), q[0], q[-1]))
     out()
     # how long kiln's repeats lasted against min_repeat_ms: `number` (the last repeat's) times
     # each repeat's seconds per call, over every trial of every kiln pass
