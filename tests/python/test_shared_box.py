@@ -5,6 +5,7 @@ that another user runs (one could listen first on the port or the socket path an
 user's kernels, inputs and token). Another user is played by other uids through setpriv,
 which needs root: those tests skip otherwise."""
 
+import atexit
 import os
 import pathlib
 import shutil
@@ -167,9 +168,31 @@ PING_AS = ("import kiln\ntry:\n    print('PONG', kiln.connect(%r).ping())\n"
            "except kiln.KilnError as e:\n    print('REFUSED', e)\n")
 
 
+_public = []
+
+
+def kiln_for_any_user():
+    """A directory every uid can read holding a copy of the kiln under test, for clients run as
+    another user: the suite may import kiln from a private place (.ci/install's venv is in a
+    0700 directory). Removed at exit."""
+    if not _public:
+        d = tempfile.mkdtemp(prefix="kiln-public-")
+        shutil.copytree(os.path.dirname(kiln.__file__), os.path.join(d, "kiln"), symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for root, dirs, files in os.walk(d):
+            os.chmod(root, 0o755)
+            for f in files:
+                if not os.path.islink(os.path.join(root, f)):
+                    os.chmod(os.path.join(root, f), 0o644)
+        atexit.register(shutil.rmtree, d, True)
+        _public.append(d)
+    return _public[0]
+
+
 def ping_as(uid, url):
     """The Python client, run as uid, pings url: 'PONG ...' or 'REFUSED <the error>'."""
-    r = subprocess.run(as_uid(uid, ["/usr/bin/python3", "-c", PING_AS % url]), env=client_env(),
+    r = subprocess.run(as_uid(uid, ["/usr/bin/python3", "-c", PING_AS % url]),
+                       env=client_env(PYTHONPATH=kiln_for_any_user()),
                        capture_output=True, text=True, timeout=60, cwd="/")
     return r.stdout.strip() or r.stderr
 
@@ -317,7 +340,8 @@ def test_discovery_moves_past_a_daemon_that_refuses_the_user(kilnd_bin, tmp_path
     p, (url,) = start(kilnd_bin, cache, "--listen", "tcp:127.0.0.1:0")
     try:
         r = subprocess.run(as_uid(NOBODY, ["/usr/bin/python3", "-c", CONNECT]),
-                           env=client_env(KILN_SEARCH=url, KILN_AUTOSTART="0"), capture_output=True,
+                           env=client_env(KILN_SEARCH=url, KILN_AUTOSTART="0", PYTHONPATH=kiln_for_any_user()),
+                           capture_output=True,
                            text=True, timeout=60, cwd="/")
         assert r.stdout.startswith("REFUSED E_UNAVAILABLE: no kilnd found (%s has no tokens and admits only "
                                    "kilnd's user (uid 0) and root; this connection comes from uid %d"
