@@ -26,7 +26,14 @@
 #                                   (KILN_GRAPH_MARKS=0); needs numpy, msgpack and pytest
 #   bench/gpu/run.sh graphprof      the staged models' kernels each timed alone beside the
 #                                   whole graph (bench/graph_gpu.py profile), to $OUT/graph_profile.md
-#   bench/gpu/run.sh all            the six above but tune, in that order
+#   bench/gpu/run.sh fleet          bench/fleet_tune_bench.py: a matmul tuned on one kilnd alone,
+#                                   then over FLEET_HOSTS (3) kilnds sharing a Redis on loopback,
+#                                   each kilnd on its own FLEET_CORES (4) cores (cpu:0 on one,
+#                                   compile workers on the rest), FLEET_TRIALS (256) trials of
+#                                   n FLEET_N (256), to $OUT/fleet.md; after stage.sh and
+#                                   stage_fleet.sh (Redis and redis-py); first
+#                                   bench/gpu/affinity_check.py says whether pinning holds there
+#   bench/gpu/run.sh all            the six above but tune and fleet, in that order
 # After `stage.sh --lean` (.gpu/lean) the C binaries are not staged: conformance, server, bench
 # and tls say so and are skipped. GRAPH_DEVICE (cuda:0) and GRAPH_ARGS (more arguments of
 # graph_gpu.py run) serve a try of the graph step's logic elsewhere: GRAPH_DEVICE=cpu:0
@@ -136,6 +143,22 @@ graphprof() {
     --models resnet50,efficientnet_lite0 --out "$OUT/graph_profile.md" 2>&1 | tee "$OUT/graph_profile.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 }
+fleet() {
+  if [ ! -d .gpu/debs-fleet ]; then
+    echo "fleet: Redis not staged (bench/gpu/stage_fleet.sh)" | tee "$OUT/fleet.log"
+    rc=1
+    return
+  fi
+  for f in .gpu/debs-fleet/*.deb; do dpkg -x "$f" /tmp/deps; done
+  local py=${FLEET_PYTHON:-python3}
+  PATH=/tmp/deps/usr/bin:$PATH "$py" bench/gpu/affinity_check.py 2>&1 | tee "$OUT/fleet.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  PATH=/tmp/deps/usr/bin:$PATH PYTHONPATH=/tmp/deps/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH} \
+    KILND=$PWD/$build/server/kilnd "$py" bench/fleet_tune_bench.py --hosts "${FLEET_HOSTS:-3}" \
+    --cores-per-host "${FLEET_CORES:-4}" --n "${FLEET_N:-256}" --trials "${FLEET_TRIALS:-256}" \
+    --out "$OUT/fleet.md" 2>&1 | tee -a "$OUT/fleet.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+}
 case "${1:-all}" in
   conformance) conformance ;;
   server) server ;;
@@ -145,7 +168,8 @@ case "${1:-all}" in
   tune) tune ;;
   graph) graph ;;
   graphprof) graphprof ;;
+  fleet) fleet ;;
   all) conformance; server; bench; python; tls; graph ;;
-  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|tls|tune|graph|graphprof|all" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu/run.sh conformance|server|bench|python|tls|tune|graph|graphprof|fleet|all" >&2; exit 2 ;;
 esac
 exit $rc
