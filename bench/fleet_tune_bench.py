@@ -142,7 +142,7 @@ def main():
              "Run %s on %s (%s, %d cores; load average %.1f at the start, %.1f at the end): "
              "matmul %d^3 float32 on cpu:0, the random tuner, %d trials, batch %s, %s, sharing one "
              "Redis on TCP loopback; kiln.autotune pipelined: alone %s, fleet %s." % (
-                 datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), platform.node(),
+                 datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), platform.node(),
                  platform.machine(), os.cpu_count(), load0, os.getloadavg()[0], args.n, args.trials,
                  args.batch or "kiln.autotune's default (max(8, 2 x runners))", how,
                  *("yes" if p else "no" for p in pipelined)), "",
