@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 import kiln  # noqa: E402
-from fleet_helpers import Redis  # noqa: E402
+from fleet_helpers import Redis, rodata_ir  # noqa: E402
 
 VADD = open(os.path.join(ROOT, "clients", "python", "examples", "vadd.ll")).read()
 
@@ -54,20 +54,6 @@ def big_ir(kib, salt):
                          "  %%tv = load i32, ptr %%tp, align 4\n  %%tf = sitofp i32 %%tv to float\n"
                          "  %%s0 = fadd float %%a, %%b\n  %%sum = fadd float %%s0, %%tf" % n)
             + "\n@tbl = internal constant [%d x i32] [%s]\n" % (n, vals))
-
-
-def rodata_ir(kib, salt):
-    """vadd that also reads a zeroinitializer constant table of kib KiB: the table is emitted
-    into the code object's .rodata (a volatile load keeps it: a load from an all-zero constant
-    would fold away, and the table with it), so the artifact is about kib KiB while the
-    request is about 1.5 KB of IR."""
-    n = kib * 1024 // 4
-    return (VADD.replace("%sum = fadd float %a, %b",
-                         "%%jm = and i64 %%j, %d\n"
-                         "  %%tp = getelementptr inbounds [%d x i32], ptr @tbl, i64 0, i64 %%jm\n"
-                         "  %%tv = load volatile i32, ptr %%tp, align 4\n  %%tf = sitofp i32 %%tv to float\n"
-                         "  %%s0 = fadd float %%a, %%b\n  %%sum = fadd float %%s0, %%tf" % (n - 1, n))
-            + "\n@tbl = internal constant [%d x i32] zeroinitializer, align 64\n; table %d\n" % (n, salt))
 
 
 def pct(xs, p):
@@ -169,6 +155,7 @@ def main():
         rodata = series(sa, sb, sc, [rodata_ir(args.rodata_kib, i + 1000 * len(salt)) + "\n; %s %d\n" % (salt, i)
                                      for i in range(args.rodata_runs)])
         floor = redis_floor(r)
+        b_remote = sb.stats()["cache_remote"]
     finally:
         for d in ds:
             d.stop()
@@ -209,6 +196,9 @@ def main():
               "GET %.3f / %.3f." % (len(floor["get"]), "hiredis" if _hiredis() else "pure-Python",
                                     pct(floor["getrange"], 50), pct(floor["getrange"], 99), pct(floor["get"], 50),
                                     pct(floor["get"], 99))]
+    if "spare_used" in b_remote:
+        lines += ["", "kilnd B's large replies read into its prefaulted spare receive buffer: %d; without it (none "
+                  "ready, or the wrong size): %d." % (b_remote["spare_used"], b_remote["spare_missed"])]
     lines += ["", "Inside kilnd B (its debug log, `event=cache_remote_hit`), p50 / p99 in ms:", "",
               "| artifact | GETRANGE sent to its first reply bytes | Redis: GETRANGE sent to reply parsed "
               "(the streamed MAC inside) | MAC left after the reply | hand-off: decode, answer, "

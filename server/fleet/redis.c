@@ -6,7 +6,9 @@
  * (replies come in order, so a late oldest one means Redis stopped answering); a check
  * handle after every poll phase drops a connection whose unparsed input passed the bound, and
  * reads a large reply on: a GETRANGE's bulk reply is read once, into the buffer its caller
- * keeps (take_bulk), its length checked strictly on the way (report_progress). */
+ * keeps (take_bulk), its length checked strictly on the way (report_progress), and where a
+ * spare receive buffer is ready that buffer is the spare, its pages touched on the thread pool
+ * beforehand (spare_adopt). */
 #include "server/fleet/redis.h"
 
 #include <arpa/inet.h>
@@ -59,6 +61,10 @@ struct kiln_redis {
   bool have_auth, have_user;
   uint32_t timeout_ms;
   uint64_t max_reply;
+  uint64_t spare_max;          /* 0: no spare receive buffer (redis.h) */
+  sds spare;                   /* the spare, ready: empty, every page touched; NULL while none */
+  struct spare_job *spare_job; /* the one being made on the thread pool (then spare is NULL) */
+  size_t spare_want;           /* the room the next spare is made with (0: no large bulk seen) */
   void (*on_up)(void *arg);
   void *up_arg;
   state_t state;
@@ -81,6 +87,15 @@ struct kiln_redis {
 };
 
 static void connect_now(kiln_redis_t *r);
+static void spare_make(kiln_redis_t *r, sds old);
+
+/* Frees r once kiln_redis_destroy has run and nothing that points at it is left: its three
+ * handles closed, no name resolution and no spare being made on the thread pool. */
+static void free_if_done(kiln_redis_t *r) {
+  if (!r->destroying || r->handles_open != 0 || r->gai_busy || r->spare_job) return;
+  explicit_bzero(r->pass, sizeof(r->pass));
+  free(r);
+}
 
 /* The AUTH file (redis_conf.c): PASSWORD or USER PASSWORD, private to kilnd's user. */
 static kiln_status_t read_auth(kiln_redis_t *r, const char *path) {
@@ -206,6 +221,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
     r->backoff_ms = BACKOFF_MIN_MS;
     KILN_LOG_INFO("redis_up", "what=%s url=%s", r->what, r->url);
     r->logged_down = false;
+    if (r->spare_want && !r->spare && !r->spare_job) spare_make(r, NULL); /* sized before an outage */
     if (r->on_up) r->on_up(r->up_arg);
   }
 }
@@ -429,10 +445,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
   r->gai_busy = false;
   if (r->destroying) {
     uv_freeaddrinfo(res);
-    if (r->handles_open == 0) {
-      explicit_bzero(r->pass, sizeof(r->pass));
-      free(r);
-    }
+    free_if_done(r);
     return;
   }
   char addr[INET6_ADDRSTRLEN] = "";
@@ -500,15 +513,126 @@ static bool over_bound(kiln_redis_t *r) {
   return true;
 }
 
+/* --- the spare receive buffer ------------------------------------------------------------ */
+
+/* A large bulk reply read into a buffer grown for it (sdsMakeRoomFor: a fresh malloc, over
+ * 128 KiB a fresh mmap) has the kernel fault in a fresh page for every 4 KiB it copies from
+ * the socket, on the loop thread (bench/results/fleet.md). The spare is such a buffer made
+ * beforehand on libuv's thread pool with every page touched there: one block at a time, ready
+ * (r->spare) or being made (r->spare_job), never both, of at most spare_max bytes; it is what
+ * the tier holds beside its bounded reply (max_reply) and its bounded queue of puts. It is an
+ * sds allocation like hiredis's own (one malloc: header, bytes, NUL), so the reader grows or
+ * frees it as its own and take_bulk hands it on to be freed with free(). */
+#define SPARE_ROUND (64u << 10)
+#define PAGE_STEP 4096u /* touching one byte every 4 KiB touches every page, of any size */
+
+typedef struct spare_job {
+  uv_work_t req;
+  kiln_redis_t *r;
+  sds old;     /* a spare of the wrong size, freed here off the loop first (or NULL) */
+  sds made;    /* the new spare (NULL: out of memory) */
+  size_t room; /* its room, past the header */
+} spare_job_t;
+
+static void spare_work(uv_work_t *req) {
+  spare_job_t *j = KILN_CONTAINER_OF(req, spare_job_t, req);
+  sdsfree(j->old);
+  j->old = NULL;
+  struct sdshdr32 *h = malloc(sizeof(*h) + j->room + 1); /* room <= KILN_REDIS_SPARE_MAX < 4 GiB */
+  if (!h) return;
+  h->len = 0;
+  h->alloc = (uint32_t)j->room;
+  h->flags = SDS_TYPE_32;
+  volatile char *b = h->buf;
+  for (size_t at = 0; at < j->room; at += PAGE_STEP) b[at] = 0;
+  b[j->room] = 0;
+  j->made = h->buf;
+}
+
+static void spare_done(uv_work_t *req, int status) {
+  spare_job_t *j = KILN_CONTAINER_OF(req, spare_job_t, req);
+  kiln_redis_t *r = j->r;
+  r->spare_job = NULL;
+  sdsfree(j->old); /* not run: cancelled at kiln_redis_destroy */
+  if (status != 0 || r->destroying || !j->made) {
+    sdsfree(j->made);
+    r->st.spare_bytes = 0;
+  } else {
+    r->spare = j->made;
+  }
+  free(j);
+  free_if_done(r);
+}
+
+/* Starts making a spare of spare_want bytes on the pool; `old` (the spare that was ready, of
+ * the wrong size, or NULL) is freed there first, so the tier holds one block at a time. */
+static void spare_make(kiln_redis_t *r, sds old) {
+  spare_job_t *j = r->destroying || r->spare_job ? NULL : calloc(1, sizeof(*j));
+  if (j) {
+    j->r = r;
+    j->old = old;
+    j->room = r->spare_want;
+    if (uv_queue_work(r->loop, &j->req, spare_work, spare_done) == 0) {
+      r->spare_job = j;
+      r->st.spare_bytes = j->room;
+      return;
+    }
+    free(j);
+  }
+  sdsfree(old); /* out of memory, or kilnd is exiting: on the loop, as without a spare */
+  r->st.spare_bytes = 0;
+}
+
+/* A large bulk reply starts, needing `whole` bytes of room from the reader's position (its
+ * length line, its bytes, CRLF), and the reader's buffer would have to grow for it. When the
+ * spare has that room (and not more than twice it: a spare much too large is made again, not
+ * adopted and mostly given back), the reader's unparsed bytes (the length line and the first
+ * bytes) move into it, it becomes the reader's buffer, and the next spare is started. hiredis
+ * 0.14 keeps no pointer into its buffer between reads, only the position (it moves the bytes
+ * to the start itself, redisReaderGetReply's sdsrange), so the position becomes 0. Otherwise
+ * false: the caller grows the buffer as before; a spare of the wrong size is made again for
+ * this size. Never waits: a spare still being made is not there. */
+static bool spare_adopt(kiln_redis_t *r, redisReader *rd, size_t whole) {
+  size_t n = rd->len - rd->pos;
+  if (!r->spare_max || sdsavail(rd->buf) + n >= whole) return false;
+  size_t need = whole > n ? whole : n;
+  bool sized = need <= r->spare_max;
+  if (sized) {
+    size_t want = need + need / 16;
+    want = (want + SPARE_ROUND - 1) / SPARE_ROUND * SPARE_ROUND;
+    r->spare_want = want < r->spare_max ? want : (size_t)r->spare_max;
+  }
+  sds s = r->spare;
+  if (!s || sdsalloc(s) < need || sdsalloc(s) / 2 > need) {
+    r->st.spare_missed++;
+    if (sized && !r->spare_job) {
+      r->spare = NULL;
+      spare_make(r, s); /* the first, or one of the right size in place of this one */
+    }
+    return false;
+  }
+  memcpy(s, rd->buf + rd->pos, n);
+  sdssetlen(s, n);
+  s[n] = 0;
+  sdsfree(rd->buf);
+  rd->buf = s;
+  rd->len = n;
+  rd->pos = 0;
+  r->spare = NULL;
+  r->st.spare_used++;
+  spare_make(r, NULL);
+  return true;
+}
+
 /* The head command's bulk-string reply, while hiredis 0.14's reader waits for the rest of it:
  * its root task is a string whose type byte is consumed (pos is past the '$'), and the buffer
  * from pos holds "<length>\r\n" and the payload so far (read.c processBulkItem: the reader
  * leaves the buffer as it is until the whole bulk is there). The head of our list is the
  * command whose reply this is: replies come in order. The length is parsed here, strictly
  * (digits, at most max_reply, or -1 for nil; anything else drops the connection: false), the
- * reader's buffer is given room for the whole reply at once (so the rest is read straight
- * into the buffer take_bulk hands on, with no realloc on the way), and the command is told of
- * its bytes so far. */
+ * reader's buffer is given room for the whole reply at once (the spare, or grown: so the rest
+ * is read straight into the buffer take_bulk hands on, with no realloc on the way), and the
+ * command is told of its bytes so far. */
 #define LENGTH_DIGITS 19 /* at most: 10^19 - 1 fits in 64 bits */
 static bool report_progress(kiln_redis_t *r) {
   redisReader *rd = r->ac ? r->ac->c.reader : NULL;
@@ -539,8 +663,10 @@ static bool report_progress(kiln_redis_t *r) {
   }
   if (!o->reserved && total >= TAKE_MIN) {
     size_t whole = i + 2 + (size_t)total + 2;
-    sds buf = whole > n ? sdsMakeRoomFor(rd->buf, whole - n) : rd->buf;
-    if (buf) rd->buf = buf;
+    if (whole > n && !spare_adopt(r, rd, whole)) {
+      sds buf = sdsMakeRoomFor(rd->buf, whole - n);
+      if (buf) rd->buf = buf;
+    }
     o->reserved = true;
   }
   p = rd->buf + rd->pos;
@@ -601,6 +727,8 @@ kiln_status_t kiln_redis_create(uv_loop_t *loop, const kiln_redis_config_t *cfg,
   snprintf(r->url, sizeof(r->url), "%s", cfg->url);
   r->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : 2000;
   r->max_reply = cfg->max_reply ? cfg->max_reply : (65ull << 20);
+  r->spare_max = cfg->spare_max < KILN_REDIS_SPARE_MAX ? cfg->spare_max : KILN_REDIS_SPARE_MAX;
+  if (r->spare_max > r->max_reply) r->spare_max = r->max_reply;
   r->on_up = cfg->on_up;
   r->up_arg = cfg->up_arg;
   r->backoff_ms = BACKOFF_MIN_MS;
@@ -620,11 +748,8 @@ kiln_status_t kiln_redis_create(uv_loop_t *loop, const kiln_redis_config_t *cfg,
 
 static void on_handle_closed(uv_handle_t *h) {
   kiln_redis_t *r = h->data;
-  if (--r->handles_open == 0) {
-    if (r->gai_busy) return; /* on_resolved frees */
-    explicit_bzero(r->pass, sizeof(r->pass));
-    free(r);
-  }
+  r->handles_open--;
+  free_if_done(r); /* or on_resolved, or spare_done, when they come later */
 }
 
 void kiln_redis_destroy(kiln_redis_t *r) {
@@ -636,6 +761,10 @@ void kiln_redis_destroy(kiln_redis_t *r) {
     redisAsyncFree(ac); /* pending callbacks run with NULL and see `destroying` */
   }
   if (r->gai_busy) uv_cancel((uv_req_t *)&r->gai);
+  sdsfree(r->spare);
+  r->spare = NULL;
+  r->st.spare_bytes = 0;
+  if (r->spare_job) uv_cancel((uv_req_t *)&r->spare_job->req); /* or spare_done frees what it made */
   r->handles_open = 3;
   uv_close((uv_handle_t *)&r->tick, on_handle_closed);
   uv_close((uv_handle_t *)&r->retry, on_handle_closed);
@@ -688,6 +817,7 @@ bool kiln_redis_command_progress(kiln_redis_t *r, kiln_redis_cb cb, kiln_redis_p
 void kiln_redis_stats(const kiln_redis_t *r, kiln_redis_stats_t *out) {
   *out = r->st;
   out->up = kiln_redis_up(r);
+  out->spare_ready = r->spare != NULL;
 }
 
 const char *kiln_redis_url(const kiln_redis_t *r) { return r->url; }

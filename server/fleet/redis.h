@@ -13,6 +13,10 @@
  * negative other than nil, passes max_reply, or is not followed by CRLF drops the connection
  * with a log line, redis_bad_reply: the command fails).
  *
+ * A connection made with spare_max may keep one spare receive buffer (below): a block whose
+ * pages were all touched on libuv's thread pool, into which such a bulk reply is read, so that
+ * the kernel's copy from the socket does not fault fresh pages in on the loop thread.
+ *
  * Commands are accepted only while the connection is up (connected, AUTH and SELECT done);
  * otherwise kiln_redis_command returns false at once and the caller carries on without Redis.
  *
@@ -32,12 +36,20 @@
 
 typedef struct kiln_redis kiln_redis_t;
 
+#define KILN_REDIS_SPARE_MAX (8ull << 20) /* the largest spare receive buffer */
+
 typedef struct kiln_redis_config {
   const char *url;        /* redis://HOST:PORT[/DB] or unix:PATH[?db=N] */
   const char *auth_file;  /* NULL, or a file of one line: PASSWORD or USER PASSWORD */
   const char *what;       /* the name in log lines: "cache_remote", "fleet" */
   uint32_t timeout_ms;    /* a command's deadline and the connect deadline (0: 2000) */
   uint64_t max_reply;     /* the largest reply buffered (0: 64 MiB + 1 MiB) */
+  uint64_t spare_max;     /* 0: no spare. Otherwise the largest spare receive buffer kept (at
+                           * most KILN_REDIS_SPARE_MAX and max_reply): one block at a time, made
+                           * and its pages touched on the thread pool, sized for the last large
+                           * bulk reply (one bulk reply read without a spare sizes the first),
+                           * adopted as the reader's buffer when a bulk reply of TAKE_MIN or more
+                           * to a progress command starts and fits in it; another is made after */
   void (*on_up)(void *arg); /* NULL, or called from the loop each time the connection is up
                              * (AUTH, SELECT and PING done): commands may be sent from it */
   void *up_arg;
@@ -47,6 +59,10 @@ typedef struct kiln_redis_stats {
   bool up;
   uint64_t connects, disconnects, errors, timeouts, auth_failures;
   uint64_t taken; /* bulk replies of TAKE_MIN (64 KiB) or more read in place: not copied */
+  uint64_t spare_used;   /* ... of those, read into the spare receive buffer */
+  uint64_t spare_missed; /* ... read without it: none ready (being made, or the first), or too small */
+  uint64_t spare_bytes;  /* the spare's bytes now, ready or being made (0 or 1 block) */
+  bool spare_ready;      /* a spare is ready now (not being made) */
 } kiln_redis_stats_t;
 
 /* The reply of a command, or NULL when it failed (Redis down, dropped, timed out, or the

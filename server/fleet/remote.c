@@ -713,6 +713,9 @@ kiln_status_t kiln_remote_create(uv_loop_t *loop, const kiln_remote_config_t *cf
   kiln_redis_config_t redis = cfg->redis;
   uint64_t max_bytes = cfg->max_bytes ? cfg->max_bytes : KILN_REMOTE_DEFAULT_MAX_BYTES;
   redis.max_reply = max_bytes + KILN_REMOTE_HEADER_BYTES + (1u << 20); /* one entry and slack */
+  /* A hit's reply is read into a prefaulted spare (redis.h): at most one entry's reply (its
+   * bytes, the header, RESP's length line and CRLF), at most KILN_REDIS_SPARE_MAX. */
+  redis.spare_max = max_bytes + KILN_REMOTE_HEADER_BYTES + 32;
   redis.on_up = on_up;
   redis.up_arg = rc;
   if (!st) { /* the MAC must work now: a failure later would only show as misses */
@@ -814,6 +817,9 @@ void kiln_remote_pack_stats(const kiln_remote_t *rc, msgpack_packer *pk) {
   kiln_fields_u64(&m, "disconnects", s.redis.disconnects);
   kiln_fields_u64(&m, "auth_failures", s.redis.auth_failures);
   kiln_fields_u64(&m, "max_bytes", rc->max_bytes);
+  kiln_fields_u64(&m, "spare_used", s.redis.spare_used);
+  kiln_fields_u64(&m, "spare_missed", s.redis.spare_missed);
+  kiln_fields_u64(&m, "spare_bytes", s.redis.spare_bytes);
   kiln_fields_end(&m);
 }
 

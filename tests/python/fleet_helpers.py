@@ -17,6 +17,22 @@ import kiln
 from conftest import Daemons
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+VADD = open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                         "clients", "python", "examples", "vadd.ll")).read()
+
+
+def rodata_ir(kib, salt):
+    """vadd that also reads a zeroinitializer constant table of kib KiB (a power of two): the
+    table is emitted into the code object's .rodata (a volatile load keeps it: a load from an
+    all-zero constant would fold away, and the table with it), so the artifact is about kib KiB
+    while the request is about 1.5 KB of IR. salt makes another build key."""
+    n = kib * 1024 // 4
+    return (VADD.replace("%sum = fadd float %a, %b",
+                         "%%jm = and i64 %%j, %d\n"
+                         "  %%tp = getelementptr inbounds [%d x i32], ptr @tbl, i64 0, i64 %%jm\n"
+                         "  %%tv = load volatile i32, ptr %%tp, align 4\n  %%tf = sitofp i32 %%tv to float\n"
+                         "  %%s0 = fadd float %%a, %%b\n  %%sum = fadd float %%s0, %%tf" % (n - 1, n))
+            + "\n@tbl = internal constant [%d x i32] zeroinitializer, align 64\n; table %s\n" % (n, salt))
 
 
 def free_port():

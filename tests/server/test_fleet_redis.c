@@ -3,6 +3,7 @@
  * when it comes up, all of them, even when the queue is at its bound (256 builds, 64 MiB) and
  * the command deadline is short; and what was put is a hit, byte for byte. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <signal.h>
@@ -461,11 +462,13 @@ Test(fleet_redis, a_large_entry_changed_anywhere_is_refused_as_it_streams) {
 /* --- hostile replies: a fake Redis ------------------------------------------------------------ */
 
 /* How the fake sends its GETRANGE reply. */
-enum { WHOLE, DRIP, CUT_OFF, STALL };
+enum { WHOLE, DRIP, CUT_OFF, STALL, THEN_HALF };
 
 /* A child on f->sock that answers like Redis: +PONG to PING, the given bytes to GETRANGE
  * (WHOLE: in one write; DRIP: its first and last 300 bytes one byte a write, apart, the rest in
- * 64 KiB writes; CUT_OFF: whole, then it closes the connection; STALL: whole, then silence),
+ * 64 KiB writes; CUT_OFF: whole, then it closes the connection; STALL: whole, then silence;
+ * THEN_HALF: whole to a connection's first GETRANGE, its first half to the next, then the
+ * connection closed),
  * :1 or +OK to anything else; connection after connection, until killed. */
 static void fake_start(fixture_t *f, const char *reply, size_t n, int how) {
   int ls = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -486,21 +489,22 @@ static void fake_start(fixture_t *f, const char *reply, size_t n, int how) {
     char in[4096];
     ssize_t got;
     bool open_ = true;
+    int getranges = 0;
     while (open_ && (got = read(c, in, sizeof(in) - 1)) > 0) {
       in[got] = 0;
       if (strstr(in, "PING")) {
         if (write(c, "+PONG\r\n", 7) != 7) break;
       } else if (strstr(in, "GETRANGE")) {
-        size_t at = 0;
-        while (at < n) {
+        size_t at = 0, end = how == THEN_HALF && getranges++ > 0 ? n / 2 : n;
+        while (at < end) {
           bool drip = how == DRIP && (at < 300 || at >= n - 300);
-          size_t step = drip ? 1 : how == DRIP ? (n - 300 - at < 65536 ? n - 300 - at : 65536) : n - at;
+          size_t step = drip ? 1 : how == DRIP ? (n - 300 - at < 65536 ? n - 300 - at : 65536) : end - at;
           ssize_t w = write(c, reply + at, step);
           if (w <= 0) break;
           at += (size_t)w;
           if (drip) usleep(100);
         }
-        if (how == CUT_OFF) open_ = false;
+        if (how == CUT_OFF || end < n) open_ = false;
         if (how == STALL) pause();
       } else if (strstr(in, "DEL")) {
         if (write(c, ":1\r\n", 4) != 4) break;
@@ -520,6 +524,19 @@ static char *resp_bulk(const char *header, const uint8_t *e, size_t n, const cha
   memcpy(b + h + n, trailer, t);
   *out_n = h + n + t;
   return b;
+}
+
+/* An entry of len bytes under key sealed with the test's secret (*out_payload: its payload,
+ * fill(seed)), and in head the length line of its bulk reply. */
+static uint8_t *sealed_entry(const uint8_t key[KILN_REMOTE_KEY_BYTES], uint32_t seed, size_t len,
+                             uint8_t **out_payload, char head[32]) {
+  size_t n = KILN_REMOTE_HEADER_BYTES + len;
+  uint8_t *payload = malloc(len), *e = malloc(n);
+  fill(payload, len, seed);
+  cr_assert(kiln_remote_seal((const uint8_t *)"0123456789abcdef0123456789abcdef", 32, key, payload, len, e));
+  snprintf(head, 32, "$%zu\r\n", n);
+  *out_payload = payload;
+  return e;
 }
 
 /* One look-up against a fake answering GETRANGE with `reply`: what it got, and the stats. */
@@ -548,11 +565,9 @@ static void fake_lookup(const char *reply, size_t n, int how, const uint8_t key[
  * with a log line (redis_bad_reply, or the deadline's and the close's redis_down). */
 Test(fleet_redis, hostile_getrange_replies_are_clean_misses) {
   const size_t len = 1u << 20, n = KILN_REMOTE_HEADER_BYTES + len;
-  uint8_t key[KILN_REMOTE_KEY_BYTES] = {0x17}, *payload = malloc(len), *e = malloc(n);
-  fill(payload, len, 17);
-  cr_assert(kiln_remote_seal((const uint8_t *)"0123456789abcdef0123456789abcdef", 32, key, payload, len, e));
+  uint8_t key[KILN_REMOTE_KEY_BYTES] = {0x17}, *payload;
   char head[32];
-  snprintf(head, sizeof(head), "$%zu\r\n", n);
+  uint8_t *e = sealed_entry(key, 17, len, &payload, head);
   for (int how = WHOLE; how <= DRIP; how++) { /* good: hits, read in place */
     size_t rn;
     char *reply = resp_bulk(head, e, n, "\r\n", &rn);
@@ -601,6 +616,260 @@ Test(fleet_redis, hostile_getrange_replies_are_clean_misses) {
     free(g.bytes);
     free(reply);
   }
+  free(payload);
+  free(e);
+}
+
+/* --- the spare receive buffer (redis.c spare_adopt) ------------------------------------------- */
+
+static bool spare_ready(void *arg) {
+  kiln_remote_stats_t s;
+  kiln_remote_stats(arg, &s);
+  return s.redis.spare_ready;
+}
+
+/* A tier on a real Redis of its own (max_bytes 0: the default), up. */
+static kiln_remote_t *live_tier(fixture_t *f, uint64_t max_bytes) {
+  setup(f);
+  redis_start(f, "0");
+  kiln_remote_config_t cfg = {.redis = {.url = f->url, .what = "cache_remote"}, .secret_file = f->secret,
+                              .max_bytes = max_bytes};
+  kiln_remote_t *rc = NULL;
+  cr_assert_eq(kiln_remote_create(&f->loop, &cfg, &rc), KILN_OK);
+  cr_assert(run_until(f, is_up, rc, 10));
+  return rc;
+}
+
+/* Puts entry i (fill(i), len bytes) and waits until Redis has it. */
+static void put_entry(fixture_t *f, kiln_remote_t *rc, uint32_t i, size_t len) {
+  uint8_t key[KILN_REMOTE_KEY_BYTES] = {0};
+  memcpy(key, &i, sizeof(i));
+  uint8_t *buf = malloc(len);
+  fill(buf, len, i);
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  kiln_remote_put(rc, key, buf, len);
+  free(buf);
+  want_t w = WANT(rc, puts, s.puts + 1);
+  cr_assert(run_until(f, reached, &w, 30));
+}
+
+/* expect_entry, then the spare's counters: large replies read into it, and read without it. */
+static void expect_spare(fixture_t *f, kiln_remote_t *rc, uint32_t i, size_t len, uint64_t used, uint64_t missed) {
+  expect_entry(f, rc, i, len);
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  cr_expect(s.redis.spare_used == used && s.redis.spare_missed == missed,
+            "entry %u: spare used %llu missed %llu, want %llu %llu", i, (unsigned long long)s.redis.spare_used,
+            (unsigned long long)s.redis.spare_missed, (unsigned long long)used, (unsigned long long)missed);
+  cr_expect_leq(s.redis.spare_bytes, KILN_REDIS_SPARE_MAX);
+}
+
+/* A large hit is read into the spare made on the thread pool (the first large reply sizes it),
+ * byte for byte, and is still MAC-checked: an entry changed in Redis and read into the spare is
+ * refused and deleted. */
+Test(fleet_redis, hits_read_into_the_spare_are_byte_identical_and_maced) {
+  fixture_t f = {0};
+  kiln_remote_t *rc = live_tier(&f, 0);
+  const size_t len = 1u << 20;
+  for (uint32_t i = 0; i < 4; i++) put_entry(&f, rc, i, len);
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  cr_expect(!s.redis.spare_ready && s.redis.spare_bytes == 0, "a spare before any large reply");
+  expect_spare(&f, rc, 0, len, 0, 1); /* none yet: read as before, and the spare is sized for it */
+  cr_assert(run_until(&f, spare_ready, rc, 10));
+  kiln_remote_stats(rc, &s);
+  cr_expect(s.redis.spare_bytes > len && s.redis.spare_bytes < 2 * len, "a spare of %llu bytes",
+            (unsigned long long)s.redis.spare_bytes);
+  expect_spare(&f, rc, 1, len, 1, 1);
+  cr_assert(run_until(&f, spare_ready, rc, 10));
+  expect_spare(&f, rc, 2, len, 2, 1);
+  /* entry 3 with its last byte changed in Redis */
+  uint32_t k = 3;
+  uint8_t key[KILN_REMOTE_KEY_BYTES] = {0};
+  memcpy(key, &k, sizeof(k));
+  char name[sizeof("kiln:art:") + 64], at[24];
+  memcpy(name, "kiln:art:", 9);
+  kiln_hex(key, KILN_REMOTE_KEY_BYTES, name + 9);
+  snprintf(at, sizeof(at), "%zu", KILN_REMOTE_HEADER_BYTES + len - 1);
+  redisContext *c = raw(&f);
+  redisReply *last = redisCommand(c, "GETRANGE %s %s %s", name, at, at);
+  cr_assert(last && last->type == REDIS_REPLY_STRING && last->len == 1);
+  char flipped[2] = {(char)(last->str[0] ^ 1), 0};
+  freeReplyObject(last);
+  const char *argv[] = {"SETRANGE", name, at, flipped};
+  raw_cmd(c, 4, argv, NULL);
+  redisFree(c);
+  cr_assert(run_until(&f, spare_ready, rc, 10));
+  kiln_remote_stats(rc, &s);
+  uint64_t corrupt = s.corrupt;
+  expect_spare(&f, rc, 3, 0, 3, 1); /* read into the spare, refused: a miss */
+  kiln_remote_stats(rc, &s);
+  cr_expect_eq(s.corrupt, corrupt + 1);
+  finish(&f, rc, NULL);
+}
+
+/* Replies larger than the spare are read as without one and the spare is made again for their
+ * size, off the loop: back to back, the second fits. One past KILN_REDIS_SPARE_MAX never goes
+ * into a spare (the spare is kept for the next), and a spare over twice a reply's size is made
+ * again for it rather than adopted. Every hit byte for byte. */
+Test(fleet_redis, replies_larger_than_the_spare_are_read_as_before_and_resize_it) {
+  fixture_t f = {0};
+  kiln_remote_t *rc = live_tier(&f, 16u << 20);
+  const size_t mib = 1u << 20, lens[] = {mib, 3 * mib, 12 * mib};
+  for (uint32_t i = 0; i < 3; i++) put_entry(&f, rc, i, lens[i]);
+  expect_spare(&f, rc, 0, mib, 0, 1);
+  cr_assert(run_until(&f, spare_ready, rc, 10));
+  expect_spare(&f, rc, 1, 3 * mib, 0, 2); /* larger than the spare */
+  cr_assert(run_until(&f, spare_ready, rc, 10));
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  cr_expect(s.redis.spare_bytes > 3 * mib, "the spare was not made again larger: %llu bytes",
+            (unsigned long long)s.redis.spare_bytes);
+  expect_spare(&f, rc, 1, 3 * mib, 1, 2); /* the same size, back to back: it fits */
+  cr_assert(run_until(&f, spare_ready, rc, 10));
+  expect_spare(&f, rc, 2, 12 * mib, 1, 3); /* past the spare's bound */
+  cr_expect(spare_ready(rc), "the spare was given up for a reply it can never hold");
+  expect_spare(&f, rc, 2, 12 * mib, 1, 4);
+  expect_spare(&f, rc, 0, mib, 1, 5); /* the spare is over twice its size */
+  cr_assert(run_until(&f, spare_ready, rc, 10));
+  kiln_remote_stats(rc, &s);
+  cr_expect(s.redis.spare_bytes > mib && s.redis.spare_bytes < 2 * mib, "a spare of %llu bytes",
+            (unsigned long long)s.redis.spare_bytes);
+  expect_spare(&f, rc, 0, mib, 2, 5);
+  finish(&f, rc, NULL);
+}
+
+/* libuv's thread pool, one thread (UV_THREADPOOL_SIZE, set before its first use in this test's
+ * process), taken by a job that waits for a byte: a spare queued after it is not made until
+ * the byte comes. Only cr_expect between block_pool and unblock_pool: a failed assertion would
+ * leave the pool's thread waiting at exit. */
+typedef struct blocker {
+  uv_work_t req;
+  int fd[2];
+  bool done;
+} blocker_t;
+
+static void block_work(uv_work_t *w) {
+  blocker_t *b = w->data;
+  char c;
+  while (read(b->fd[0], &c, 1) < 0 && errno == EINTR) {}
+}
+
+static void block_done(uv_work_t *w, int status) {
+  (void)status;
+  ((blocker_t *)w->data)->done = true;
+}
+
+static bool unblocked(void *arg) { return ((blocker_t *)arg)->done; }
+
+static void block_pool(fixture_t *f, blocker_t *b) {
+  cr_assert_eq(pipe(b->fd), 0);
+  b->req.data = b;
+  cr_assert_eq(uv_queue_work(&f->loop, &b->req, block_work, block_done), 0);
+}
+
+static void unblock_pool(fixture_t *f, blocker_t *b) {
+  cr_assert_eq(write(b->fd[1], "x", 1), 1);
+  cr_assert(run_until(f, unblocked, b, 10));
+  close(b->fd[0]);
+  close(b->fd[1]);
+}
+
+/* Hits while the next spare is still being made (the pool busy) are read as without one: the
+ * loop never waits for it. */
+Test(fleet_redis, hits_while_the_spare_is_being_made_are_read_as_before) {
+  setenv("UV_THREADPOOL_SIZE", "1", 1);
+  fixture_t f = {0};
+  kiln_remote_t *rc = live_tier(&f, 0);
+  const size_t len = 1u << 20;
+  for (uint32_t i = 0; i < 3; i++) put_entry(&f, rc, i, len);
+  expect_spare(&f, rc, 0, len, 0, 1);
+  cr_assert(run_until(&f, spare_ready, rc, 10));
+  blocker_t b = {0};
+  block_pool(&f, &b);
+  expect_spare(&f, rc, 1, len, 1, 1); /* adopted; the next one waits behind the blocker */
+  kiln_remote_stats_t s;
+  kiln_remote_stats(rc, &s);
+  cr_expect(!s.redis.spare_ready && s.redis.spare_bytes > len, "ready %d, %llu bytes", s.redis.spare_ready,
+            (unsigned long long)s.redis.spare_bytes);
+  expect_spare(&f, rc, 2, len, 1, 2);
+  expect_spare(&f, rc, 0, len, 1, 3);
+  unblock_pool(&f, &b);
+  cr_assert(run_until(&f, spare_ready, rc, 10));
+  expect_spare(&f, rc, 1, len, 2, 3);
+  finish(&f, rc, NULL);
+}
+
+/* kilnd exiting while a spare is being made: the tier destroyed with its next spare queued
+ * behind a busy pool (cancelled), and one destroyed right after a hit (its spare being made,
+ * or made): the loop ends, and nothing leaks (the ASan build runs this). */
+Test(fleet_redis, a_tier_destroyed_while_its_spare_is_being_made_frees_it) {
+  setenv("UV_THREADPOOL_SIZE", "1", 1);
+  fixture_t f = {0};
+  kiln_remote_t *rc = live_tier(&f, 0);
+  const size_t len = 1u << 20;
+  for (uint32_t i = 0; i < 2; i++) put_entry(&f, rc, i, len);
+  expect_spare(&f, rc, 0, len, 0, 1);
+  cr_assert(run_until(&f, spare_ready, rc, 10));
+  blocker_t b = {0};
+  block_pool(&f, &b);
+  expect_spare(&f, rc, 1, len, 1, 1);
+  kiln_remote_destroy(rc);
+  unblock_pool(&f, &b);
+  teardown(&f);
+
+  fixture_t g = {0};
+  rc = live_tier(&g, 0);
+  put_entry(&g, rc, 0, len);
+  expect_spare(&g, rc, 0, len, 0, 1); /* the first spare starts now */
+  kiln_remote_destroy(rc);
+  teardown(&g);
+}
+
+/* Redis gone in the middle of a bulk reply read into the spare: a miss, the spare (by then the
+ * reader's buffer) freed with the connection; on the next connection hits are read into the
+ * next spare, byte for byte. */
+Test(fleet_redis, a_connection_lost_mid_reply_in_the_spare_frees_it) {
+  const size_t len = 1u << 20, n = KILN_REMOTE_HEADER_BYTES + len;
+  uint8_t key[KILN_REMOTE_KEY_BYTES] = {0x21}, *payload;
+  char head[32];
+  uint8_t *e = sealed_entry(key, 21, len, &payload, head);
+  size_t rn;
+  char *reply = resp_bulk(head, e, n, "\r\n", &rn);
+  fixture_t f = {0};
+  setup(&f);
+  fake_start(&f, reply, rn, THEN_HALF);
+  kiln_remote_config_t cfg = {.redis = {.url = f.url, .what = "cache_remote", .timeout_ms = 1000},
+                              .secret_file = f.secret, .max_bytes = 2u << 20};
+  kiln_remote_t *rc = NULL;
+  cr_assert_eq(kiln_remote_create(&f.loop, &cfg, &rc), KILN_OK);
+  kiln_remote_stats_t s;
+  for (int round = 0; round < 2; round++) {
+    cr_assert(run_until(&f, is_up, rc, 10));
+    got_t g = {0};
+    cr_assert(kiln_remote_get(rc, key, on_got, &g));
+    cr_assert(run_until(&f, got, &g, 10));
+    cr_expect(g.bytes && g.len == len && memcmp(g.bytes, payload, len) == 0, "round %d: not a hit", round);
+    free(g.bytes);
+    cr_assert(run_until(&f, spare_ready, rc, 10));
+    kiln_remote_stats(rc, &s);
+    uint64_t used = s.redis.spare_used, disconnects = s.redis.disconnects;
+    got_t h = {0};
+    cr_assert(kiln_remote_get(rc, key, on_got, &h)); /* half of it, then the connection closes */
+    cr_assert(run_until(&f, got, &h, 10));
+    cr_expect(!h.bytes, "round %d: half a reply was served", round);
+    kiln_remote_stats(rc, &s);
+    cr_expect(s.redis.spare_used == used + 1 && s.redis.disconnects == disconnects + 1,
+              "round %d: spare used %llu, disconnects %llu", round, (unsigned long long)s.redis.spare_used,
+              (unsigned long long)s.redis.disconnects);
+  }
+  kiln_remote_stats(rc, &s);
+  cr_expect(s.redis.spare_used >= 3, "the next connection's hit was not read into the spare: used %llu",
+            (unsigned long long)s.redis.spare_used);
+  kiln_remote_destroy(rc);
+  teardown(&f);
+  free(reply);
   free(payload);
   free(e);
 }
