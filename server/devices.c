@@ -76,6 +76,42 @@ static kiln_status_t check_devices_option(const kiln_server_t *s, const probed_t
   return KILN_OK;
 }
 
+/* A core number: decimal digits only (strtol alone would take "", " 1", "+1" and "0x1"). */
+static bool parse_core(const char **c, long *k) {
+  const char *p = *c;
+  long v = 0;
+  if (*p < '0' || *p > '9') return false;
+  for (; *p >= '0' && *p <= '9'; p++)
+    if ((v = v * 10 + (*p - '0')) > INT32_MAX) return false;
+  *k = v;
+  *c = p;
+  return true;
+}
+
+/* "0,2-3" into *set: a comma-separated list of cores and ascending ranges, every part whole
+ * ("0-", "-1", "1-0", "0,", "" are not lists). Returns the number of cores, 0 when it does not
+ * parse or names a core a cpu_set_t cannot hold (*big, when not NULL, gets the first such). */
+static uint32_t parse_cores(const char *cpus, cpu_set_t *set, long *big) {
+  CPU_ZERO(set);
+  for (const char *c = cpus;; c++) { /* c++ steps over the comma */
+    long a, b;
+    if (!parse_core(&c, &a)) return 0;
+    b = a;
+    if (*c == '-' && (c++, !parse_core(&c, &b))) return 0;
+    if (b < a || (*c && *c != ',')) return 0;
+    if (b >= CPU_SETSIZE) {
+      if (big) *big = a < CPU_SETSIZE ? CPU_SETSIZE : a;
+      return 0;
+    }
+    for (long k = a; k <= b; k++) CPU_SET((int)k, set);
+    if (!*c) return (uint32_t)CPU_COUNT(set);
+  }
+}
+
+uint32_t kiln_pin_set(const char *cpus, cpu_set_t *set) {
+  return parse_cores(cpus, set, NULL);
+}
+
 /* --pin DEVICE=CPUS: DEVICE is served (or is "compile", the compile workers), and CPUS
  * ("0,2-3") are cores kilnd may run on. */
 static kiln_status_t check_pin(kiln_server_t *s, const char *pin) {
@@ -85,24 +121,19 @@ static kiln_status_t check_pin(kiln_server_t *s, const char *pin) {
     return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
                        "--pin %s: kilnd serves no device '%.*s' (`kiln devices` lists them)", pin,
                        (int)(eq - pin), pin);
-  cpu_set_t allowed;
+  cpu_set_t want, allowed;
+  long big = -1;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) CPU_ZERO(&allowed);
-  const char *c = eq + 1;
-  while (*c) {
-    char *end;
-    long a = strtol(c, &end, 10), b = a;
-    if (end != c && *end == '-') b = strtol(end + 1, &end, 10);
-    if (end == c || a < 0 || b < a || (*end && *end != ',') || (*end == ',' && !end[1]))
-      return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "--pin %s: '%s' is not a list of cores (0,2-3)",
-                         pin, eq + 1);
-    for (long k = a; k <= b; k++)
-      if (k >= CPU_SETSIZE || !CPU_ISSET((int)k, &allowed))
-        return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
-                           "--pin %s: core %ld is not one kilnd may run on (it may use %d cores; "
-                           "see `taskset -cp %d`)",
-                           pin, k, CPU_COUNT(&allowed), (int)getpid());
-    c = *end ? end + 1 : end;
-  }
+  if (!parse_cores(eq + 1, &want, &big) && big < 0)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT, "--pin %s: '%s' is not a list of cores (0,2-3)",
+                       pin, eq + 1);
+  for (long k = 0; k < CPU_SETSIZE && big < 0; k++)
+    if (CPU_ISSET((int)k, &want) && !CPU_ISSET((int)k, &allowed)) big = k;
+  if (big >= 0)
+    return KILN_STATUS(KILN_E_INVALID_ARGUMENT,
+                       "--pin %s: core %ld is not one kilnd may run on (it may use %d cores; "
+                       "see `taskset -cp %d`)",
+                       pin, big, CPU_COUNT(&allowed), (int)getpid());
   return KILN_OK;
 }
 
@@ -112,20 +143,6 @@ const char *kiln_pin_of(const kiln_server_t *s, const char *id) {
   for (int i = 0; i < s->cfg.num_pins; i++)
     if (strncmp(s->cfg.pins[i], id, n) == 0 && s->cfg.pins[i][n] == '=') cpus = s->cfg.pins[i] + n + 1;
   return cpus;
-}
-
-uint32_t kiln_pin_set(const char *cpus, cpu_set_t *set) {
-  CPU_ZERO(set);
-  const char *c = cpus;
-  while (*c) {
-    char *end;
-    long a = strtol(c, &end, 10), b = a;
-    if (end != c && *end == '-') b = strtol(end + 1, &end, 10);
-    if (end == c || a < 0 || b < a || b >= CPU_SETSIZE || (*end && *end != ',')) return 0;
-    for (long k = a; k <= b; k++) CPU_SET((int)k, set);
-    c = *end ? end + 1 : end;
-  }
-  return (uint32_t)CPU_COUNT(set);
 }
 
 /* Whether the compile workers may run on cores a host device's kernels run on: unless both

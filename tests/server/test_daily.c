@@ -47,7 +47,16 @@ Test(start, pins_of_absent_cores_or_devices_are_refused) {
   refused((const char *const[]){"--pin", "cpu=0", NULL}, "serves no device 'cpu'");
   refused((const char *const[]){"--pin", "cpu:0=2-1", NULL}, "not a list of cores");
   refused((const char *const[]){"--pin", "cpu:0=0,", NULL}, "not a list of cores");
+  /* Every part whole (strtol read "0-" as 0-0); characters other than digits, ',' and '-' are
+   * refused by the option parser itself (exit 2). */
+  const char *partial[] = {"cpu:0=0-", "cpu:0=-1", "cpu:0=-", "cpu:0=0,,0", "cpu:0=,0", "cpu:0=0--1",
+                           "cpu:0=0-0-0", "cpu:0=1-0,"};
+  for (size_t i = 0; i < sizeof(partial) / sizeof(partial[0]); i++)
+    refused((const char *const[]){"--pin", partial[i], NULL}, "not a list of cores");
+  refused((const char *const[]){"--pin", "cpu:0=0-99999999999999999999", NULL}, "not a list of cores");
+  refused((const char *const[]){"--pin", "cpu:0=0-4095", NULL}, "is not one kilnd may run on");
   accepted((const char *const[]){"--pin", "cpu:0=0", NULL});
+  accepted((const char *const[]){"--pin", "cpu:0=0-0,0", NULL});
 }
 
 /* --pin compile=CPUS: the compile workers' cores, checked as a device's are. */
