@@ -7,9 +7,10 @@
 
 Both sides measure the same configurations of kiln.topi's CPU matmul template (the template's
 default knobs, then --trials - 1 drawn from its space with --seed), in the same rounds (the
-default alone, then --batch a round), with the same measurement settings (number 1 grown
-until a repeat takes min_repeat_ms 50, repeat 3; each side grows number by its own rule:
-kiln's docs/protocol.md `time`, TVM's time_evaluator):
+default alone, then --batch a round), with the same measurement settings (repeat 3, each
+repeat grown until it takes min_repeat_ms 50; each side by its own rule: TVM's time_evaluator
+from number 1, kiln.autotune from the number its checked run predicts for 0.3 of
+min_repeat_ms, grown by kilnd's rule, docs/protocol.md `time` and docs/autotune.md):
 
 - kiln: ``kiln.autotune.tune`` on cpu:0 of a fresh kilnd (an empty artifact cache each pass),
   a tuner that proposes the list: each round lowered in the client, one ``compile_batch``, then
@@ -492,8 +493,9 @@ def main():
                  % (os.cpu_count(), a.tvm_build))
     out("`%s/usr/bin/python3 bench/autotune_tvm.py %s` — %s, %d cores; load average %s at the start, %s at the end. "
         "apache-tvm %s (apache-tvm-ffi %s); matmul %d x %d x %d float32 on %s; %d configurations (the default knobs, "
-        "then %d drawn from the space with seed %d), rounds of %d; number 1 grown until a repeat takes "
-        "min_repeat_ms %d (each side by its own rule), repeat %d on both sides."
+        "then %d drawn from the space with seed %d), rounds of %d; number grown until a repeat takes "
+        "min_repeat_ms %d (each side by its own rule: TVM from 1, kiln from the number its checked run "
+        "predicts), repeat %d on both sides."
         % (chrt, " ".join(sys.argv[1:]), cpu, os.cpu_count(), load0, load1, peer.versions[0], peer.versions[1], a.n,
            a.n, a.n, where, len(cfgs), len(cfgs) - 1, a.seed, a.batch, a.min_repeat_ms, a.repeat))
     out()

@@ -250,6 +250,42 @@ def test_a_trial_after_a_lost_device_worker_uploads_again(s, dev):
     assert runner.trial(m, opts)["ok"]
 
 
+def test_time_starts_from_the_number_the_checked_run_predicts():
+    from kiln.autotune.tune import Runner, SEED_SHARE
+    from kiln.module import BenchmarkResult
+    r = object.__new__(Runner)
+    r._ratios = []
+    # a checked run of 1 ms, min_repeat_ms 50: SEED_SHARE of 50 ms of such runs
+    assert r.seed_number(1e-3, 50, 10000) == round(50 * SEED_SHARE)
+    # timed runs took half their checked run's time in the last trials: twice the runs
+    r.learn([1e-3, 1e-3, 1e-3], [BenchmarkResult({"results": [x]}) for x in (4e-4, 5e-4, 9e-4)])
+    assert r.seed_number(1e-3, 50, 10000) == round(2 * 50 * SEED_SHARE)
+    assert r.seed_number(1e-3, 50, 10) == 10      # at most half the deadline by the estimate
+    assert r.seed_number(0.0, 50, 10000) == 1     # no checked time: from 1, as kilnd grows
+    assert r.seed_number(1e-3, 0, 10000) == 1     # no min_repeat_ms: no growth wanted
+    assert r.seed_number(1.0, 50, 10000) == 1     # a run longer than the whole repeat
+    r.learn([1e-3] * 20, [BenchmarkResult({"results": [1e-3]})] * 20)
+    assert r.seed_number(1e-3, 50, 10000) == round(50 * SEED_SHARE)  # only the last trials count
+
+
+def test_trials_seed_number_and_still_reach_min_repeat_ms(s, dev):
+    # The checked run's time seeds `time`'s number (recorded as number_seed); kilnd still grows
+    # it until each repeat lasts min_repeat_ms. A number the caller sets is used as it is.
+    task = at.Task("matmul", (32, 32, 16), "float32", dev, space=small_space())
+    runner = at.Runner(s, dev, task)
+    sch, args = task.space.build(task.space.default())
+    m = kiln.build(sch, args, "llvm", session=s)
+    opts = {"number": None, "repeat": 2, "min_repeat_ms": 20, "flush": False, "timeout_ms": 10000}
+    for _ in range(2):
+        res = runner.trial(m, opts)
+        assert res["ok"] and res["first_run_s"] > 0
+        assert 1 < res["number_seed"] <= res["number"]
+        assert all(t * res["number"] >= 0.020 for t in res["times"])
+    assert len(runner._ratios) == 2
+    res = runner.trial(m, dict(opts, number=3, min_repeat_ms=0))
+    assert res["ok"] and res["number_seed"] == res["number"] == 3
+
+
 def test_records_round_trip_and_resume(s, dev, tmp_path):
     rec = str(tmp_path / "r.jsonl")
     task = at.Task("matmul", (32, 32, 16), "float32", dev, space=small_space())

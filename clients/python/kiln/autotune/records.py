@@ -5,8 +5,8 @@
 
 ``task``: op, shapes, dtype, target ("cpu"/"gpu"), arch, device, device_name, signature, kiln,
 options (the compile options).
-``result``: {"ok": true, "times": [s...], "mean", "median", "min", "cv", "number", "repeat",
-"gflops", "compile_ms"} or {"ok": false, "error": kind, "message": str}.
+``result``: {"ok": true, "times": [s...], "mean", "median", "min", "cv", "number", "number_seed",
+"first_run_s", "repeat", "gflops", "compile_ms"} or {"ok": false, "error": kind, "message": str}.
 """
 
 import contextlib

@@ -87,6 +87,7 @@ class Runner:
         self.scale = max(1.0, float(np.abs(self.ref).max()))
         self.nan = np.full(self.ref.shape, np.nan, task.dtype)
         self._args = None
+        self._ratios = []   # a timed run's seconds over the checked run's, the last trials'
 
     def args(self):
         if self._args is None:
@@ -130,19 +131,56 @@ class Runner:
         t2 = time.monotonic()
         if why:
             return {"ok": False, "error": "wrong", "message": why, "stage": "check", "check_s": round(t2 - t0, 4)}
-        shares = _min_repeat_shares(opts["min_repeat_ms"], [_elapsed(a) for a in answers[1:-1]])
-        futs = [f.time_async(*p, grid=g, block=b, device=dev, number=opts["number"], repeat=opts["repeat"],
-                             min_repeat_ms=ms, warmup=0, flush=opts["flush"],
-                             timeout_ms=opts["timeout_ms"]) for f, (_, p, g, b), ms in zip(fns, launches, shares)]
+        elapsed = [_elapsed(a) for a in answers[1:-1]]
+        shares = _min_repeat_shares(opts["min_repeat_ms"], elapsed)
+        seeds = [opts["number"] or self.seed_number(e, ms, opts["timeout_ms"]) for e, ms in zip(elapsed, shares)]
+        futs = [f.time_async(*p, grid=g, block=b, device=dev, number=n, repeat=opts["repeat"],
+                             min_repeat_ms=ms, warmup=0, flush=opts["flush"], timeout_ms=opts["timeout_ms"])
+                for f, (_, p, g, b), ms, n in zip(fns, launches, shares, seeds)]
         bs = _results(futs)
         t3 = time.monotonic()
+        self.learn(elapsed, bs)
         per = [sum(x) for x in zip(*(b.results for b in bs))]
         b = bs[0] if len(bs) == 1 else BenchmarkResult({"results": per})
         mean = float(b.mean)
         return {"ok": True, "times": list(b.results), "mean": mean, "median": float(b.median), "min": float(b.min),
-                "cv": float(b.cv), "number": int(bs[-1].raw.get("number", opts["number"])), "repeat": len(b.results),
+                "cv": float(b.cv), "number": int(bs[-1].raw.get("number", seeds[-1])), "number_seed": int(seeds[-1]),
+                "first_run_s": elapsed[-1], "repeat": len(b.results),
                 "gflops": self.task.space.flops / mean / 1e9 if mean > 0 else None,
                 "check_s": round(t1 - t0, 4), "compare_s": round(t2 - t1, 4), "time_s": round(t3 - t2, 4)}
+
+
+    def seed_number(self, elapsed, min_repeat_ms, timeout_ms):
+        """The ``number`` a kernel's ``time`` starts from when the caller set none: runs for
+        SEED_SHARE of ``min_repeat_ms`` at the rate the checked run predicts (its seconds,
+        scaled by the median of what a timed run took over its checked run in this runner's
+        last SEED_KEEP trials; 1 before any). kilnd grows it by at most 4x a step until a
+        repeat lasts ``min_repeat_ms`` (docs/protocol.md `time`), so one step reaches it when
+        the guess is not 20% too fast; from 1 run, the growth took 3-5 steps (1, 4, 16, ... runs)
+        and a third of a repeat or more. A guess too slow costs a longer first step, too fast
+        one step more; never a longer repeat, as kilnd's step bound still holds. At most half
+        of ``timeout_ms`` by the estimate."""
+        ratios = sorted(self._ratios)
+        per = elapsed * (ratios[len(ratios) // 2] if ratios else 1.0)
+        if per <= 0 or not min_repeat_ms:
+            return 1
+        n = math.ceil(min_repeat_ms * 1e-3 * SEED_SHARE / per)
+        return int(max(1, min(n, 0.5 * timeout_ms * 1e-3 / per, 1 << 30)))
+
+    def learn(self, elapsed, results):
+        """Keeps each kernel's median timed run over its checked run (the last SEED_KEEP)."""
+        for e, r in zip(elapsed, results):
+            per = float(r.median) if r.results else 0.0
+            if e > 0 and per > 0:
+                self._ratios.append(per / e)
+        del self._ratios[:-SEED_KEEP]
+
+
+# seed_number's first step, in units of min_repeat_ms, and how many ratios it keeps. kilnd
+# grows a short step at most 4x, aiming at 1.125 min_repeat_ms: a first step of 0.3 reaches
+# min_repeat_ms in one more unless a run is more than 20% faster than guessed.
+SEED_SHARE = 0.3
+SEED_KEEP = 8
 
 
 def _elapsed(answer):
@@ -381,7 +419,7 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
             continue
     if batch is None:
         batch = max(8, 2 * len(rs))
-    opts = {"number": number or 1, "repeat": repeat, "min_repeat_ms": min_repeat_ms, "flush": flush,
+    opts = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms, "flush": flush,
             "timeout_ms": timeout_ms, "options": {"fast_math": True} if options is None else options}
     all_recs = list(old)
     new = []
