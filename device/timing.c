@@ -29,6 +29,10 @@ uint32_t kiln_time_grow_number(uint32_t number, double ms, uint32_t min_repeat_m
   return (uint32_t)next;
 }
 
+bool kiln_time_continues(double ms, uint32_t min_repeat_ms) {
+  return ms > 0 && ms >= (double)min_repeat_ms * KILN_TIME_CONTINUE_FROM;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -89,27 +93,48 @@ kiln_status_t kiln_time_evaluate(const kiln_backend_t *backend, kiln_device_t *d
   if (!results)
     return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "time: out of memory for %u repeats", cfg->repeat);
   uint32_t number = cfg->number;
+  double per_run = 0; /* ms a run in the last measurement: the deadline's cap on a call */
   kiln_status_t s = KILN_OK;
   for (uint32_t r = 0; r < cfg->repeat && !s; r++) {
     if (cfg->flush && (s = backend->flush_caches(dev))) break;
+    uint32_t runs = 0, call = number, cap = deadline_cap(cfg, per_run);
+    if (call > cap) call = cap > 0 ? cap : 1; /* a carried number past one call's share */
     double ms = 0;
     int zero_times = 0;
-    do {
-      if (ms > 0) {
-        uint32_t next = kiln_time_grow_number(number, ms, cfg->min_repeat_ms);
-        uint32_t cap = deadline_cap(cfg, ms / number);
-        /* No longer call fits the deadline: the repeat stays as measured, short of
-         * min_repeat_ms, rather than ending the request with E_TIMEOUT. */
-        if (cap <= number) break;
-        number = next < cap ? next : cap;
-      }
+    for (;;) {
       uint64_t ns = 0;
-      s = stop(cfg) ? cancelled(cfg, r) : backend->launch(dev, mod, launch, number, cfg->deadline_ns, &ns);
+      s = stop(cfg) ? cancelled(cfg, r) : backend->launch(dev, mod, launch, call, cfg->deadline_ns, &ns);
       if (s) break;
       if (ns == 0) zero_times++;
-      ms = (double)ns / 1e6;
-    } while (ms < cfg->min_repeat_ms && zero_times < ZERO_TIME_LIMIT);
-    results[r] = ms / 1e3 / number;
+      runs = runs + call < runs ? UINT32_MAX : runs + call;
+      ms += (double)ns / 1e6;
+      if (ms > 0) per_run = ms / runs;
+      if (ms >= cfg->min_repeat_ms || zero_times >= ZERO_TIME_LIMIT || runs == UINT32_MAX) break;
+      if (ms <= 0) { /* the clock read nothing: the same runs again (TVM) */
+        call = runs;
+        runs = 0;
+        continue;
+      }
+      uint32_t next = kiln_time_grow_number(runs, ms, cfg->min_repeat_ms);
+      cap = deadline_cap(cfg, per_run);
+      if (kiln_time_continues(ms, cfg->min_repeat_ms)) {
+        /* The runs it lacks, in calls no longer than the deadline's share. No call of even
+         * one run fits: the repeat keeps what it has, short of min_repeat_ms. */
+        if (cap == 0) break;
+        call = next - runs < cap ? next - runs : cap;
+      } else {
+        /* Too short a sample to keep: timed again with more runs. No longer call fits the
+         * deadline: the repeat stays as measured, short of min_repeat_ms, rather than
+         * ending the request with E_TIMEOUT. */
+        if (cap <= runs) break;
+        call = next < cap ? next : cap;
+        runs = 0;
+        ms = 0;
+      }
+    }
+    if (s) break;
+    number = runs;
+    results[r] = ms / 1e3 / runs;
   }
   if (s) {
     free(results);

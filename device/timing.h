@@ -3,31 +3,47 @@
  *
  *   warm-up: `warmup` runs, not measured (TVM makes one call to trigger lazy setup);
  *   for each of `repeat` repeats: flush caches if asked, then time `number` back-to-back
- *   runs with the device's clock; while that took less than `min_repeat_ms`, grow `number`
- *   by kiln_time_grow_number and time again (the grown number carries into later repeats,
- *   as in TVM; a timing that read 0 ns is taken again with the same number, at most 100
- *   times, as TVM). The last timing is the repeat's result.
+ *   runs with the device's clock; while the repeat's measurement is shorter than
+ *   `min_repeat_ms`, it grows (kiln_time_grow_number) and is timed again, or continued (below);
+ *   the grown number carries into later repeats, as in TVM; a timing that read 0 ns is taken
+ *   again with the same number, at most 100 times, as TVM.
  *   result: seconds per call for each repeat, plus min/median/mean/std (population)/cv.
  *
- * The growth differs from TVM's on purpose. TVM jumps from one timing straight to
- * max(min_repeat_ms / per_run + 1, number * 1.618) runs: when the first short timing is
- * unrepresentatively fast (one run that fits between two preemptions of a loaded CPU,
- * caches warm from the check run before it), the jump overshoots min_repeat_ms by the same
- * factor (measured: 0.16 ms a run alone, 1.36 ms back to back; number 313 and 425 ms a
- * repeat for min_repeat_ms 50). kiln grows at most KILN_TIME_GROW_MAX times a step, each
- * step timed with the number it grows from, and aims a little above min_repeat_ms
- * (KILN_TIME_TARGET) so that a repeat of a steady kernel is not re-timed for noise:
+ * The growth differs from TVM's on purpose, in two ways.
  *
- *   next = clamp(ceil(min_repeat_ms * KILN_TIME_TARGET / (ms / number)),
- *                number + 1, number * KILN_TIME_GROW_MAX)
+ * 1. Steps. TVM jumps from one timing straight to max(min_repeat_ms / per_run + 1,
+ *    number * 1.618) runs: when the first short timing is unrepresentatively fast (one run
+ *    that fits between two preemptions of a loaded CPU, caches warm from the check run
+ *    before it), the jump overshoots min_repeat_ms by the same factor (measured: 0.16 ms a
+ *    run alone, 1.36 ms back to back; number 313 and 425 ms a repeat for min_repeat_ms 50).
+ *    kiln grows at most KILN_TIME_GROW_MAX times a step, each step planned at the rate of
+ *    the runs before it:
  *
- * The step that reaches min_repeat_ms therefore lasts at most KILN_TIME_TARGET times it
- * when a run costs what it cost in the step before (up to GROW_MAX times as many runs
- * back to back), and at a steady rate the steps before it add about 1 / (GROW_MAX - 1)
- * of it at most (they grew by GROW_MAX each, or fewer of them were needed). Each
- * step is one backend->launch call with the request's deadline, preceded by the
- * cancellation check (the worker's watchdog heartbeat), as every run was before.
- * Called from the worker's thread that owns the device. */
+ *      next = clamp(ceil(min_repeat_ms * KILN_TIME_TARGET / (ms / runs)),
+ *                   runs + 1, runs * KILN_TIME_GROW_MAX)
+ *
+ * 2. Continuing. TVM throws every short timing away and times the repeat again from its
+ *    first run. kiln does so only while the measurement is shorter than
+ *    KILN_TIME_CONTINUE_FROM of min_repeat_ms (a few runs, which may not be what runs back
+ *    to back cost): past that it is a sample of back-to-back runs worth keeping, and the
+ *    repeat continues with the `next - runs` runs it lacks, timed as further launch calls
+ *    whose times add up (the calls follow each other with nothing between them but this
+ *    loop). A repeat's result is its total time over its total runs, and `number` its total
+ *    runs. Restarting cost the steps before the one that reached min_repeat_ms: about a third
+ *    of a repeat at 4x a step (1, 4, 16, 64 runs thrown away before 256), up to a whole one
+ *    for a kernel near min_repeat_ms / 16 (2.5 ms of 50: 1, 4 and 16 runs, 52 ms). With
+ *    continuing, what is thrown away is under KILN_TIME_CONTINUE_FROM / (GROW_MAX - 1) of a
+ *    repeat, and since a continued repeat that falls a little short only adds a few runs,
+ *    KILN_TIME_TARGET aims barely above min_repeat_ms (restarting, it aimed 1.125 times it
+ *    so that noise would not cost a repeat timed again).
+ *
+ * A repeat therefore lasts at most KILN_TIME_TARGET times min_repeat_ms times the change in
+ * a run's cost within it (runs grow at most GROW_MAX times the runs timed before), and a
+ * call is never planned longer than KILN_TIME_DEADLINE_SHARE of the request's deadline at
+ * the rate measured: a repeat longer than that is timed in several calls. Each call is one
+ * backend->launch with the request's deadline, preceded by the cancellation check (the
+ * worker's watchdog heartbeat), as every run was before. Called from the worker's thread
+ * that owns the device. */
 #ifndef KILN_DEVICE_TIMING_H
 #define KILN_DEVICE_TIMING_H
 
@@ -36,7 +52,9 @@
 #include <stdint.h>
 
 #define KILN_TIME_GROW_MAX 4
-#define KILN_TIME_TARGET 1.125
+#define KILN_TIME_TARGET 1.02
+/* A repeat's measurement at least this share of min_repeat_ms is continued, not restarted. */
+#define KILN_TIME_CONTINUE_FROM 0.25
 /* Growth never plans a launch call longer than this share of its deadline (timeout_ms). */
 #define KILN_TIME_DEADLINE_SHARE 0.8
 
@@ -80,9 +98,13 @@ void kiln_time_result_deinit(kiln_time_result_t *r);
 /* Statistics of n >= 1 samples (population std; cv = std / mean, 0 when mean is 0). */
 void kiln_time_stats_compute(const double *x, size_t n, kiln_time_stats_t *out);
 
-/* The next `number` after `number` runs took `ms` milliseconds (the rule above; ms <= 0,
- * a clock that read nothing: number * KILN_TIME_GROW_MAX). Always more than `number`
- * below UINT32_MAX, where it saturates. */
+/* The runs a repeat should have after `number` runs took `ms` milliseconds (the rule above;
+ * ms <= 0, a clock that read nothing: number * KILN_TIME_GROW_MAX). Always more than
+ * `number` below UINT32_MAX, where it saturates. */
 uint32_t kiln_time_grow_number(uint32_t number, double ms, uint32_t min_repeat_ms);
+
+/* Whether a repeat's measurement of `ms` milliseconds, short of min_repeat_ms, is continued
+ * (true) or timed again from its first run with more runs (false). */
+bool kiln_time_continues(double ms, uint32_t min_repeat_ms);
 
 #endif

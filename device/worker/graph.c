@@ -351,20 +351,31 @@ static kiln_status_t run(kiln_dworker_t *w, const kiln_graph_job_t *j, int fd, m
     }
     uint32_t number = cfg.number;
     for (uint32_t r = 0; !st && r < cfg.repeat; r++) {
+      /* A short measurement is timed again from its first run (flushed again if asked) or,
+       * past KILN_TIME_CONTINUE_FROM of min_repeat_ms, continued with the runs it lacks. */
+      uint32_t runs = 0, call = number;
+      double ms = 0;
+      bool again = true;
       for (;;) {
-        if (cfg.flush) st = w->backend->flush_caches(w->dev);
+        if (again && cfg.flush) st = w->backend->flush_caches(w->dev);
         uint64_t t0 = now_ns();
-        for (uint32_t i = 0; !st && i < number; i++) {
+        for (uint32_t i = 0; !st && i < call; i++) {
           st = run_once(w, g, deadline_ns ? now_ns() + deadline_ns : 0, progress, &cancel);
           between_runs(&cancel);
         }
         if (st) break;
-        double ms = (double)(now_ns() - t0) / 1e6;
-        results[r] = ms / 1e3 / number;
-        uint32_t next = cfg.min_repeat_ms ? kiln_time_grow_number(number, ms > 0 ? ms : 1e-6, cfg.min_repeat_ms) : number;
-        if (next <= number || ms >= cfg.min_repeat_ms) break;
-        number = next;
+        ms += (double)(now_ns() - t0) / 1e6;
+        runs += call;
+        if (!cfg.min_repeat_ms || ms >= cfg.min_repeat_ms) break;
+        uint32_t next = kiln_time_grow_number(runs, ms > 0 ? ms : 1e-6, cfg.min_repeat_ms);
+        if (next <= runs) break;
+        again = !kiln_time_continues(ms, cfg.min_repeat_ms);
+        call = again ? next : next - runs;
+        if (again) runs = 0, ms = 0;
       }
+      if (st) break;
+      number = runs;
+      results[r] = ms / 1e3 / runs;
     }
     if (!st) {
       kiln_time_stats_t stats;

@@ -30,17 +30,25 @@ Test(timing, statistics_match_numpy) {
 }
 
 Test(timing, grows_number_by_kilns_rule) {
-  /* 1 run took 0.1 ms, 10 ms wanted: ceil(10 * 1.125 / 0.1) = 113, at most 4x a step. */
+  /* 1 run took 0.1 ms, 10 ms wanted: ceil(10 * 1.02 / 0.1) = 102, at most 4x a step. */
   cr_expect_eq(kiln_time_grow_number(1, 0.1, 10), 4, "TVM's rule jumps to 101");
-  /* 100 runs took 9 ms: ceil(11.25 / 0.09) = 125 (TVM: max(112.1, 161.8) = 161). */
-  cr_expect_eq(kiln_time_grow_number(100, 9.0, 10), 125);
-  /* Just short: aims 1/8 above min_repeat_ms, not at it. */
-  cr_expect_eq(kiln_time_grow_number(1000, 9.99, 10), 1127);
+  /* 100 runs took 9 ms: ceil(10.2 / 0.09) = 114 (TVM: max(112.1, 161.8) = 161). */
+  cr_expect_eq(kiln_time_grow_number(100, 9.0, 10), 114);
+  /* Just short: aims KILN_TIME_TARGET (1.02) times min_repeat_ms. */
+  cr_expect_eq(kiln_time_grow_number(1000, 9.99, 10), 1022);
   cr_expect_eq(kiln_time_grow_number(1, 9.99, 10), 2, "at least one run more");
   cr_expect_eq(kiln_time_grow_number(10, 20.0, 10), 11, "at least one run more");
   cr_expect_eq(kiln_time_grow_number(7, 0.0, 10), 28, "a clock that read nothing: 4x");
   cr_expect_eq(kiln_time_grow_number(1u << 31, 1e-9, 4000000000u), UINT32_MAX, "saturates");
   cr_expect_eq(kiln_time_grow_number(UINT32_MAX, 1.0, 10), UINT32_MAX, "saturates");
+}
+
+Test(timing, continues_a_measurement_of_a_quarter_of_min_repeat_ms) {
+  cr_expect(kiln_time_continues(12.5, 50));
+  cr_expect(kiln_time_continues(49.9, 50));
+  cr_expect_not(kiln_time_continues(12.49, 50), "too short a sample: timed again");
+  cr_expect_not(kiln_time_continues(0.0, 50), "a clock that read nothing");
+  cr_expect_not(kiln_time_continues(0.0, 0));
 }
 
 /* ---- the evaluation on a simulated device ----------------------------------------------
@@ -132,14 +140,23 @@ static void expect_repeats_within(const kiln_time_result_t *r, double min_repeat
   }
 }
 
+/* The launch calls the last evaluation made, in order. */
+static void expect_calls(const uint32_t *want, uint32_t n) {
+  cr_assert_eq(sim.calls, n, "%u launch calls, expected %u", sim.calls, n);
+  for (uint32_t i = 0; i < n; i++) cr_expect_eq(sim.counts[i], want[i], "launch call %u: %u runs", i, sim.counts[i]);
+}
+
 Test(timing, fast_first_run_does_not_blow_up_number) {
-  /* TVM's rule: 0.16 ms -> number 313, 425 ms a repeat. kiln: 1, 4, 16, 42 (57 ms). */
+  /* TVM's rule: 0.16 ms -> number 313, 425 ms a repeat. kiln: 1 (0.16 ms) and 4 (5.4 ms)
+   * timed again, 16 (21.8 ms, a quarter of 50 or more) continued with the 22 runs that make
+   * 38 (51.7 ms at 1.36 ms a run). */
   kiln_time_result_t r = sim_time(FAST_FIRST_RUN, 50, 3, 0);
-  cr_expect_eq(r.number, 42);
-  expect_repeats_within(&r, 50, 1.25);
+  cr_expect_eq(r.number, 38);
+  expect_repeats_within(&r, 50, 1.04);
   cr_expect_float_eq(r.stats.median, 1.36e-3, 1e-9);
-  /* 1 + 4 + 16 runs of growth, then 3 repeats of 42: 147 runs where TVM's rule made 940. */
-  cr_expect_eq(sim.runs, 1 + 4 + 16 + 3 * 42);
+  /* 5 runs thrown away, then 3 repeats of 38: 119 runs where TVM's rule made 940. */
+  expect_calls((uint32_t[]){1, 4, 16, 22, 38, 38}, 6);
+  cr_expect_eq(sim.runs, 1 + 4 + 3 * 38);
   kiln_time_result_deinit(&r);
 }
 
@@ -158,36 +175,38 @@ Test(timing, slow_first_run_still_reaches_min_repeat_ms) {
 }
 
 Test(timing, steady_kernel_grows_fourfold_then_settles) {
-  /* 0.013 ms a run: 1, 4, 16, 64, 256, 1024, 4096 (53.2 ms), kept for the later repeats. */
+  /* 0.013 ms a run: 1, 4, 16, 64, 256 timed again; 1024 (13.3 ms) continued with 2900 runs to
+   * 3924 (51.0 ms), kept for the later repeats. The repeat's result is its whole time over
+   * its whole runs. */
   kiln_time_result_t r = sim_time(STEADY, 50, 5, 1);
-  cr_expect_eq(r.number, 4096);
-  expect_repeats_within(&r, 50, 1.125);
-  uint32_t want[] = {1, 1, 4, 16, 64, 256, 1024, 4096, 4096, 4096, 4096, 4096};
-  cr_assert_eq(sim.calls, 12, "warm-up, 7 steps of growth, 4 more repeats");
-  for (uint32_t i = 0; i < 12; i++) {
-    cr_expect_eq(sim.counts[i], want[i], "launch call %u: %u runs", i, sim.counts[i]);
+  cr_expect_eq(r.number, 3924);
+  expect_repeats_within(&r, 50, KILN_TIME_TARGET + 1e-3);
+  cr_expect_float_eq(r.stats.median, 1.3e-5, 1e-12);
+  expect_calls((uint32_t[]){1, 1, 4, 16, 64, 256, 1024, 2900, 3924, 3924, 3924, 3924}, 12);
+  for (uint32_t i = 0; i < 12; i++)
     cr_expect_eq(sim.deadlines[i], 7000000000ull, "every call carries the request's deadline");
-  }
   cr_expect_eq(sim.cancel_checks, sim.calls, "asked once before the warm-up and before every timed call");
+  /* Thrown away: 341 runs (4.4 ms), where timing every short step again threw away 1365
+   * (17.7 ms, a third of a repeat). */
+  cr_expect_eq(sim.runs, 1 + 341 + 5 * 3924);
   kiln_time_result_deinit(&r);
 }
 
 Test(timing, growth_stays_inside_the_deadline) {
-  /* timeout_ms 53 for min_repeat_ms 50: growth aiming 1.125x (56 ms) would end the request
-   * with E_TIMEOUT; the planned call is capped at 0.8 of the deadline instead. 0.013 ms a
-   * run: 1, 4, ..., 1024, then 3261 (42.39 ms of 42.4), and no longer call fits: the repeats
-   * stay at 3261 runs, short of min_repeat_ms. */
+  /* timeout_ms 53 for min_repeat_ms 50: a call of 3924 runs (51 ms) would be past 0.8 of the
+   * deadline, so no call is planned past 3261 runs (42.39 ms of 42.4); the repeats still
+   * reach min_repeat_ms, each in two calls: the first 1024 + 2900, the later ones 3261 + 663. */
   kiln_time_result_t r = sim_time_deadline(STEADY, 50, 3, 1, 53000000ull);
-  cr_expect_eq(r.number, 3261);
-  for (uint32_t i = 0; i < r.repeat; i++) {
-    double ms = r.results[i] * 1e3 * r.number;
-    cr_expect_leq(ms, 53 * KILN_TIME_DEADLINE_SHARE + 1e-6, "repeat %u: %.2f ms past 0.8 of the deadline", i, ms);
-    cr_expect_geq(ms, 40, "repeat %u: %.2f ms, growth stopped too early", i, ms);
-  }
+  cr_expect_eq(r.number, 3924);
+  expect_repeats_within(&r, 50, KILN_TIME_TARGET + 1e-3);
+  expect_calls((uint32_t[]){1, 1, 4, 16, 64, 256, 1024, 2900, 3261, 663, 3261, 663}, 12);
+  for (uint32_t i = 0; i < sim.calls; i++)
+    cr_expect_leq(sim.counts[i] * 0.013, 53 * KILN_TIME_DEADLINE_SHARE + 1e-6, "call %u: %u runs", i, sim.counts[i]);
   kiln_time_result_deinit(&r);
-  /* With room in the deadline nothing changes: 4096 runs (53.2 ms) fit 0.8 of 100 ms. */
+  /* With room in the deadline, one call a repeat: 3924 runs (51 ms) fit 0.8 of 100 ms. */
   r = sim_time_deadline(STEADY, 50, 3, 1, 100000000ull);
-  cr_expect_eq(r.number, 4096);
+  cr_expect_eq(r.number, 3924);
+  expect_calls((uint32_t[]){1, 1, 4, 16, 64, 256, 1024, 2900, 3924, 3924}, 10);
   kiln_time_result_deinit(&r);
 }
 

@@ -154,17 +154,18 @@ class Runner:
         """The ``number`` a kernel's ``time`` starts from when the caller set none: runs for
         SEED_SHARE of ``min_repeat_ms`` at the rate the checked run predicts (its seconds,
         scaled by the median of what a timed run took over its checked run in this runner's
-        last SEED_KEEP trials; 1 before any). kilnd grows it by at most 4x a step until a
-        repeat lasts ``min_repeat_ms`` (docs/protocol.md `time`), so one step reaches it when
-        the guess is not 20% too fast; from 1 run, the growth took 3-5 steps (1, 4, 16, ... runs)
-        and a third of a repeat or more. A guess too slow costs a longer first step, too fast
-        one step more; never a longer repeat, as kilnd's step bound still holds. At most half
-        of ``timeout_ms`` by the estimate."""
+        last SEED_KEEP trials; 1 before any). kilnd continues a measurement of a quarter of
+        ``min_repeat_ms`` or more with the runs it lacks, and times a shorter one again with
+        up to 4x the runs (docs/protocol.md `time`): from 1 run, the steps thrown away were up
+        to a third of ``min_repeat_ms`` (1, 4 and 16 runs of a 0.3 ms kernel, 6.3 ms); from
+        the seed, none unless a run is 1.6x faster than predicted. A guess too slow makes the
+        repeat longer only past 2.5x (a repeat is at least its first measurement). At most
+        half of ``timeout_ms`` by the estimate."""
         ratios = sorted(self._ratios)
         per = elapsed * (ratios[len(ratios) // 2] if ratios else 1.0)
         if per <= 0 or not min_repeat_ms:
             return 1
-        n = math.ceil(min_repeat_ms * 1e-3 * SEED_SHARE / per)
+        n = math.ceil(round(min_repeat_ms * 1e-3 * SEED_SHARE / per, 9))
         return int(max(1, min(n, 0.5 * timeout_ms * 1e-3 / per, 1 << 30)))
 
     def learn(self, elapsed, results):
@@ -176,10 +177,9 @@ class Runner:
         del self._ratios[:-SEED_KEEP]
 
 
-# seed_number's first step, in units of min_repeat_ms, and how many ratios it keeps. kilnd
-# grows a short step at most 4x, aiming at 1.125 min_repeat_ms: a first step of 0.3 reaches
-# min_repeat_ms in one more unless a run is more than 20% faster than guessed.
-SEED_SHARE = 0.3
+# seed_number's first measurement, in units of min_repeat_ms, and how many ratios it keeps:
+# kilnd continues one of 0.25 or more, so 0.4 leaves room for a guess 1.6x too slow.
+SEED_SHARE = 0.4
 SEED_KEEP = 8
 
 
