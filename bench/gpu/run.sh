@@ -30,7 +30,8 @@
 #                                   then over FLEET_HOSTS (3) kilnds sharing a Redis on loopback,
 #                                   each kilnd on its own FLEET_CORES (4) cores (cpu:0 on one,
 #                                   compile workers on the rest), FLEET_TRIALS (256) trials of
-#                                   n FLEET_N (256), to $OUT/fleet.md; after stage.sh and
+#                                   n FLEET_N (256), kiln.autotune's batch FLEET_BATCH (its
+#                                   default), to $OUT/fleet.md; after stage.sh and
 #                                   stage_fleet.sh (Redis and redis-py); first
 #                                   bench/gpu/affinity_check.py says whether pinning holds there
 #   bench/gpu/run.sh all            the six above but tune and fleet, in that order
@@ -156,6 +157,7 @@ fleet() {
   PATH=/tmp/deps/usr/bin:$PATH PYTHONPATH=/tmp/deps/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH} \
     KILND=$PWD/$build/server/kilnd "$py" bench/fleet_tune_bench.py --hosts "${FLEET_HOSTS:-3}" \
     --cores-per-host "${FLEET_CORES:-4}" --n "${FLEET_N:-256}" --trials "${FLEET_TRIALS:-256}" \
+    ${FLEET_BATCH:+--batch "$FLEET_BATCH"} \
     --out "$OUT/fleet.md" 2>&1 | tee -a "$OUT/fleet.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 }
