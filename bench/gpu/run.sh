@@ -52,6 +52,10 @@ export KILN_DEVICE_LIBS=/tmp/deps/usr/lib/x86_64-linux-gnu/amdgcn/bitcode
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 rc=0
 lean() {
+  if [ -e .gpu/conformance ] && [ "$1" != conformance ]; then
+    echo "$1: not staged (bench/gpu/stage.sh --conformance stages the conformance suite only)" | tee "$OUT/$1.log"
+    return 0
+  fi
   if [ -e .gpu/lean ]; then
     echo "$1: not staged (bench/gpu/stage.sh --lean leaves the C binaries out)" | tee "$OUT/$1.log"
     return 0

@@ -10,14 +10,20 @@
 #                                 criterion's libgit2 chain), and without the packages the
 #                                 Ubuntu host has itself (gnutls and what it loads); .gpu/lean
 #                                 tells run.sh, whose C steps then say they are not staged
+#   bench/gpu/stage.sh --conformance  for run.sh's conformance step only: the conformance suite
+#                                 and its kernels, without kilnd, its workers and LLVM (the
+#                                 suite loads none of them), so that it fits the 64 MiB beside
+#                                 the working tree; .gpu/conformance tells run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
 lean=0
+conf=0
 case "${1:-}" in
   --lean) lean=1 ;;
+  --conformance) conf=1 ;;
   "") ;;
-  *) echo "usage: bench/gpu/stage.sh [--lean]" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu/stage.sh [--lean|--conformance]" >&2; exit 2 ;;
 esac
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> "$(git rev-parse --git-common-dir)/info/exclude"
 rm -rf .gpu && mkdir -p .gpu/debs
@@ -25,7 +31,9 @@ bins=(
   "$build/server/kilnd" "$build/device/worker/kiln-device-worker"
   "$build/compiler/worker/kiln-compile-worker" "$build/clients/c/kiln"
 )
-if [ $lean = 0 ]; then
+if [ $conf = 1 ]; then
+  bins=("$build/tests/device/test_device_conformance")
+elif [ $lean = 0 ]; then
   bins+=(
     "$build/tests/device/test_device_conformance" "$build/tests/server/test_compile"
     "$build/tests/server/test_te_server" "$build/bench/kiln-device-bench"
@@ -40,11 +48,15 @@ if [ $lean = 1 ]; then
   pkgs=$(echo "$pkgs" | grep -vE '^(libgnutls30|libnettle8|libhogweed6|libgmp10|libunistring2|libidn2-0|libp11-kit0|libtasn1-6|libgit2-.*)$' || true)
   touch .gpu/lean
 fi
-# libLLVM.so.22.1 resolves through llvm-22-dev's symlink to libllvm22's file.
-pkgs="$pkgs libllvm22"
-# The AMD device libraries (ocml/ockl bitcode): the GPU cases (test_conv_gpu.py in the graph
-# step too) also compile for gfx942 there.
-pkgs="$pkgs rocm-device-libs"
+if [ $conf = 1 ]; then
+  touch .gpu/conformance
+else
+  # libLLVM.so.22.1 resolves through llvm-22-dev's symlink to libllvm22's file.
+  pkgs="$pkgs libllvm22"
+  # The AMD device libraries (ocml/ockl bitcode): the GPU cases (test_conv_gpu.py in the graph
+  # step too) also compile for gfx942 there.
+  pkgs="$pkgs rocm-device-libs"
+fi
 (cd .gpu/debs && apt-get download $pkgs >/dev/null)
 # The binaries, the test kernels' artifacts and the Python client, with their paths.
 karts=()
