@@ -78,6 +78,19 @@ void *kiln_reader_steal(kiln_reader_t *r) {
   return h;
 }
 
+void *kiln_reader_take(kiln_reader_t *r, size_t max_move, size_t *out_cap) {
+  if (!r->last_in_own || r->handle || !r->buf || r->cap <= r->min_cap * 4) return NULL;
+  size_t pending = r->len - r->start;
+  if (pending > max_move) return NULL;
+  uint8_t *p = NULL;
+  if (pending && !(p = malloc(KILN_MAX(r->min_cap, pending)))) return NULL;
+  uint8_t *old = r->buf;
+  *out_cap = r->cap;
+  move_pending(r, p, p ? KILN_MAX(r->min_cap, pending) : 0, NULL);
+  r->last_in_own = false;
+  return old;
+}
+
 kiln_status_t kiln_reader_error(const kiln_reader_t *r) { return r->error; }
 bool kiln_reader_partial(const kiln_reader_t *r) { return r->len > r->start; }
 
@@ -96,6 +109,7 @@ void *kiln_reader_space(kiln_reader_t *r, size_t *out_len) {
   *out_len = 0;
   if (r->error) return NULL;
   r->last_in_handle = false;
+  r->last_in_own = false;
   size_t pending = r->len - r->start;
   /* A large message is done and nothing of the next one needs the big buffer: give the
    * memory back, so that one 256 MiB upload does not pin 256 MiB per connection. */
@@ -301,6 +315,7 @@ kiln_frame_result_t kiln_reader_next(kiln_reader_t *r, const uint8_t **out_msg, 
       *out_msg = r->buf + r->start;
       *out_len = r->scan - r->start;
       r->last_in_handle = r->handle != NULL;
+      r->last_in_own = r->handle == NULL;
       r->start = r->scan;
       r->need = 0;
       if (r->start == r->len) r->start = r->len = r->scan = 0;

@@ -73,6 +73,7 @@ typedef struct kiln_reader {
   kiln_reader_alloc_t alloc; /* alloc_cb NULL: none */
   void *handle;              /* non-NULL while buf came from alloc.alloc_cb */
   bool last_in_handle;       /* the message last returned lies in that buffer */
+  bool last_in_own;          /* ... in the reader's own buffer, not taken yet */
 } kiln_reader_t;
 
 void kiln_reader_init(kiln_reader_t *r, const kiln_limits_t *limits, size_t initial_cap);
@@ -93,6 +94,14 @@ kiln_frame_result_t kiln_reader_next(kiln_reader_t *r, const uint8_t **out_msg, 
  * and scanning goes on). Returns NULL, changing nothing, when that message is in the
  * reader's own buffer, after kiln_reader_space, or when memory runs out. */
 void *kiln_reader_steal(kiln_reader_t *r);
+/* Takes the reader's own (malloc'd) buffer holding the message last returned by
+ * kiln_reader_next, when it is one the reader gives back anyway (larger than 4 times its
+ * initial capacity: space() frees it once no bytes are pending) and at most `max_move` bytes
+ * received after the message have to move to a buffer of the reader's own: returns the
+ * buffer (the caller free()s it; its size in *out_cap) and the message stays where it is.
+ * Returns NULL, changing nothing, otherwise: a small buffer, one from the allocator
+ * (kiln_reader_steal's), after kiln_reader_space, more pending bytes, out of memory. */
+void *kiln_reader_take(kiln_reader_t *r, size_t max_move, size_t *out_cap);
 /* Why the stream is unusable (borrowed), or NULL. */
 KILN_MUST_USE kiln_status_t kiln_reader_error(const kiln_reader_t *r);
 /* True while part of a message is buffered (for partial-message timeouts). */

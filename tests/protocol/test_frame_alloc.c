@@ -110,6 +110,22 @@ static bytes_t mixed_stream(bytes_t *parts, size_t *out_count) {
   return bytes_concat(parts, k);
 }
 
+/* Receives the next piece of `all` (from *off, as `chunk` cuts it) into the reader. */
+static void feed_chunk(kiln_reader_t *r, const bytes_t *all, size_t *off, chunker_fn chunk,
+                       void *ctx) {
+  size_t space = 0, cap = 0;
+  uint8_t *dst = kiln_reader_space(r, &space);
+  cr_assert(dst && space > 0, "no space: %s", kiln_status_message(kiln_reader_error(r)));
+  cr_assert_null(kiln_reader_steal(r), "nothing to steal right after space()");
+  cr_assert_null(kiln_reader_take(r, SIZE_MAX, &cap), "nothing to take right after space()");
+  size_t k = chunk(ctx, all->n - *off);
+  if (k > all->n - *off) k = all->n - *off;
+  if (k > space) k = space;
+  memcpy(dst, all->p + *off, k);
+  kiln_reader_commit(r, k);
+  *off += k;
+}
+
 /* Feeds `all` in chunks; every message that comes out is compared with the next expected
  * one, and stolen when `steal` says so (and possible). Returns messages seen. */
 static size_t feed_stealing(kiln_reader_t *r, talloc_t *a, const bytes_t *all,
@@ -117,16 +133,7 @@ static size_t feed_stealing(kiln_reader_t *r, talloc_t *a, const bytes_t *all,
                             bool steal) {
   size_t off = 0, seen = 0;
   while (off < all->n) {
-    size_t space = 0;
-    uint8_t *dst = kiln_reader_space(r, &space);
-    cr_assert(dst && space > 0, "no space: %s", kiln_status_message(kiln_reader_error(r)));
-    cr_assert_null(kiln_reader_steal(r), "nothing to steal right after space()");
-    size_t k = chunk(ctx, all->n - off);
-    if (k > all->n - off) k = all->n - off;
-    if (k > space) k = space;
-    memcpy(dst, all->p + off, k);
-    kiln_reader_commit(r, k);
-    off += k;
+    feed_chunk(r, all, &off, chunk, ctx);
     const uint8_t *m;
     size_t len;
     kiln_frame_result_t res;
@@ -268,4 +275,121 @@ Test(frame_alloc, deinit_mid_message_gives_the_buffer_back) {
   cr_assert_eq(a->frees, a->count);
   talloc_check_free(a);
   bytes_free(&m);
+}
+
+/* kiln_reader_take: the reader's own buffer of a large message, taken whole, in any split,
+ * with or without an allocator, for any bound on the bytes that move. A taken buffer keeps
+ * its message byte for byte while the reader goes on (checked after the whole stream), only
+ * a buffer the reader would free anyway is taken (a small message may lie in one, behind a
+ * large one), never one of the allocator's, and never twice. */
+typedef struct taken {
+  uint8_t *buf;
+  size_t cap;
+  const uint8_t *msg;
+  size_t index;
+} taken_t;
+
+static size_t feed_taking(kiln_reader_t *r, const bytes_t *all, const bytes_t *expect,
+                          size_t nexpect, chunker_fn chunk, void *ctx, size_t max_move,
+                          taken_t *took, size_t *ntook) {
+  size_t off = 0, seen = 0, cap = 0;
+  *ntook = 0;
+  while (off < all->n) {
+    feed_chunk(r, all, &off, chunk, ctx);
+    const uint8_t *m;
+    size_t len;
+    kiln_frame_result_t res;
+    while ((res = kiln_reader_next(r, &m, &len)) == KILN_FRAME_MESSAGE) {
+      cr_assert_lt(seen, nexpect);
+      cr_assert_arr_eq(m, expect[seen].p, len, "message %zu", seen);
+      uint8_t *b = kiln_reader_take(r, max_move, &cap);
+      if (b) {
+        cr_assert(m >= b && m + len <= b + cap, "the message is not in the taken buffer");
+        cr_assert_gt(cap, 4 * 64 * 1024, "a small buffer of %zu bytes was taken", cap);
+        cr_assert_null(kiln_reader_take(r, SIZE_MAX, &cap), "taken twice");
+        cr_assert_null(kiln_reader_steal(r), "taken, then stolen");
+        took[(*ntook)++] = (taken_t){.buf = b, .cap = cap, .msg = m, .index = seen};
+      }
+      seen++;
+    }
+    cr_assert_eq(res, KILN_FRAME_NEED_MORE, "%s", kiln_status_message(kiln_reader_error(r)));
+  }
+  return seen;
+}
+
+static void run_taking(chunker_fn chunk, void *ctx, size_t max_move, bool with_alloc,
+                       size_t *out_took) {
+  /* Large messages between the allocator's threshold (when there is one) and the reader's
+   * own buffers, small ones around them. */
+  bytes_t parts[8];
+  size_t n = 0;
+  parts[n++] = write_msg(1, 10, false);
+  parts[n++] = write_msg(2, 300 * 1024, false);
+  parts[n++] = write_msg(3, 5, false);
+  parts[n++] = write_msg(4, 400 * 1024, true);
+  parts[n++] = write_msg(5, 600 * 1024, false);
+  parts[n++] = write_msg(6, 100, true);
+  parts[n++] = write_msg(7, 70 * 1024, false);
+  bytes_t all = bytes_concat(parts, n);
+  talloc_t *a = talloc_new();
+  a->decline = !with_alloc;
+  kiln_reader_t r;
+  if (with_alloc) {
+    kiln_limits_t lim;
+    kiln_limits_default(&lim);
+    kiln_reader_init(&r, &lim, 0);
+    kiln_reader_alloc_t al = {.threshold = 500 * 1024, .alloc_cb = t_alloc, .free_cb = t_free,
+                              .user = a};
+    kiln_reader_set_alloc(&r, &al);
+  } else {
+    reader_with(&r, a);
+  }
+  taken_t took[8];
+  size_t ntook = 0;
+  cr_assert_eq(feed_taking(&r, &all, parts, n, chunk, ctx, max_move, took, &ntook), n);
+  cr_assert_not(kiln_reader_partial(&r));
+  kiln_reader_deinit(&r);
+  for (size_t i = 0; i < ntook; i++) {
+    size_t k = took[i].index;
+    cr_assert_arr_eq(took[i].msg, parts[k].p, parts[k].n, "message %zu after the reader went on", k);
+    free(took[i].buf);
+  }
+  *out_took = ntook;
+  talloc_check_free(a);
+  for (size_t i = 0; i < n; i++) bytes_free(&parts[i]);
+  bytes_free(&all);
+}
+
+Test(frame_alloc, take_own_buffer_whole_stream) {
+  size_t took;
+  run_taking(chunk_whole, NULL, SIZE_MAX, false, &took);
+  run_taking(chunk_whole, NULL, 0, false, &took);
+  run_taking(chunk_whole, NULL, 0, true, &took);
+}
+
+Test(frame_alloc, take_own_buffer_fixed_splits) {
+  size_t took, sizes[] = {4096, 65536, 100000};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    run_taking(chunk_fixed, &sizes[i], SIZE_MAX, false, &took);
+    run_taking(chunk_fixed, &sizes[i], 64 * 1024, false, &took);
+    run_taking(chunk_fixed, &sizes[i], 0, true, &took);
+  }
+}
+
+Test(frame_alloc, take_own_buffer_random_splits) {
+  size_t took, total = 0;
+  for (uint64_t seed = 1; seed <= 30; seed++) {
+    uint64_t rng = seed;
+    run_taking(chunk_random, &rng, seed % 3 == 0 ? 0 : 64 * 1024, seed % 2 == 0, &took);
+    total += took;
+  }
+  cr_assert_gt(total, 0, "no buffer was ever taken");
+}
+
+Test(frame_alloc, take_one_byte_at_a_time) {
+  size_t took;
+  run_taking(chunk_one, NULL, 0, false, &took);
+  cr_assert_eq(took, 3, "one byte per read: every large message ends its buffer");
+  run_taking(chunk_one, NULL, 0, true, &took);
+  cr_assert_eq(took, 2, "the 600 KiB message is in the allocator's buffer");
 }
