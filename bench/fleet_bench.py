@@ -39,21 +39,9 @@ sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 import kiln  # noqa: E402
-from fleet_helpers import Redis, rodata_ir  # noqa: E402
+from fleet_helpers import Redis, rodata_ir, table_ir as big_ir  # noqa: E402
 
 VADD = open(os.path.join(ROOT, "clients", "python", "examples", "vadd.ll")).read()
-
-
-def big_ir(kib, salt):
-    """vadd that also reads a constant table of kib KiB (it lands in the IR text, the
-    assembly and the code object)."""
-    n = kib * 1024 // 4
-    vals = ", ".join("i32 %d" % ((i * 2654435761 + salt) & 0x7fffffff) for i in range(n))
-    return (VADD.replace("%sum = fadd float %a, %b",
-                         "%%tp = getelementptr inbounds [%d x i32], ptr @tbl, i64 0, i64 %%j\n"
-                         "  %%tv = load i32, ptr %%tp, align 4\n  %%tf = sitofp i32 %%tv to float\n"
-                         "  %%s0 = fadd float %%a, %%b\n  %%sum = fadd float %%s0, %%tf" % n)
-            + "\n@tbl = internal constant [%d x i32] [%s]\n" % (n, vals))
 
 
 def pct(xs, p):

@@ -65,8 +65,11 @@ typedef struct job {
   uint64_t key64;
   /* The payload waits in memory while the job is queued and goes into a memfd only when a
    * worker takes it: a queue of thousands of batch items holds no file descriptors. */
-  uint8_t *payload;
+  const uint8_t *payload;
   uint64_t size;
+  void *block; /* what payload lies in, freed with the job: the request's receive buffer
+                  (taken from the reader, no copy) or a copy of the payload alone */
+  kiln_compile_job_t cj; /* encoded into params when the build is queued (a miss) */
   kiln_buf_t params; /* the compile job for the worker (protocol/job_compile.h) */
   waiter_t *waiters;
   struct kiln_compile_state *cs;
@@ -365,7 +368,7 @@ static void resume_deferred(kiln_compile_state_t *cs);
 
 static void job_free(job_t *j) {
   if (j->cs->remote) kiln_remote_abandon(j->cs->remote, j->key); /* a lock still held */
-  free(j->payload);
+  free(j->block);
   kiln_buf_deinit(&j->params);
   free(j);
 }
@@ -485,7 +488,8 @@ static void schedule(kiln_compile_state_t *cs) {
     if (!st) {
       memcpy(map, j->payload, j->size);
       kiln_shm_unmap(map, j->size);
-      free(j->payload);
+      free(j->block);
+      j->block = NULL;
       j->payload = NULL;
       /* kiln_worker_call closes fd */
       st = kiln_worker_call_fds(sl->worker, kiln_job_name(KILN_JOB_COMPILE), &j->params, &fd, 1,
@@ -532,6 +536,40 @@ static void build_key(const kiln_compile_state_t *cs, const build_t *b, uint8_t 
   kiln_build_key(&in, out);
 }
 
+/* A miss everywhere: job j's compile job, encoded now, into the queue for a worker. */
+static kiln_status_t job_enqueue(kiln_compile_state_t *cs, job_t *j) {
+  kiln_packer_t pk;
+  kiln_packer_init(&pk, &j->params);
+  kiln_compile_job_encode(&pk.pk, &j->cj);
+  KILN_RETURN_IF_ERROR(kiln_packer_status(&pk));
+  return kiln_cq_push(&cs->queue, &j->q);
+}
+
+/* Bytes received after a `compile` message that may move so that its buffer can be taken:
+ * the start of the next message, not a second large one. */
+#define TAKE_MOVE_MAX (64u << 10)
+
+/* Makes job j's payload outlive the request (the reader reuses or frees the message's
+ * buffer once the handler returns): the buffer itself when `from`, the reader of a `compile`
+ * request, lets it be taken (a large message: no copy, no fresh pages, and a remote hit
+ * frees it untouched), else a copy of the payload. */
+static kiln_status_t job_hold_payload(job_t *j, const build_t *b, kiln_reader_t *from) {
+  size_t cap = 0;
+  uint8_t *got = from ? kiln_reader_take(from, TAKE_MOVE_MAX, &cap) : NULL;
+  const uint8_t *p = b->payload;
+  j->size = b->size;
+  bool taken = got && p >= got && b->size <= cap && (size_t)(p - got) <= cap - b->size;
+  uint8_t *copy = taken ? NULL : malloc(b->size ? b->size : 1);
+  if (copy) memcpy(copy, p, b->size);
+  if (!taken) free(got); /* after the copy: the payload may lie in it */
+  if (!taken && !copy) return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
+  j->block = taken ? got : copy;
+  j->payload = taken ? p : copy;
+  KILN_LOG_DEBUG("compile_payload", "module=%.16s bytes=%llu taken=%d", j->hex,
+                 (unsigned long long)b->size, (int)taken);
+  return KILN_OK;
+}
+
 /* The remote tier's answer for job j: the artifact's bytes (a hit: they go into the cache
  * like a compile's, and every waiter is answered cached), or NULL: the build runs here. */
 static void on_remote(void *arg, const uint8_t *bytes, size_t len, void *block) {
@@ -564,7 +602,7 @@ static void on_remote(void *arg, const uint8_t *bytes, size_t len, void *block) 
     resume_deferred(cs);
     return;
   }
-  kiln_status_t st = kiln_cq_push(&cs->queue, &j->q);
+  kiln_status_t st = job_enqueue(cs, j);
   if (st) {
     job_finish(cs, j, NULL, 0, st);
     resume_deferred(cs);
@@ -573,8 +611,11 @@ static void on_remote(void *arg, const uint8_t *bytes, size_t len, void *block) 
   schedule(cs);
 }
 
-/* Starts (or joins, or answers from the cache) one build for waiter `w`. */
-static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio, waiter_t *w) {
+/* Starts (or joins, or answers from the cache) one build for waiter `w`. `from`: the reader
+ * that received the request, when its message holds this build alone (a `compile`), else
+ * NULL; a new job may take its buffer (b borrows it: read b before job_hold_payload). */
+static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio, waiter_t *w,
+                            kiln_reader_t *from) {
   kiln_tenant_t *t = w->tenant;
   /* A prebuilt cpu shared object is native code nobody checked (the compiler vets what it
    * builds itself): only where the operator said so, and then it runs confined. */
@@ -617,24 +658,13 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   j->key64 = key64(key);
   j->q.prio = prio;
   j->q.owner = t; /* whose FIFO it waits in: the tenant that submitted it first */
-  j->payload = malloc(b->size ? b->size : 1);
-  if (!j->payload) {
-    free(j);
-    t->compiles--;
-    return KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  memcpy(j->payload, b->payload, b->size);
-  j->size = b->size;
   kiln_buf_init(&j->params);
-  kiln_packer_t pk;
-  kiln_packer_init(&pk, &j->params);
-  kiln_status_t st;
-  kiln_compile_job_t cj = {.kind = b->kind, .opt_level = (uint32_t)b->opt_level,
-                           .max_block = (uint32_t)b->max_block, .fast_math = b->fast_math,
-                           .size = b->size};
-  snprintf(cj.target, sizeof(cj.target), "%s", b->target);
-  kiln_compile_job_encode(&pk.pk, &cj);
-  st = kiln_packer_status(&pk);
+  j->cj = (kiln_compile_job_t){.kind = b->kind, .opt_level = (uint32_t)b->opt_level,
+                               .max_block = (uint32_t)b->max_block, .fast_math = b->fast_math,
+                               .size = b->size};
+  snprintf(j->cj.target, sizeof(j->cj.target), "%s", b->target);
+  /* Last use of b: the request's buffer may be the job's from here on. */
+  kiln_status_t st = job_hold_payload(j, b, from);
   if (!st) st = kiln_map_put(&cs->inflight, j->key64, j);
   if (st) {
     job_free(j);
@@ -643,10 +673,11 @@ static kiln_status_t submit(kiln_compile_state_t *cs, const build_t *b, int prio
   }
   w->next = NULL;
   j->waiters = w;
-  /* Memory and disk missed: the fleet's tier next; on_remote queues the build on a miss. */
+  /* Memory and disk missed: the fleet's tier next; on_remote queues the build on a miss.
+   * The compile job is encoded only then: a remote hit never needs it. */
   if (cs->remote && (j->remote_pending = kiln_remote_get(cs->remote, key, on_remote, j)))
     return KILN_OK;
-  st = kiln_cq_push(&cs->queue, &j->q);
+  st = job_enqueue(cs, j);
   if (st) {
     kiln_map_remove(&cs->inflight, j->key64);
     job_free(j);
@@ -666,7 +697,7 @@ kiln_status_t kiln_method_compile(kiln_call_t *call) {
   w->req = call->req;
   w->tenant = call->conn->tenant;
   call->async = true; /* the waiter answers, now (cache hit) or later */
-  kiln_status_t st = submit(cs, &b, PRIO_INTERACTIVE, w);
+  kiln_status_t st = submit(cs, &b, PRIO_INTERACTIVE, w, &call->conn->reader);
   if (st) {
     call->async = false;
     free(w);
@@ -711,7 +742,7 @@ static void batch_submit(kiln_compile_state_t *cs, batch_t *bt, uint32_t index,
   w->index = index;
   w->tenant = w->on_stack ? NULL : bt->tenant;
   if (!st && w == &stack_w) st = KILN_STATUS(KILN_E_RESOURCE_EXHAUSTED, "out of memory");
-  if (!st) st = submit(cs, b, PRIO_BATCH, w);
+  if (!st) st = submit(cs, b, PRIO_BATCH, w, NULL); /* items share one message */
   if (st) {
     w->tenant = NULL; /* submit took no quota when it failed */
     waiter_finish(cs, w, NULL, false, 0, st);
@@ -878,7 +909,7 @@ kiln_status_t kiln_compile_submit(kiln_server_t *s, kiln_tenant_t *t, const msgp
   w->tenant = t;
   w->done = done;
   w->done_ctx = ctx;
-  kiln_status_t st = submit(state(s), &b, PRIO_BATCH, w);
+  kiln_status_t st = submit(state(s), &b, PRIO_BATCH, w, NULL);
   if (st) free(w);
   return st;
 }

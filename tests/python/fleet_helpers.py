@@ -35,6 +35,25 @@ def rodata_ir(kib, salt):
             + "\n@tbl = internal constant [%d x i32] zeroinitializer, align 64\n; table %s\n" % (n, salt))
 
 
+def table_ir(kib, salt):
+    """vadd that also reads a constant table of kib KiB of varied values (salt changes them):
+    the table lands in the IR text, so the request is about 4 times kib KiB (210: 0.8 MB), and
+    in the assembly and the code object (210: an artifact of about 1 MiB)."""
+    n = kib * 1024 // 4
+    vals = ", ".join("i32 %d" % ((i * 2654435761 + salt) & 0x7fffffff) for i in range(n))
+    return (VADD.replace("%sum = fadd float %a, %b",
+                         "%%tp = getelementptr inbounds [%d x i32], ptr @tbl, i64 0, i64 %%j\n"
+                         "  %%tv = load i32, ptr %%tp, align 4\n  %%tf = sitofp i32 %%tv to float\n"
+                         "  %%s0 = fadd float %%a, %%b\n  %%sum = fadd float %%s0, %%tf" % n)
+            + "\n@tbl = internal constant [%d x i32] [%s]\n" % (n, vals))
+
+
+def table_values(kib, salt):
+    """The table of table_ir(kib, salt), as the kernel reads it."""
+    n = kib * 1024 // 4
+    return [(i * 2654435761 + salt) & 0x7fffffff for i in range(n)]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,6 +6,7 @@ its compile workers ran; cache_remote: the tier's counters) and its log."""
 
 import contextlib
 import os
+import re
 import socket
 import threading
 import time
@@ -15,7 +16,7 @@ import pytest
 
 import kiln
 from conftest import ROOT
-from fleet_helpers import kilnds, fleet_secret, kilnd_args, redis_server, remote_stats, rodata_ir, wait_until  # noqa: F401,E501
+from fleet_helpers import kilnds, fleet_secret, kilnd_args, redis_server, remote_stats, rodata_ir, table_ir, table_values, wait_until  # noqa: F401,E501
 
 VADD = open(os.path.join(ROOT, "clients", "python", "examples", "vadd.ll")).read()
 
@@ -75,6 +76,117 @@ def test_a_build_on_one_host_is_a_remote_hit_on_another(kilnds, redis_server, fl
         # B now holds it locally: the next look-up never reaches Redis
         assert sb.compile(src, target="cpu").cached is True
         assert remote_stats(sb)["hits"] == 1
+
+
+def payloads_taken(d):
+    """How many `compile` payloads kilnd d kept in the request's own receive buffer (taken=1)
+    and how many it copied (taken=0), from its debug log."""
+    got = re.findall(r"event=compile_payload .*taken=(\d)", d.log())
+    return got.count("1"), got.count("0")
+
+
+def runs_with_table(sess, m, kib, salt):
+    """Runs m's myadd on sess's cpu: the table's values are added in."""
+    dev = sess.cpu(0)
+    x = np.arange(64, dtype=np.float32)
+    ta, tb, tc = kiln.nd.array(x, dev), kiln.nd.array(2 * x, dev), kiln.nd.empty((64,), "float32", dev)
+    m["myadd"](ta, tb, tc, 64, grid=(1, 1, 1), block=(64, 1, 1))
+    want = (x + 2 * x) + np.array(table_values(kib, salt)[:64], dtype=np.int32).astype(np.float32)
+    assert np.array_equal(tc.numpy(), want)
+
+
+def test_a_large_request_is_a_remote_hit_without_a_compile(kilnds, redis_server, fleet_secret):
+    """`compile` requests carrying 0.8 MB of IR: kilnd keeps the payload in the request's own
+    receive buffer (no copy) while it asks Redis. A remote miss (host A) compiles from it,
+    correctly; a remote hit (host B) answers the same artifact, byte for byte, and B never
+    runs its compiler."""
+    r = redis_server()
+    a = start(kilnds, r, fleet_secret, "--log-level", "debug")
+    b = start(kilnds, r, fleet_secret, "--log-level", "debug")
+    with kiln.connect(a.url) as sa, kiln.connect(b.url) as sb:
+        wait_up(sa)
+        wait_up(sb)
+        for i in range(3):
+            salt = 7000 + i
+            src = table_ir(210, salt) + "; large %s\n" % os.urandom(8).hex()
+            assert len(src) > 800_000
+            ma = sa.compile(src, target="cpu")
+            assert ma.cached is False
+            wait_puts(sa, i + 1)
+            mb = sb.compile(src, target="cpu")
+            assert mb.cached is True and mb.id == ma.id
+            assert mb.get_source("so") == ma.get_source("so")
+            assert mb.get_source("llvm") == ma.get_source("llvm")
+            runs_with_table(sa, ma, 210, salt)
+            runs_with_table(sb, mb, 210, salt)
+        assert compiles(sa) == 3 and compiles(sb) == 0, (sa.stats()["compile"], sb.stats()["compile"])
+        assert remote_stats(sb)["hits"] == 3 and remote_stats(sa)["misses"] == 3
+        # a small request's payload is copied: its buffer is one the reader keeps
+        assert sb.compile(ir("small"), target="cpu").cached is False
+    assert payloads_taken(a) == (3, 0), payloads_taken(a)
+    assert payloads_taken(b) == (3, 1), payloads_taken(b)
+
+
+def test_redis_gone_with_large_requests_waiting_on_it(kilnds, redis_server, fleet_secret):
+    """Redis stopped (SIGSTOP) with large requests' look-ups sent to it, then killed: the
+    look-ups end as misses, every request is compiled here from the payload its job kept,
+    and nothing is lost or answered twice."""
+    r = redis_server()
+    a = start(kilnds, r, fleet_secret, "--cache-remote-timeout", "30", "--log-level", "debug")
+    with kiln.connect(a.url) as sa:
+        wait_up(sa)
+        salts = [7100 + i for i in range(4)]
+        srcs = [table_ir(210, s) + "; gone %s\n" % os.urandom(8).hex() for s in salts]
+        r.stop_process()
+        futs = [sa.compile_async(src, target="cpu") for src in srcs]
+        # stats is answered after the compiles were read: their look-ups wait on Redis
+        st = sa.stats()
+        assert st["compile"]["compiles"] == 0 and st["cache_remote"]["misses"] == 0, st
+        r.kill()  # SIGKILL while stopped: the connection goes with the look-ups in it
+        ms = [f.result(timeout=60) for f in futs]
+        assert all(m.cached is False for m in ms)
+        assert compiles(sa) == 4
+        for src, salt, m in zip(srcs, salts, ms):
+            again = sa.compile(src, target="cpu")
+            assert again.cached is True and again.id == m.id
+            runs_with_table(sa, m, 210, salt)
+        assert compiles(sa) == 4
+    # each held as its own receive buffer or, where the pipelined requests shared a read, a copy
+    assert sum(payloads_taken(a)) == 4, payloads_taken(a)
+
+
+def test_a_large_request_cancelled_while_its_look_up_waits(kilnds, redis_server, fleet_secret):
+    """A large `compile` whose look-up waits behind another host's lock is cancelled: cancel
+    drops queued work only, and a job asking Redis is not queued, so kilnd drops nothing (as
+    before this change); an identical request joins it. When the lock goes, the build runs
+    here once, from the cancelled request's buffer, and answers the other request."""
+    r = redis_server()
+    salt = 7200
+    src = table_ir(210, salt) + "; cancel %s\n" % os.urandom(8).hex()
+    probe = start(kilnds, r, fleet_secret, "--cache-remote", "unix:/nonexistent/redis.sock")
+    with kiln.connect(probe.url) as sp:  # learns the key (the module id) without Redis
+        key = sp.compile(src, target="cpu").id
+    rc = r.client()
+    rc.set("kiln:lock:" + key, b"another-host", px=600000)
+    b = start(kilnds, r, fleet_secret, "--log-level", "debug")
+    with kiln.connect(b.url) as sb, kiln.connect(b.url) as sc:
+        wait_up(sb)
+        f = sb.compile_async(src, target="cpu")
+        assert wait_until(lambda: remote_stats(sb)["lock_waits"] == 1), remote_stats(sb)
+        assert f.cancel() and f.cancelled()
+        g = sc.compile_async(src, target="cpu")
+        st = sb.stats()  # after the cancel: the connection's requests are taken in order
+        assert st["compile"]["cancelled"] == 0 and st["compile"]["compiles"] == 0, st["compile"]
+        assert wait_until(lambda: sc.stats()["compile"]["single_flight_joins"] == 1)
+        rc.delete("kiln:lock:" + key)
+        m = g.result(timeout=60)
+        assert m.id == key and m.cached is False
+        sb.sync()  # the cancelled request's late answer came, and was dropped
+        st = sb.stats()["compile"]
+        assert st["compiles"] == 1 and st["cancelled"] == 0, st
+        assert sb.compile(src, target="cpu").cached is True
+        runs_with_table(sc, m, 210, salt)
+    assert payloads_taken(b) == (1, 0), payloads_taken(b)
 
 
 def test_large_hits_are_read_into_the_spare_byte_for_byte(kilnds, redis_server, fleet_secret):
