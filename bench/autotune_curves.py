@@ -4,7 +4,7 @@ random's best-after-N trials in at most half the trials, on the matmul and conv2
 
     /usr/bin/python3 bench/autotune_curves.py [--kilnd build/server/kilnd] [--seeds 3]
         [--ops matmul,conv2d] [--trials 80] [--conv-trials 40] [--n 1024] [--pin KERNEL,COMPILE]
-        [--out FILE]
+        [--device cpu:0] [--out FILE] [--records FILE.jsonl]
 
 One kilnd (with --pin, cpu:0 on core KERNEL and the compile workers on COMPILE, so that the
 measurements are not disturbed by the compiles and kiln.autotune pipelines). For each op and
@@ -13,11 +13,15 @@ and fresh records (the default knobs first, as every tune does). A single run sa
 the random tuner's best after N is itself the luckiest of N draws, and trial times scatter
 with the machine's load. So each seed's pair is reported (the trial at which the model first
 reached random's best after N, and whether that is within N / 2), and the median over the
-seeds of each tuner's best-after-n curve.
+seeds of each tuner's best-after-n curve, and whether the model's median curve at N / 2
+reaches random's at N. ``--records`` keeps every trial (one JSON line, "run" =
+"<op>-<tuner>-<seed>": what bench/autotune_curves_analysis.py reads). ``--device cuda:0``
+runs the same on a GPU (bench/gpu/run.sh curves).
 """
 
 import argparse
 import datetime
+import json
 import os
 import statistics
 import sys
@@ -47,7 +51,9 @@ def main():
     ap.add_argument("--trials", type=int, default=80)
     ap.add_argument("--conv-trials", type=int, default=40)
     ap.add_argument("--pin", default=None, help="KERNEL,COMPILE cores")
+    ap.add_argument("--device", default="cpu:0")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--records", default=None, help="every trial, one JSON line each")
     a = ap.parse_args()
     if not at.have_sklearn():
         sys.exit("autotune_curves: scikit-learn is not installed (Debian: python3-sklearn); "
@@ -70,19 +76,23 @@ def main():
     results = {}
     try:
         s = kiln.connect(d.urls[0])
-        dev = s.cpu(0)
+        dev = s.device(a.device)
         for op in a.ops.split(","):
             shapes, trials = tasks[op]
             for seed in range(a.seeds):
                 for tuner in ("model", "random"):
                     recs, wall = tune_once(s, dev, op, shapes, tuner, trials, seed, tmp)
                     results[(op, seed, tuner)] = (recs, wall)
+                    if a.records:
+                        with open(a.records, "a") as f:
+                            for x in recs:
+                                f.write(json.dumps(dict(x, run="%s-%s-%d" % (op, tuner, seed)), sort_keys=True) + "\n")
                     print("%s seed %d %s: %d trials in %.0f s" % (op, seed, tuner, len(recs), wall),
                           file=sys.stderr, flush=True)
         s.close()
     finally:
         d.stop()
-    out("## Model against random over %d seeds, %s, cpu:0, kiln %s" % (a.seeds, t_start, commit()))
+    out("## Model against random over %d seeds, %s, %s, kiln %s" % (a.seeds, t_start, a.device, commit()))
     out()
     out("`/usr/bin/python3 bench/autotune_curves.py %s` — load average %s at the start, %s at the end. "
         "%s; each seed: the model tuner, then the random tuner, fresh records." % (
@@ -90,7 +100,8 @@ def main():
             "kilnd `--pin cpu:0=%s --pin compile=%s`" % tuple(a.pin.split(",")) if a.pin else "kilnd unpinned"))
     for op in a.ops.split(","):
         shapes, trials = tasks[op]
-        marks = [n for n in (4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 120, 160) if n <= trials]
+        marks = sorted({n for n in (4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 120, 160) if n <= trials}
+                       | {trials // 2, trials})
         out()
         out("### %s %s, %d trials a run" % (op, "x".join(map(str, shapes)), trials))
         out()
@@ -120,8 +131,12 @@ def main():
         for t in ("model", "random"):
             out("| %s | " % t + " | ".join("%.1f" % statistics.median(c[n] for c in curves[t]) for n in marks) + " |")
         out()
-        out("The model reached random's best-after-%d within %d trials in **%d of %d** seeds." % (
-            trials, trials // 2, within, a.seeds))
+        mh = statistics.median(c[max(n for n in marks if n <= trials // 2)] for c in curves["model"])
+        rn = statistics.median(c[marks[-1]] for c in curves["random"])
+        out("The model reached random's best-after-%d within %d trials in **%d of %d** seeds; its median "
+            "curve after %d trials, %.1f GFLOP/s, is %s random's after %d, %.1f (%.0f%%)." % (
+                trials, trials // 2, within, a.seeds, max(n for n in marks if n <= trials // 2), mh,
+                "**at or above**" if mh >= rn else "**below**", trials, rn, 100.0 * mh / rn))
     if a.out:
         with open(a.out, "a") as f:
             f.write("\n".join(lines) + "\n")

@@ -15,6 +15,10 @@
 #                                   (bench/gpu/gemm_vthread.json: the vthread / min_blocks knobs
 #                                   beside the old best, ordered by what ptxas -v predicts;
 #                                   bench/gpu/gemm_kmajor.json: k-major A tiles, k_major)
+#   bench/gpu/run.sh curves         bench/autotune_curves.py on cuda:0: the model tuner against the
+#                                   random tuner over CURVES_SEEDS (5) seeds of CURVES_TRIALS (120)
+#                                   trials, SGEMM CURVES_N (2048), to $OUT/curves.md and the
+#                                   records to $OUT/curves_records.jsonl(.xz)
 #   bench/gpu/run.sh graph          the graph server tests and the conv GPU schedules' tests on
 #                                   cuda:0, then ResNet-50 and EfficientNet-Lite0 (payloads
 #                                   staged by stage.sh, weights made here from a seed) timed by
@@ -105,6 +109,15 @@ tune() {
     --out "$OUT" > "$OUT/tune_gemm.log" 2>&1
   [ $? -eq 0 ] || rc=1
 }
+curves() {
+  # the model tuner against the random tuner on the GPU matmul space, CURVES_SEEDS seeds of
+  # CURVES_TRIALS trials each at n CURVES_N (bench/autotune_curves.py --device cuda:0)
+  python3 bench/autotune_curves.py --kilnd "$PWD/$build/server/kilnd" --device cuda:0 --ops matmul \
+    --n "${CURVES_N:-2048}" --seeds "${CURVES_SEEDS:-5}" --trials "${CURVES_TRIALS:-120}" \
+    --out "$OUT/curves.md" --records "$OUT/curves_records.jsonl" > "$OUT/curves.log" 2>&1
+  [ $? -eq 0 ] || rc=1
+  xz -9 -k "$OUT/curves_records.jsonl" 2>/dev/null || true
+}
 graph() {
   local gdev=${GRAPH_DEVICE:-cuda:0} gargs=${GRAPH_ARGS:-}
   if ! python3 -c 'import numpy, msgpack, pytest' 2>/dev/null; then
@@ -172,6 +185,7 @@ case "${1:-all}" in
   python) python ;;
   tls) tls ;;
   tune) tune ;;
+  curves) curves ;;
   graph) graph ;;
   graphprof) graphprof ;;
   fleet) fleet ;;

@@ -4,6 +4,7 @@ model tuner, apply(), the CLI."""
 
 import json
 import os
+import random
 
 import numpy as np
 import pytest
@@ -231,6 +232,48 @@ def test_pinned_cpu_device_apart_from_the_compile_workers_pipelines(fresh_daemon
             assert res["ok"] is False and res["stage"] == "compile", res
         else:
             assert res["ok"] is True and len(res["times"]) == 2 and res["mean"] > 0, res
+
+
+class WaitingGrid(LoggedGrid):
+    """A grid tuner that asks for results before proposing until it has three."""
+
+    def wants_results(self):
+        return len(self.results) < 3
+
+
+def test_a_tuner_that_wants_results_is_not_pipelined_until_it_has_them(fresh_daemon, tmp_path):
+    # Pinned apart, rounds are pipelined, except while the tuner asks to learn the round in
+    # flight first (the model tuner until it can fit its model): proposing then would be a
+    # guess made without the results it is about to get.
+    a, b = _cores()[:2]
+    d = fresh_daemon("--pin", "cpu:0=%d" % a, "--pin", "compile=%d" % b, listen=["unix:" + str(tmp_path / "k.sock")])
+    with kiln.connect(d.url) as s:
+        dev = s.cpu(0)
+        assert at.shares_compile_cores(dev) is False
+        sp = AlsoFailsToBuild("matmul", "cpu", (32, 32, 16), "float32", topi.space("matmul", "cpu", (1, 1, 1)).limits)
+        sp.knobs = {"bm": [2, 4, 8], "bn": [8, 32], "bk": [4], "order": ["ji"], "unroll_k": [False]}
+        log = []
+        task = at.Task("matmul", (32, 32, 16), "float32", dev, space=sp)
+        r = at.tune(task, s, trials=6, tuner=WaitingGrid(sp, log), records=str(tmp_path / "r.jsonl"), batch=2,
+                    repeat=2, min_repeat_ms=1, lease_s=10, progress=None)
+    # the default, then round 2 proposed from its result; round 3 from rounds 1 and 2 (three
+    # results); round 4 proposed while round 3 is measured
+    assert log == [("update", 1), ("propose", 2), ("update", 2), ("propose", 2), ("propose", 1),
+                   ("update", 2), ("update", 1)], log
+    assert len(r.trials) == 6 and [x["round"] for x in r.trials] == [1, 2, 2, 3, 3, 4]
+
+
+def test_the_model_tuner_wants_results_until_it_can_fit():
+    sp = topi.space("matmul", "cpu", (64, 64, 64))
+    tn = at.ModelTuner(sp, seed=1)
+    rng = random.Random(0)
+    assert tn.wants_results() is (not tn.fallback)
+    cfgs = [sp.sample(rng) for _ in range(tn.min_train)]
+    tn.update([(c, 1.0) for c in cfgs[:-1]])
+    assert tn.wants_results() is (not tn.fallback)
+    tn.update([(cfgs[-1], 1.0)])
+    assert tn.wants_results() is False
+    assert at.RandomTuner(sp).wants_results() is False
 
 
 def test_a_trial_after_a_lost_device_worker_uploads_again(s, dev):

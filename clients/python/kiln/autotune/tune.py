@@ -393,7 +393,9 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
     while this one is measured (the tuner proposes it from the results before this round);
     default: on unless a runner's device is a CPU device whose cores the compile workers
     share (``shares_compile_cores`` in its `devices` entry: false when kilnd pins the device
-    and its compile workers to cores that do not meet). Returns a TuneResult."""
+    and its compile workers to cores that do not meet); a round whose results the tuner asks
+    for first (``wants_results()``: the model tuner, until it has results enough to fit its
+    model) is not overlapped with the next. Returns a TuneResult."""
     if hasattr(runners, "call") or isinstance(runners, Runner) or (
             isinstance(runners, tuple) and len(runners) == 2 and hasattr(runners[0], "call")):
         runners = [runners]  # one session, or one (session, device)
@@ -457,8 +459,8 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
     while cfgs:   # empty: the space is exhausted, or the trials are done
         round_no += 1
         left -= len(cfgs)
-        nxt = ([], [], None)
-        if pipeline and left > 0:
+        nxt = None
+        if pipeline and left > 0 and not _wants_results(tn):
             # the next round compiles while this one is measured (compile workers and the
             # device are different resources; on a CPU device they share the cores unless
             # kilnd pins them apart, so pipeline is off there by default): sent now, behind
@@ -498,13 +500,21 @@ def tune(task, runners, trials=100, tuner="model", records=None, batch=None, num
                 if callback:
                     callback(rec)
         tn.update(done)
-        if pipeline:
+        if nxt is not None:
             cfgs, who, pending = nxt
         else:
             cfgs, who = propose(left) if left > 0 else ([], [])
             pending = start(cfgs) if cfgs else None
     prog.end()
     return TuneResult(task, all_recs, new)
+
+
+def _wants_results(tn):
+    """Whether the tuner asks to learn this round's results before it proposes the next: a
+    pipelined round is proposed from the results before this one, which costs a model that
+    has too few of them yet its first guided rounds (``Tuner.wants_results``)."""
+    fn = getattr(tn, "wants_results", None)
+    return bool(fn()) if fn else False
 
 
 def shares_compile_cores(device):

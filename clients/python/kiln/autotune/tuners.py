@@ -51,6 +51,11 @@ class Tuner:
     def next_batch(self, n):
         raise NotImplementedError
 
+    def wants_results(self):
+        """Whether the next batch should wait for the results of the one being measured
+        (kiln.autotune.tune then does not compile it while this one is measured)."""
+        return False
+
     def _random(self, n, exclude=()):
         out, keys = [], set(self.space.key(c) for c in exclude)
         for _ in range(n * 50):
@@ -119,6 +124,11 @@ class ModelTuner(Tuner):
                              "the model tuner proposes at random\n")
         self._all = None
 
+    def wants_results(self):
+        # until the model can be fitted, a batch proposed without the results in flight is
+        # random: waiting for them starts the guided batches a round earlier
+        return not self.fallback and len(self.results) + len(self.warm) < self.min_train
+
     def _fit(self):
         from sklearn.ensemble import GradientBoostingRegressor
         xs = [self.space.features(c) for c, _ in self.results]
@@ -175,9 +185,12 @@ class ModelTuner(Tuner):
                     self._all = list(self.space.configs())
                 if self._all is not None:
                     cand = [c for c in self._all if self.is_new(c)]
+                    # trees predict in steps: many candidates tie, and ties go to the first
+                    # in order, so the order is shuffled (else grid order biases every batch)
+                    self.rng.shuffle(cand)
                     if cand:
                         pred = self._predict(cand)
-                        order = np.argsort(-pred)[:n_model]
+                        order = np.argsort(-pred, kind="stable")[:n_model]
                         out = [cand[i] for i in order]
                     else:
                         out = []
