@@ -4,6 +4,7 @@ variants of the model tuner do on them offline.
 
     /usr/bin/python3 bench/autotune_curves_analysis.py [RECORDS] [--seeds 20] [--noise 0.08]
         [--variants base,random,thompson,log,shallow,explore25,conv_features]
+        [--space SPACE.jsonl[.xz]] [--no-pipeline]
 
 RECORDS (default bench/results/autotune_curves_records.jsonl.xz): the records of an
 autotune_curves.py run, one JSON line each with "run" = "<op>-<tuner>-<seed>".
@@ -19,6 +20,16 @@ autotune_curves.py run, one JSON line each with "run" = "<op>-<tuner>-<seed>".
    and by the medians, and its best median configuration after N / 2 as a share of the
    measured maximum. Figures of a cut-down space: the tuners see fewer configurations than
    the real one has.
+
+With ``--space`` (records of bench/autotune_space.py: every configuration measured in each
+of several passes), part 2 runs on the whole space instead: each configuration worth the
+median of its passes, a trial's measurement one of its passes' measurements drawn at random
+(the noise this machine made, not a model of it). Rounds are pipelined as kiln.autotune.tune
+pipelines them on a pinned kilnd (the next batch proposed before this one's results are
+learnt, unless the tuner wants them first: Tuner.wants_results); ``--no-pipeline``: every
+batch proposed after the last one's results. Besides the per-seed counts it prints the
+medians over the seeds of each tuner's best after N / 2 and of random's best after N (the
+median curves of bench/autotune_curves.py).
 """
 
 import argparse
@@ -189,37 +200,51 @@ VARIANTS = {
 }
 
 
-def tune(make, space, n, seed, noise, med):
+def tune(make, space, n, seed, noise, med, measured=None, pipeline=False):
+    """One simulated tuning run: the default first, then batches of 8; ``measured``
+    (configuration key -> its measurements) draws a trial's measurement from them, else the
+    median times (1 + N(0, noise)). ``pipeline``: as kiln.autotune.tune on a pinned kilnd."""
     rng = random.Random(seed * 7919 + 1)
     tn = make(space, seed)
-    measure = lambda c: max(0.0, med[key(c)] * (1 + rng.gauss(0, noise)))  # noqa: E731
+    if measured:
+        measure = lambda c: rng.choice(measured[key(c)])  # noqa: E731
+    else:
+        measure = lambda c: max(0.0, med[key(c)] * (1 + rng.gauss(0, noise)))  # noqa: E731
     d = space.default()
     tn.mark(d)
     hist = [(d, measure(d))]
     tn.update(hist[:])
+    ahead = None
     while len(hist) < n:
-        batch = tn.next_batch(min(8, n - len(hist)))
+        batch = ahead if ahead is not None else tn.next_batch(min(8, n - len(hist)))
+        ahead = None
         if not batch:
             break
         res = [(c, measure(c)) for c in batch]
+        if pipeline and len(hist) + len(batch) < n and not tn.wants_results():
+            ahead = tn.next_batch(min(8, n - len(hist) - len(batch)))
         tn.update(res)
         hist += res
     return hist
 
 
-def offline(op, med, variants, seeds, noise):
+def offline(op, med, variants, seeds, noise, measured=None, pipeline=False):
     sp = topi.space(op, "cpu", SHAPES[op])
-    space = CutSpace(sp, med)
+    space = CutSpace(sp, med) if measured is None else sp
     n, top = TRIALS[op], max(med.values())
-    print("%s offline: %d configurations, %d trials, %d seeds, noise %.2f" % (op, len(space), n, seeds, noise))
+    print("%s offline: %d configurations, %d trials, %d seeds, %s%s" % (
+        op, len(space), n, seeds, "noise %.2f" % noise if measured is None else "measurements drawn from the passes",
+        ", pipelined" if pipeline else ""))
     orig = SP.Space.features
     for name in variants:
         SP.Space.features = conv_features(orig) if name == "conv_features" else orig
         noisy = by_median = 0
-        half = []
+        half, m_half, r_all = [], [], []
         for s in range(seeds):
-            rr = tune(VARIANTS["random"], space, n, s, noise, med)
-            hm = tune(VARIANTS[name], space, n, s, noise, med)
+            rr = tune(VARIANTS["random"], space, n, s, noise, med, measured, pipeline)
+            hm = tune(VARIANTS[name], space, n, s, noise, med, measured, pipeline)
+            m_half.append(max(v for _, v in hm[: n // 2]))
+            r_all.append(max(v for _, v in rr))
             target = max(v for _, v in rr)
             reach = next((i + 1 for i, (_, v) in enumerate(hm) if v >= target), None)
             noisy += bool(reach and reach <= n // 2)
@@ -228,8 +253,10 @@ def offline(op, med, variants, seeds, noise):
             by_median += bool(reach_m and reach_m <= n // 2)
             half.append(max(med[key(c)] for c, _ in hm[: n // 2]) / top)
         SP.Space.features = orig
-        print("  %-14s within half: %2d/%d by measurements, %2d/%d by medians; best median after %d: %.3f of the maximum"
-              % (name, noisy, seeds, by_median, seeds, n // 2, statistics.mean(half)), flush=True)
+        print("  %-14s within half: %2d/%d by measurements, %2d/%d by medians; best median after %d: %.3f of the maximum;"
+              " median best after %d %.1f, random's after %d %.1f"
+              % (name, noisy, seeds, by_median, seeds, n // 2, statistics.mean(half), n // 2,
+                 statistics.median(m_half), n, statistics.median(r_all)), flush=True)
 
 
 def main():
@@ -239,14 +266,21 @@ def main():
     ap.add_argument("--noise", type=float, default=0.08)
     ap.add_argument("--ops", default="conv2d,matmul")
     ap.add_argument("--variants", default="base,random,thompson,log,shallow,explore25,conv_features")
+    ap.add_argument("--space", default=None, help="bench/autotune_space.py records: the whole space as ground truth")
+    ap.add_argument("--no-pipeline", action="store_true")
     a = ap.parse_args()
     if not T.have_sklearn():
         sys.exit("autotune_curves_analysis: scikit-learn is not installed (Debian: python3-sklearn)")
     runs = load(a.records)
+    space_runs = load(a.space) if a.space else None
     for op in a.ops.split(","):
         med = median_scoring(runs, op)
         variants = [v for v in a.variants.split(",") if v != "conv_features" or op == "conv2d"]
-        offline(op, med, variants, a.seeds, a.noise)
+        if space_runs is None:
+            offline(op, med, variants, a.seeds, a.noise, pipeline=not a.no_pipeline)
+            continue
+        measured, med = medians(space_runs, op)
+        offline(op, med, variants, a.seeds, a.noise, measured, pipeline=not a.no_pipeline)
 
 
 if __name__ == "__main__":

@@ -123,6 +123,7 @@ class ModelTuner(Tuner):
             sys.stderr.write("kiln.autotune: scikit-learn is not installed (Debian: python3-sklearn); "
                              "the model tuner proposes at random\n")
         self._all = None
+        self._size = None
 
     def wants_results(self):
         # until the model can be fitted, a batch proposed without the results in flight is
@@ -181,7 +182,9 @@ class ModelTuner(Tuner):
                 out = self._random(n)
             else:
                 n_model = max(1, int(round(n * (1 - self.explore))))
-                if self._all is None and len(self.space) <= self.enumerate_below:
+                if self._size is None:  # counting a space enumerates it: once
+                    self._size = len(self.space)
+                if self._all is None and self._size <= self.enumerate_below:
                     self._all = list(self.space.configs())
                 if self._all is not None:
                     cand = [c for c in self._all if self.is_new(c)]
