@@ -7,7 +7,8 @@ variants of the model tuner do on them offline.
         [--space SPACE.jsonl[.xz]] [--no-pipeline]
 
 RECORDS (default bench/results/autotune_curves_records.jsonl.xz): the records of an
-autotune_curves.py run, one JSON line each with "run" = "<op>-<tuner>-<seed>".
+autotune_curves.py run, one JSON line each with "run" = "<op>-<tuner>-<seed>" (its
+``--records``).
 
 1. Median scoring: every configuration measured in any run gets the median of its
    measurements; each seed's pair is scored again with it (the trial at which the model first
@@ -84,21 +85,34 @@ def medians(runs, op):
     return d, {k: statistics.median(v) for k, v in d.items()}
 
 
-def median_scoring(runs, op):
+def median_scoring(runs, op, truth=None):
+    """Each seed's pair scored by every configuration's median: over the runs' own
+    measurements, or over ``truth`` (the medians of a whole measured space, --space)."""
     seen, med = medians(runs, op)
     rep = [v for v in seen.values() if len(v) > 1 and max(v) > 0]
     print("%s: %d configurations measured, %d more than once; their median relative spread "
           "(max - min) / max: %.2f" % (op, len(seen), len(rep),
                                        statistics.median((max(v) - min(v)) / max(v) for v in rep)))
+    by = truth if truth is not None else med
+    if truth is not None:
+        print("  scored by the medians of the measured space's passes")
     n = TRIALS[op]
     seeds = sorted(int(k.rsplit("-", 1)[1]) for k in runs if k.startswith(op + "-model-"))
+    within, m_half, r_all = 0, [], []
     for s in seeds:
         m = sorted(runs["%s-model-%d" % (op, s)], key=lambda r: r["trial"])
         rr = sorted(runs["%s-random-%d" % (op, s)], key=lambda r: r["trial"])
-        target = max(med[key(r["knobs"])] for r in rr)
-        reach = next((i + 1 for i, r in enumerate(m) if med[key(r["knobs"])] >= target), None)
+        target = max(by[key(r["knobs"])] for r in rr)
+        reach = next((i + 1 for i, r in enumerate(m) if by[key(r["knobs"])] >= target), None)
+        within += bool(reach and reach <= n // 2)
+        m_half.append(max(by[key(r["knobs"])] for r in m[: n // 2]))
+        r_all.append(target)
         print("  seed %d: random's final best by medians %.1f; the model reaches it at trial %s (%s)" % (
             s, target, reach, "within %d" % (n // 2) if reach and reach <= n // 2 else "not within %d" % (n // 2)))
+    if seeds:
+        print("  within %d: %d of %d seeds; median of the model's best after %d %.1f, of random's after %d %.1f (%.0f%%)"
+              % (n // 2, within, len(seeds), n // 2, statistics.median(m_half), n, statistics.median(r_all),
+                 100.0 * statistics.median(m_half) / statistics.median(r_all)))
     return med
 
 
@@ -274,7 +288,7 @@ def main():
     runs = load(a.records)
     space_runs = load(a.space) if a.space else None
     for op in a.ops.split(","):
-        med = median_scoring(runs, op)
+        med = median_scoring(runs, op, medians(space_runs, op)[1] if space_runs else None)
         variants = [v for v in a.variants.split(",") if v != "conv_features" or op == "conv2d"]
         if space_runs is None:
             offline(op, med, variants, a.seeds, a.noise, pipeline=not a.no_pipeline)
