@@ -50,6 +50,17 @@ def loadavg():
         return ["?"] * 3
 
 
+def start_pinned(kilnd, tmp, pin=None):
+    """One kilnd on a unix socket in tmp, its cache there too; pin "KERNEL,COMPILE" puts cpu:0
+    on core KERNEL and the compile workers on COMPILE (None: unpinned)."""
+    pins = []
+    if pin:
+        k, c = pin.split(",")
+        pins = ["--pin", "cpu:0=" + k, "--pin", "compile=" + c]
+    return kiln.start_daemon(kilnd, listen=["unix:" + os.path.join(tmp, "k.sock")],
+                             cache_dir=os.path.join(tmp, "cache"), args=pins)
+
+
 def commit():
     try:
         return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,

@@ -31,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from autotune import CONV, ROOT, at, best_after, commit, kiln, loadavg, trials_to_reach  # noqa: E402
+from autotune import CONV, ROOT, at, start_pinned, best_after, commit, kiln, loadavg, trials_to_reach  # noqa: E402
 
 
 def tune_once(s, dev, op, shapes, tuner, trials, seed, tmp):
@@ -65,12 +65,7 @@ def main():
         lines.append(x)
 
     tmp = tempfile.mkdtemp(prefix="kiln-curves-")
-    pins = []
-    if a.pin:
-        k, c = a.pin.split(",")
-        pins = ["--pin", "cpu:0=" + k, "--pin", "compile=" + c]
-    d = kiln.start_daemon(a.kilnd, listen=["unix:" + os.path.join(tmp, "k.sock")],
-                          cache_dir=os.path.join(tmp, "cache"), args=pins)
+    d = start_pinned(a.kilnd, tmp, a.pin)
     load0, t_start = loadavg(), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     tasks = {"matmul": ((a.n, a.n, a.n), a.trials), "conv2d": (CONV, a.conv_trials)}
     results = {}

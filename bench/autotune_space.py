@@ -22,7 +22,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from autotune import CONV, ROOT, at, commit, kiln, loadavg  # noqa: E402
+from autotune import CONV, ROOT, at, start_pinned, commit, kiln, loadavg  # noqa: E402
 
 
 def main():
@@ -35,12 +35,7 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kiln-space-")
-    pins = []
-    if a.pin:
-        k, c = a.pin.split(",")
-        pins = ["--pin", "cpu:0=" + k, "--pin", "compile=" + c]
-    d = kiln.start_daemon(a.kilnd, listen=["unix:" + os.path.join(tmp, "k.sock")],
-                          cache_dir=os.path.join(tmp, "cache"), args=pins)
+    d = start_pinned(a.kilnd, tmp, a.pin)
     shapes = {"matmul": (a.n, a.n, a.n), "conv2d": CONV}
     print("autotune_space: kiln %s, load %s, %s" % (commit(), "/".join(loadavg()), " ".join(sys.argv[1:])),
           file=sys.stderr, flush=True)

@@ -126,11 +126,15 @@ static void feed_chunk(kiln_reader_t *r, const bytes_t *all, size_t *off, chunke
   *off += k;
 }
 
+/* Called for each message as it comes out of the reader, after it was compared. */
+typedef void (*on_message_fn)(void *arg, kiln_reader_t *r, const uint8_t *m, size_t len,
+                              size_t index);
+
 /* Feeds `all` in chunks; every message that comes out is compared with the next expected
- * one, and stolen when `steal` says so (and possible). Returns messages seen. */
-static size_t feed_stealing(kiln_reader_t *r, talloc_t *a, const bytes_t *all,
-                            const bytes_t *expect, size_t nexpect, chunker_fn chunk, void *ctx,
-                            bool steal) {
+ * one, then handed to `on`. Returns messages seen. */
+static size_t feed_messages(kiln_reader_t *r, const bytes_t *all, const bytes_t *expect,
+                            size_t nexpect, chunker_fn chunk, void *ctx, on_message_fn on,
+                            void *arg) {
   size_t off = 0, seen = 0;
   while (off < all->n) {
     feed_chunk(r, all, &off, chunk, ctx);
@@ -142,23 +146,38 @@ static size_t feed_stealing(kiln_reader_t *r, talloc_t *a, const bytes_t *all,
       cr_assert_eq(len, expect[seen].n, "message %zu: %zu bytes, expected %zu", seen, len,
                    expect[seen].n);
       cr_assert_arr_eq(m, expect[seen].p, len, "message %zu", seen);
-      if (steal) {
-        tbuf_t *b = kiln_reader_steal(r);
-        if (b) {
-          cr_assert(b->live && !b->stolen);
-          cr_assert(m >= b->p && m + len <= b->p + b->cap, "the message is not in the stolen buffer");
-          b->stolen = true;
-          cr_assert_null(kiln_reader_steal(r), "stolen twice");
-          /* The message stays where it was received. */
-          cr_assert_arr_eq(m, expect[seen].p, len, "message %zu after the steal", seen);
-        }
-      }
+      on(arg, r, m, len, seen);
       seen++;
     }
     cr_assert_eq(res, KILN_FRAME_NEED_MORE, "%s", kiln_status_message(kiln_reader_error(r)));
   }
-  (void)a;
   return seen;
+}
+
+/* Steals the message's buffer where the reader lets it (one from the allocator). */
+static void steal_message(void *arg, kiln_reader_t *r, const uint8_t *m, size_t len,
+                          size_t index) {
+  const bytes_t *expect = arg;
+  tbuf_t *b = kiln_reader_steal(r);
+  if (!b) return;
+  cr_assert(b->live && !b->stolen);
+  cr_assert(m >= b->p && m + len <= b->p + b->cap, "the message is not in the stolen buffer");
+  b->stolen = true;
+  cr_assert_null(kiln_reader_steal(r), "stolen twice");
+  /* The message stays where it was received. */
+  cr_assert_arr_eq(m, expect[index].p, len, "message %zu after the steal", index);
+}
+
+static void leave_message(void *arg, kiln_reader_t *r, const uint8_t *m, size_t len,
+                          size_t index) {
+  (void)arg, (void)r, (void)m, (void)len, (void)index;
+}
+
+/* feed_messages, stealing every message it can when `steal`. */
+static size_t feed_stealing(kiln_reader_t *r, const bytes_t *all, const bytes_t *expect,
+                            size_t nexpect, chunker_fn chunk, void *ctx, bool steal) {
+  return feed_messages(r, all, expect, nexpect, chunk, ctx, steal ? steal_message : leave_message,
+                       (void *)expect);
 }
 
 static void run_mixed(chunker_fn chunk, void *ctx, bool steal, bool decline) {
@@ -169,7 +188,7 @@ static void run_mixed(chunker_fn chunk, void *ctx, bool steal, bool decline) {
   a->decline = decline;
   kiln_reader_t r;
   reader_with(&r, a);
-  size_t seen = feed_stealing(&r, a, &all, parts, n, chunk, ctx, steal);
+  size_t seen = feed_stealing(&r, &all, parts, n, chunk, ctx, steal);
   cr_assert_eq(seen, n);
   cr_assert_not(kiln_reader_partial(&r));
   kiln_reader_deinit(&r);
@@ -214,7 +233,7 @@ Test(frame_alloc, large_message_one_buffer_and_steal_keeps_the_tail) {
   talloc_t *a = talloc_new();
   kiln_reader_t r;
   reader_with(&r, a);
-  size_t seen = feed_stealing(&r, a, &all, parts, 3, chunk_whole, NULL, true);
+  size_t seen = feed_stealing(&r, &all, parts, 3, chunk_whole, NULL, true);
   cr_assert_eq(seen, 3);
   cr_assert_eq(a->count, 1, "%zu buffers for one large message", a->count);
   cr_assert(a->bufs[0].stolen);
@@ -233,7 +252,7 @@ Test(frame_alloc, small_messages_stay_in_the_readers_buffer) {
   talloc_t *a = talloc_new();
   kiln_reader_t r;
   reader_with(&r, a);
-  size_t seen = feed_stealing(&r, a, &m, &m, 1, chunk_whole, NULL, true);
+  size_t seen = feed_stealing(&r, &m, &m, 1, chunk_whole, NULL, true);
   cr_assert_eq(seen, 1);
   cr_assert_eq(a->count, 0);
   kiln_reader_deinit(&r);
@@ -289,32 +308,32 @@ typedef struct taken {
   size_t index;
 } taken_t;
 
+typedef struct taking {
+  size_t max_move;
+  taken_t *took;
+  size_t *ntook;
+} taking_t;
+
+/* Takes the reader's buffer where it lets it (a large one of its own), and notes it. */
+static void take_message(void *arg, kiln_reader_t *r, const uint8_t *m, size_t len,
+                         size_t index) {
+  taking_t *t = arg;
+  size_t cap = 0;
+  uint8_t *b = kiln_reader_take(r, t->max_move, &cap);
+  if (!b) return;
+  cr_assert(m >= b && m + len <= b + cap, "the message is not in the taken buffer");
+  cr_assert_gt(cap, 4 * 64 * 1024, "a small buffer of %zu bytes was taken", cap);
+  cr_assert_null(kiln_reader_take(r, SIZE_MAX, &cap), "taken twice");
+  cr_assert_null(kiln_reader_steal(r), "taken, then stolen");
+  t->took[(*t->ntook)++] = (taken_t){.buf = b, .cap = cap, .msg = m, .index = index};
+}
+
 static size_t feed_taking(kiln_reader_t *r, const bytes_t *all, const bytes_t *expect,
                           size_t nexpect, chunker_fn chunk, void *ctx, size_t max_move,
                           taken_t *took, size_t *ntook) {
-  size_t off = 0, seen = 0, cap = 0;
   *ntook = 0;
-  while (off < all->n) {
-    feed_chunk(r, all, &off, chunk, ctx);
-    const uint8_t *m;
-    size_t len;
-    kiln_frame_result_t res;
-    while ((res = kiln_reader_next(r, &m, &len)) == KILN_FRAME_MESSAGE) {
-      cr_assert_lt(seen, nexpect);
-      cr_assert_arr_eq(m, expect[seen].p, len, "message %zu", seen);
-      uint8_t *b = kiln_reader_take(r, max_move, &cap);
-      if (b) {
-        cr_assert(m >= b && m + len <= b + cap, "the message is not in the taken buffer");
-        cr_assert_gt(cap, 4 * 64 * 1024, "a small buffer of %zu bytes was taken", cap);
-        cr_assert_null(kiln_reader_take(r, SIZE_MAX, &cap), "taken twice");
-        cr_assert_null(kiln_reader_steal(r), "taken, then stolen");
-        took[(*ntook)++] = (taken_t){.buf = b, .cap = cap, .msg = m, .index = seen};
-      }
-      seen++;
-    }
-    cr_assert_eq(res, KILN_FRAME_NEED_MORE, "%s", kiln_status_message(kiln_reader_error(r)));
-  }
-  return seen;
+  taking_t t = {.max_move = max_move, .took = took, .ntook = ntook};
+  return feed_messages(r, all, expect, nexpect, chunk, ctx, take_message, &t);
 }
 
 static void run_taking(chunker_fn chunk, void *ctx, size_t max_move, bool with_alloc,

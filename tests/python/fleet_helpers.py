@@ -40,7 +40,7 @@ def table_ir(kib, salt):
     the table lands in the IR text, so the request is about 4 times kib KiB (210: 0.8 MB), and
     in the assembly and the code object (210: an artifact of about 1 MiB)."""
     n = kib * 1024 // 4
-    vals = ", ".join("i32 %d" % ((i * 2654435761 + salt) & 0x7fffffff) for i in range(n))
+    vals = ", ".join("i32 %d" % v for v in table_values(kib, salt))
     return (VADD.replace("%sum = fadd float %a, %b",
                          "%%tp = getelementptr inbounds [%d x i32], ptr @tbl, i64 0, i64 %%j\n"
                          "  %%tv = load i32, ptr %%tp, align 4\n  %%tf = sitofp i32 %%tv to float\n"
